@@ -1,0 +1,174 @@
+//! Where the limiter's time comes from.
+//!
+//! Time is a `u64` count of nanoseconds since the Unix epoch, so clock-aligned windows line up with
+//! UTC (a `1/hour` fixed window resets at the top of every UTC hour), as they do with Redis's `TIME`.
+//! Only the limiter reads a clock; strategies take `now` as an argument.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A source of time: nanoseconds since the Unix epoch.
+///
+/// Implementations should not go backwards; the strategies tolerate it anyway (a key's state is
+/// never rewound, and a step back never admits more than holding time still would).
+pub trait Clock: Send + Sync + 'static {
+    /// The current time in nanoseconds since the Unix epoch.
+    fn now(&self) -> u64;
+}
+
+/// The default clock: Unix time read once at creation, then advanced by [`Instant`] (monotonic).
+///
+/// It never goes back when the wall clock is stepped (NTP, an operator), and costs one
+/// `Instant::now()` per read. Resolution: nanoseconds (as fine as the platform's monotonic clock).
+#[derive(Clone, Copy, Debug)]
+pub struct SystemClock {
+    base: u64,
+    start: Instant,
+}
+
+impl SystemClock {
+    /// A clock anchored at the current Unix time.
+    pub fn new() -> Self {
+        let base = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Self {
+            base,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.base.saturating_add(elapsed)
+    }
+}
+
+/// A clock on tokio's time (`tokio::time::Instant`), anchored at the Unix time of its creation.
+///
+/// With `tokio::time::pause()` (or `#[tokio::test(start_paused = true)]`) it advances only when the
+/// test advances tokio's time, so pacing tests run without real sleeps.
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    base: u64,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock anchored at the current Unix time and tokio instant.
+    pub fn new() -> Self {
+        Self {
+            base: SystemClock::new().base,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.base.saturating_add(elapsed)
+    }
+}
+
+/// A clock that moves only when told to: for tests. Clones share one time.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(Duration::from_secs(45));
+/// let seen_by_limiter = clock.clone();
+/// clock.advance(Duration::from_secs(60));
+/// assert_eq!(seen_by_limiter.now(), 105_000_000_000);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock that reads `since_epoch` (time since the Unix epoch) until moved.
+    pub fn new(since_epoch: Duration) -> Self {
+        Self {
+            nanos: Arc::new(AtomicU64::new(saturating_nanos(since_epoch))),
+        }
+    }
+
+    /// Moves the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
+    pub fn advance(&self, by: Duration) {
+        let by = saturating_nanos(by);
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(by)));
+    }
+
+    /// Sets the time; it may go backwards (to test how the limiter copes).
+    pub fn set(&self, since_epoch: Duration) {
+        self.nanos.store(saturating_nanos(since_epoch), Ordering::SeqCst);
+    }
+
+    /// Sets the time in nanoseconds since the Unix epoch.
+    pub fn set_nanos(&self, nanos: u64) {
+        self.nanos.store(nanos, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.nanos.load(Ordering::SeqCst)
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+}
+
+pub(crate) fn saturating_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_is_unix_time_and_monotonic() {
+        let c = SystemClock::new();
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let a = c.now();
+        assert!(a.abs_diff(wall) < 1_000_000_000);
+        let b = c.now();
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn manual_clock_moves_when_told() {
+        let c = ManualClock::new(Duration::from_secs(1));
+        c.advance(Duration::from_millis(5));
+        assert_eq!(c.now(), 1_005_000_000);
+        c.set(Duration::from_secs(0));
+        assert_eq!(c.now(), 0);
+        c.advance(Duration::MAX);
+        assert_eq!(c.now(), u64::MAX);
+    }
+}

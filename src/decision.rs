@@ -1,0 +1,127 @@
+//! The answer to one request: allowed or not, and what the rate-limit headers say.
+
+use std::time::Duration;
+
+/// Whether a request was admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Admitted; its cost was consumed.
+    Allowed,
+    /// Not admitted now; [`Decision::retry_after`] says when a request of the same cost will be.
+    Rejected,
+    /// Never admissible: the cost exceeds what the quota can ever admit (its limit, or its burst
+    /// for the bucket strategies). Waiting does not help.
+    Exceeds,
+}
+
+/// A decision on one request, with the values the `x-ratelimit-*` headers carry.
+///
+/// The values are those of the *reported* quota: on a rejection the rejecting quota with the
+/// longest wait; when allowed the quota with the fewest remaining (ties: the later reset).
+/// See the table in the crate docs for each strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    pub(crate) outcome: Outcome,
+    pub(crate) limit: u32,
+    pub(crate) remaining: u32,
+    pub(crate) reset_after: Duration,
+    pub(crate) retry_after: Duration,
+    pub(crate) time: u64,
+    pub(crate) quota: u16,
+}
+
+impl Decision {
+    /// Allowed, rejected, or never admissible.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// `true` when the request was admitted.
+    pub fn is_allowed(&self) -> bool {
+        self.outcome == Outcome::Allowed
+    }
+
+    /// The largest value `remaining` can take: `N` for the window strategies, the burst `B` for the
+    /// token and leaky bucket (`x-ratelimit-limit`).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// How much more cost is admitted right now (`x-ratelimit-remaining`), after this request.
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// How long until `remaining` is back at `limit` if no more requests come (zero when it is
+    /// already there). `x-ratelimit-reset` is this, rounded up to whole seconds.
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// For a rejected request: how long until a request of the same cost is admitted, if no other
+    /// request comes first. `None` when allowed, and when the cost can never be admitted.
+    pub fn retry_after(&self) -> Option<Duration> {
+        (self.outcome == Outcome::Rejected).then_some(self.retry_after)
+    }
+
+    /// The store's time when the decision was taken, since the Unix epoch (the Redis server's time
+    /// for the Redis store). With [`reset_after`](Self::reset_after) it gives the reset as Unix time.
+    pub fn time(&self) -> Duration {
+        Duration::from_nanos(self.time)
+    }
+
+    /// The index of the reported quota among the rule's quotas.
+    pub fn quota_index(&self) -> usize {
+        usize::from(self.quota)
+    }
+
+    /// `reset_after` in whole seconds, rounded up (the `x-ratelimit-reset` delta value).
+    pub fn reset_secs(&self) -> u64 {
+        ceil_secs(self.reset_after)
+    }
+
+    /// The reset as Unix time in whole seconds, rounded up.
+    pub fn reset_unix_secs(&self) -> u64 {
+        ceil_secs(self.time().saturating_add(self.reset_after))
+    }
+
+    /// The `Retry-After` value in whole seconds: the wait rounded up, and at least 1. `None` when
+    /// allowed or never admissible.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after().map(|d| ceil_secs(d).max(1))
+    }
+}
+
+/// Whole seconds, rounded up.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(outcome: Outcome, reset: Duration, retry: Duration) -> Decision {
+        Decision {
+            outcome,
+            limit: 10,
+            remaining: 0,
+            reset_after: reset,
+            retry_after: retry,
+            time: 1_000_000_000,
+            quota: 0,
+        }
+    }
+
+    #[test]
+    fn header_values_round_up() {
+        let d = decision(Outcome::Rejected, Duration::from_millis(1500), Duration::from_millis(300));
+        assert_eq!(d.reset_secs(), 2);
+        assert_eq!(d.retry_after_secs(), Some(1));
+        assert_eq!(d.reset_unix_secs(), 3);
+        let d = decision(Outcome::Rejected, Duration::ZERO, Duration::ZERO);
+        assert_eq!(d.retry_after_secs(), Some(1), "never 0");
+        assert_eq!(decision(Outcome::Allowed, Duration::ZERO, Duration::ZERO).retry_after(), None);
+        assert_eq!(decision(Outcome::Exceeds, Duration::ZERO, Duration::ZERO).retry_after(), None);
+    }
+}

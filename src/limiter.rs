@@ -1,0 +1,416 @@
+//! [`RateLimiter`]: a rule, a store and a clock.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Decision, Outcome};
+use crate::error::{ConfigError, StoreError};
+use crate::quota::{Quota, parse_quotas};
+use crate::rule::Rule;
+use crate::stats::{Counter, Stats};
+use crate::store::{MemoryStore, MemoryStoreBuilder, Store};
+use crate::strategy::{Op, Strategy};
+
+/// Checks requests against a [`Rule`], keeping per-key state in a [`Store`] and reading time from a
+/// [`Clock`]. Cheap to clone (an `Arc`).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, RateLimiter, Strategy};
+///
+/// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+/// let limiter = RateLimiter::builder()
+///     .strategy(Strategy::MovingWindow)
+///     .quotas("2/second; 3/minute").unwrap()
+///     .clock(clock.clone())
+///     .build()
+///     .unwrap();
+///
+/// assert!(limiter.check_now(&"alice", 1).is_allowed());
+/// assert!(limiter.check_now(&"alice", 1).is_allowed());
+/// let d = limiter.check_now(&"alice", 1);
+/// assert!(!d.is_allowed());
+/// assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+/// assert!(limiter.check_now(&"bob", 1).is_allowed(), "keys are independent");
+///
+/// clock.advance(Duration::from_secs(1));
+/// let d = limiter.check_now(&"alice", 1);
+/// assert!(d.is_allowed());
+/// assert_eq!(d.remaining(), 0, "the minute quota is the binding one now");
+/// ```
+pub struct RateLimiter<K, S = MemoryStore<K>, C = SystemClock> {
+    inner: Arc<Inner<S, C>>,
+    _key: PhantomData<fn(&K)>,
+}
+
+struct Inner<S, C> {
+    rule: Rule,
+    store: S,
+    clock: C,
+    fail_open: Counter,
+}
+
+impl<K, S, C> Clone for RateLimiter<K, S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K, S: fmt::Debug, C: fmt::Debug> fmt::Debug for RateLimiter<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("rule", &self.inner.rule)
+            .field("store", &self.inner.store)
+            .field("clock", &self.inner.clock)
+            .finish()
+    }
+}
+
+impl<K> RateLimiter<K> {
+    /// Starts a builder: in-memory store, system clock, sliding window counter by default.
+    pub fn builder() -> Builder<K> {
+        Builder {
+            strategy: Strategy::default(),
+            quotas: Vec::new(),
+            burst: None,
+            store: MemoryStoreBuilder::default(),
+            clock: SystemClock::new(),
+            sweep_every: None,
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
+    /// A limiter from parts already built.
+    pub fn from_parts(rule: Rule, store: S, clock: C) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                rule,
+                store,
+                clock,
+                fail_open: Counter::default(),
+            }),
+            _key: PhantomData,
+        }
+    }
+
+    /// Asks whether `key` may spend `cost` now, and spends it if so (all quotas or none).
+    /// Cost 0 is a peek. A cost above what a quota can ever admit gets [`Outcome::Exceeds`].
+    pub fn check(&self, key: &K, cost: u32) -> S::Future {
+        self.apply_rule(&self.inner.rule, key, Op::Check(cost))
+    }
+
+    /// [`check`](Self::check) under another rule, e.g. a quota chosen per request (tiers by plan).
+    pub fn check_rule(&self, rule: &Rule, key: &K, cost: u32) -> S::Future {
+        self.apply_rule(rule, key, Op::Check(cost))
+    }
+
+    /// The decision a request of cost 0 would get: the state, without consuming anything.
+    pub fn peek(&self, key: &K) -> S::Future {
+        self.apply_rule(&self.inner.rule, key, Op::Peek)
+    }
+
+    /// Gives back `cost` that an earlier check consumed ("only failures count" flows). Per strategy:
+    /// GCRA moves TAT back by `cost * T` (not below now); the fixed window and the sliding counter
+    /// uncount in the same window or bucket; the moving window drops its newest `cost` entries.
+    pub fn refund(&self, key: &K, cost: u32) -> S::Future {
+        self.apply_rule(&self.inner.rule, key, Op::Refund(cost))
+    }
+
+    /// [`refund`](Self::refund) under another rule.
+    pub fn refund_rule(&self, rule: &Rule, key: &K, cost: u32) -> S::Future {
+        self.apply_rule(rule, key, Op::Refund(cost))
+    }
+
+    /// Forgets `key`'s state: its next request is treated as a new key's.
+    pub fn reset(&self, key: &K) -> S::Future {
+        self.apply_rule(&self.inner.rule, key, Op::Reset)
+    }
+
+    fn apply_rule(&self, rule: &Rule, key: &K, op: Op) -> S::Future {
+        self.inner.store.apply(key, rule, op, self.inner.clock.now())
+    }
+
+    /// Waits (on tokio's timer) until `key` may spend `cost`, for at most `max_wait`, then spends it.
+    ///
+    /// A waiter holds no place while it sleeps, so dropping the future (a cancelled caller) costs
+    /// nothing. Use [`TokioClock`](crate::TokioClock) as the limiter's clock for tests with paused time.
+    ///
+    /// # Errors
+    /// [`WaitError::TooLong`] when the wait would exceed `max_wait`, [`WaitError::Never`] for a cost
+    /// that can never be admitted, [`WaitError::Store`] when the store fails.
+    pub async fn until_ready(&self, key: &K, cost: u32, max_wait: Duration) -> Result<Decision, WaitError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let d = self.check(key, cost).await.map_err(WaitError::Store)?;
+            match d.outcome() {
+                Outcome::Allowed => return Ok(d),
+                Outcome::Exceeds => return Err(WaitError::Never(d)),
+                Outcome::Rejected => {}
+            }
+            // Never spin: a clock that does not move would otherwise keep answering "now".
+            let wait = d.retry_after.max(Duration::from_micros(1));
+            if waited + wait > max_wait {
+                return Err(WaitError::TooLong(d));
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+    }
+
+    /// The rule.
+    pub fn rule(&self) -> &Rule {
+        &self.inner.rule
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// Counters: the store's plus fail-open passes recorded by the layer.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.inner.store.stats();
+        s.fail_open = self.inner.fail_open.get();
+        s
+    }
+
+    /// Records a request let through because the store failed (called by the layer).
+    pub fn record_fail_open(&self) {
+        self.inner.fail_open.add(1);
+    }
+
+    /// Removes all state that has become equivalent to a new key's, now. Not needed in normal use:
+    /// the memory store sweeps incrementally as traffic flows.
+    pub fn sweep(&self) {
+        self.inner.store.sweep(self.inner.clock.now());
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock> RateLimiter<K, MemoryStore<K>, C> {
+    /// [`check`](Self::check) without a future: the memory store answers at once.
+    pub fn check_now(&self, key: &K, cost: u32) -> Decision {
+        self.decide_now(&self.inner.rule, key, Op::Check(cost))
+    }
+
+    /// [`check_rule`](Self::check_rule) without a future.
+    pub fn check_rule_now(&self, rule: &Rule, key: &K, cost: u32) -> Decision {
+        self.decide_now(rule, key, Op::Check(cost))
+    }
+
+    /// [`peek`](Self::peek) without a future.
+    pub fn peek_now(&self, key: &K) -> Decision {
+        self.decide_now(&self.inner.rule, key, Op::Peek)
+    }
+
+    /// [`refund`](Self::refund) without a future.
+    pub fn refund_now(&self, key: &K, cost: u32) -> Decision {
+        self.decide_now(&self.inner.rule, key, Op::Refund(cost))
+    }
+
+    /// [`reset`](Self::reset) without a future.
+    pub fn reset_now(&self, key: &K) -> Decision {
+        self.decide_now(&self.inner.rule, key, Op::Reset)
+    }
+
+    fn decide_now(&self, rule: &Rule, key: &K, op: Op) -> Decision {
+        self.inner.store.decide(key, rule, op, self.inner.clock.now())
+    }
+}
+
+/// Why [`RateLimiter::until_ready`] gave up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The slot would come later than the maximum wait; the last decision says when.
+    TooLong(Decision),
+    /// The cost can never be admitted.
+    Never(Decision),
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLong(d) => write!(f, "rate limited: no slot within the maximum wait (next in {:?})", d.retry_after),
+            Self::Never(_) => f.write_str("rate limited: the cost exceeds what the quota can ever admit"),
+            Self::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+/// What a [`Builder`] turns into its store: the memory store's options, or a store given whole.
+pub trait IntoStore<K> {
+    /// The store.
+    type Store: Store<K>;
+    /// Builds it.
+    fn into_store(self) -> Self::Store;
+}
+
+impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static> IntoStore<K> for MemoryStoreBuilder {
+    type Store = MemoryStore<K>;
+    fn into_store(self) -> MemoryStore<K> {
+        self.build()
+    }
+}
+
+/// A store given to [`Builder::store`].
+#[derive(Debug)]
+pub struct Given<S>(S);
+
+impl<K, S: Store<K>> IntoStore<K> for Given<S> {
+    type Store = S;
+    fn into_store(self) -> S {
+        self.0
+    }
+}
+
+/// Builds a [`RateLimiter`]. See [`RateLimiter::builder`].
+#[must_use]
+pub struct Builder<K, S = MemoryStoreBuilder, C = SystemClock> {
+    strategy: Strategy,
+    quotas: Vec<Quota>,
+    burst: Option<std::num::NonZeroU32>,
+    store: S,
+    clock: C,
+    sweep_every: Option<Duration>,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K, S, C: fmt::Debug> fmt::Debug for Builder<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("strategy", &self.strategy)
+            .field("quotas", &self.quotas)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, S, C> Builder<K, S, C> {
+    /// The algorithm (default: [`Strategy::SlidingWindow`]).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Adds one quota.
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.push(quota);
+        self
+    }
+
+    /// Adds quotas from notation (`"5/second; 100/minute"`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] for bad notation.
+    pub fn quotas(mut self, text: &str) -> Result<Self, ConfigError> {
+        self.quotas.extend(parse_quotas(text)?);
+        Ok(self)
+    }
+
+    /// The burst (capacity) of the bucket strategies, for every quota that has none set.
+    pub fn burst(mut self, burst: std::num::NonZeroU32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Also sweep expired keys every `interval` from a background thread that holds only a weak
+    /// reference (it ends when the limiter is dropped). Traffic alone sweeps too; this returns idle
+    /// memory when traffic stops.
+    pub fn background_sweep(mut self, interval: Duration) -> Self {
+        self.sweep_every = Some(interval);
+        self
+    }
+
+    /// Uses another clock.
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, S, C2> {
+        Builder {
+            strategy: self.strategy,
+            quotas: self.quotas,
+            burst: self.burst,
+            store: self.store,
+            clock,
+            sweep_every: self.sweep_every,
+            _key: PhantomData,
+        }
+    }
+
+    /// Uses another store (e.g. Redis).
+    pub fn store<S2: Store<K>>(self, store: S2) -> Builder<K, Given<S2>, C> {
+        Builder {
+            strategy: self.strategy,
+            quotas: self.quotas,
+            burst: self.burst,
+            store: Given(store),
+            clock: self.clock,
+            sweep_every: self.sweep_every,
+            _key: PhantomData,
+        }
+    }
+
+    /// The rule these settings describe.
+    ///
+    /// # Errors
+    /// As [`Rule::new`].
+    pub fn rule(&self) -> Result<Rule, ConfigError> {
+        let quotas = self.quotas.iter().map(|q| match self.burst {
+            Some(b) if !q.has_explicit_burst() => q.with_burst(b),
+            _ => *q,
+        });
+        Rule::new(self.strategy, quotas)
+    }
+}
+
+impl<K, C> Builder<K, MemoryStoreBuilder, C> {
+    /// Caps the memory store's number of keys (see [`MemoryStore`]).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.store = self.store.max_keys(max_keys);
+        self
+    }
+}
+
+impl<K, S: IntoStore<K>, C: Clock> Builder<K, S, C> {
+    /// Builds the limiter.
+    ///
+    /// # Errors
+    /// As [`Rule::new`]: no quota, or a quota the strategy cannot represent.
+    pub fn build(self) -> Result<RateLimiter<K, S::Store, C>, ConfigError> {
+        let rule = self.rule()?;
+        let store = self.store.into_store();
+        let limiter = RateLimiter::from_parts(rule, store, self.clock);
+        if let Some(every) = self.sweep_every {
+            spawn_sweeper(Arc::downgrade(&limiter.inner), every);
+        }
+        Ok(limiter)
+    }
+}
+
+fn spawn_sweeper<K, S: Store<K>, C: Clock>(weak: Weak<Inner<S, C>>, every: Duration) {
+    let every = every.max(Duration::from_millis(10));
+    let _ = std::thread::Builder::new()
+        .name("tollgate-sweep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(inner) = weak.upgrade() else { break };
+                Store::<K>::sweep(&inner.store, inner.clock.now());
+            }
+        });
+}
+

@@ -1,0 +1,498 @@
+//! The embedded store: per-key state in [`DashMap`]s, evicted automatically.
+//!
+//! Keys are spread over [`SEGMENTS`] maps so that eviction can work one segment at a time: a sweep
+//! never holds more than one shard lock, and a concurrent check waits at most for one shard's scan.
+
+use std::future::{Ready, ready};
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use foldhash::fast::RandomState;
+use parking_lot::Mutex;
+
+use super::Store;
+use crate::decision::{Decision, Outcome};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::stats::{Counter, Stats};
+use crate::strategy::{self, Op, QuotaState, Verdict};
+
+/// How many maps the keys are spread over (the unit of incremental sweeping).
+const SEGMENTS: usize = 16;
+/// Shards per segment map.
+const SHARDS_PER_SEGMENT: usize = 8;
+/// A thread sweeps one segment every this many of its calls.
+const OPS_PER_SWEEP_STEP: u32 = 4096;
+/// How often the overflow warning may repeat.
+const OVERFLOW_WARN_EVERY: u64 = 10_000_000_000;
+
+/// An in-process store on [`DashMap`], the default.
+///
+/// - Safe under many threads on one key: each key's state sits behind its own lock, so updates are
+///   never lost and quotas never over-admit.
+/// - Keys whose state has become equivalent to a new key's are removed automatically and
+///   incrementally, as traffic flows (no call from the user, no long pause), and the maps shrink.
+///   [`RateLimiter::sweep`](crate::RateLimiter::sweep) forces a full pass.
+/// - An optional cap on the number of keys ([`MemoryStoreBuilder::max_keys`]) bounds memory. When it
+///   is reached, room is made by dropping, in order: expired keys; keys not used since the last pass
+///   that still have room (second chance, an approximation of least recently used). A key that is
+///   currently blocked is never evicted, so flooding new keys cannot reset an attacker's key. When
+///   every held key is blocked, new keys share one overflow state with the same quotas (counted in
+///   [`Stats::overflow_hits`], warned about at most every 10 s).
+///
+/// Concurrent inserts may overshoot the cap by at most the number of inserting threads.
+pub struct MemoryStore<K> {
+    segments: Box<[DashMap<K, Entry, RandomState>]>,
+    route: RandomState,
+    max_keys: usize,
+    keys: AtomicUsize,
+    cursor: AtomicUsize,
+    inserts: AtomicUsize,
+    full_until: AtomicU64,
+    overflow: Mutex<KeyState>,
+    last_overflow_warn: AtomicU64,
+    allowed: Counter,
+    rejected: Counter,
+    evictions: Counter,
+    overflow_hits: Counter,
+}
+
+impl<K> std::fmt::Debug for MemoryStore<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of a [`MemoryStore`].
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct MemoryStoreBuilder {
+    max_keys: Option<usize>,
+}
+
+impl MemoryStoreBuilder {
+    /// Caps the number of keys held (see [`MemoryStore`] for what happens at the cap).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = Some(max_keys.max(1));
+        self
+    }
+
+    /// Builds the store.
+    pub fn build<K: Hash + Eq + Clone + Send + Sync + 'static>(self) -> MemoryStore<K> {
+        MemoryStore::with_cap(self.max_keys.unwrap_or(usize::MAX))
+    }
+}
+
+struct Entry {
+    state: Mutex<KeyState>,
+    /// Set on use, cleared by the eviction pass: the second-chance bit.
+    used: AtomicBool,
+}
+
+/// One key's state: one entry per quota, plus the times eviction needs.
+struct KeyState {
+    quotas: States,
+    /// From this time on the state equals a new key's: it may be dropped.
+    fresh_at: u64,
+    /// Until this time the key is blocked (no room for a request of cost 1): never evicted.
+    blocked_until: u64,
+}
+
+enum States {
+    Empty,
+    One(QuotaState),
+    Many(Box<[QuotaState]>),
+}
+
+impl KeyState {
+    const fn new() -> Self {
+        Self {
+            quotas: States::Empty,
+            fresh_at: 0,
+            blocked_until: 0,
+        }
+    }
+
+    /// The per-quota states for `rule`, replaced by new ones if the rule's shape changed.
+    fn states_for(&mut self, rule: &Rule) -> &mut [QuotaState] {
+        let strategy = rule.strategy();
+        let n = rule.nanos().len();
+        let fits = match &self.quotas {
+            States::Empty => false,
+            States::One(s) => n == 1 && s.fits(strategy),
+            States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
+        };
+        if !fits {
+            self.quotas = if n == 1 {
+                States::One(QuotaState::new(strategy))
+            } else {
+                States::Many(vec![QuotaState::new(strategy); n].into_boxed_slice())
+            };
+        }
+        match &mut self.quotas {
+            States::Empty => &mut [],
+            States::One(s) => std::slice::from_mut(s),
+            States::Many(v) => v,
+        }
+    }
+
+    fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+        let params = rule.nanos();
+        let states = self.states_for(rule);
+        let (index, v) = strategy::apply(states, rule.strategy(), params, now, op);
+        let fresh_at = states.iter().zip(params).map(|(s, p)| s.fresh_at(p)).max().unwrap_or(0);
+        self.fresh_at = fresh_at;
+        self.blocked_until = if v.remaining == 0 {
+            let wait = if v.outcome == Outcome::Rejected { v.retry_after } else { v.reset_after };
+            now.saturating_add(wait)
+        } else {
+            0
+        };
+        (index, v)
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Default for MemoryStore<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
+    /// A store without a cap on the number of keys.
+    pub fn new() -> Self {
+        Self::with_cap(usize::MAX)
+    }
+
+    /// Options: a cap on the number of keys.
+    pub fn builder() -> MemoryStoreBuilder {
+        MemoryStoreBuilder::default()
+    }
+
+    fn with_cap(max_keys: usize) -> Self {
+        let segments = (0..SEGMENTS)
+            .map(|_| DashMap::with_hasher_and_shard_amount(RandomState::default(), SHARDS_PER_SEGMENT))
+            .collect();
+        Self {
+            segments,
+            route: RandomState::default(),
+            max_keys,
+            keys: AtomicUsize::new(0),
+            cursor: AtomicUsize::new(0),
+            inserts: AtomicUsize::new(0),
+            full_until: AtomicU64::new(0),
+            overflow: Mutex::new(KeyState::new()),
+            last_overflow_warn: AtomicU64::new(0),
+            allowed: Counter::default(),
+            rejected: Counter::default(),
+            evictions: Counter::default(),
+            overflow_hits: Counter::default(),
+        }
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    /// `true` when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The cap on the number of keys, if any.
+    pub fn max_keys(&self) -> Option<usize> {
+        (self.max_keys != usize::MAX).then_some(self.max_keys)
+    }
+
+    /// Applies `op` to `key` now; the memory store never fails.
+    pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
+        self.tick(now);
+        let segment = self.segment(key);
+        if let Some(entry) = segment.get(key) {
+            return self.run(&entry, rule, op, now);
+        }
+        if !matches!(op, Op::Check(c) if c > 0) {
+            // Peeking at, refunding or resetting an unknown key changes nothing: answer as a new key.
+            let (index, v) = KeyState::new().run(rule, op, now);
+            return self.finish(index, v, now, op);
+        }
+        if self.keys.load(Ordering::Relaxed) >= self.max_keys && !self.make_room(now) {
+            return self.run_overflow(rule, op, now);
+        }
+        let mut inserted = false;
+        let entry = segment.entry(key.clone()).or_insert_with(|| {
+            inserted = true;
+            Entry {
+                state: Mutex::new(KeyState::new()),
+                used: AtomicBool::new(true),
+            }
+        });
+        let decision = self.run(&entry, rule, op, now);
+        drop(entry);
+        if inserted {
+            self.keys.fetch_add(1, Ordering::Relaxed);
+            self.after_insert(now);
+        }
+        decision
+    }
+
+    fn segment(&self, key: &K) -> &DashMap<K, Entry, RandomState> {
+        let i = self.route.hash_one(key) as usize % SEGMENTS;
+        &self.segments[i]
+    }
+
+    fn run(&self, entry: &Entry, rule: &Rule, op: Op, now: u64) -> Decision {
+        let (index, v) = entry.state.lock().run(rule, op, now);
+        if !entry.used.load(Ordering::Relaxed) {
+            entry.used.store(true, Ordering::Relaxed);
+        }
+        self.finish(index, v, now, op)
+    }
+
+    fn run_overflow(&self, rule: &Rule, op: Op, now: u64) -> Decision {
+        self.overflow_hits.add(1);
+        let last = self.last_overflow_warn.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= OVERFLOW_WARN_EVERY)
+            && self
+                .last_overflow_warn
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                max_keys = self.max_keys,
+                overflow_hits = self.overflow_hits.get(),
+                "rate-limit memory store is full of blocked keys; new keys share one overflow quota"
+            );
+        }
+        let (index, v) = self.overflow.lock().run(rule, op, now);
+        self.finish(index, v, now, op)
+    }
+
+    fn finish(&self, index: usize, v: Verdict, now: u64, op: Op) -> Decision {
+        if let Op::Check(_) = op {
+            if v.outcome == Outcome::Allowed {
+                self.allowed.add(1);
+            } else {
+                self.rejected.add(1);
+            }
+        }
+        to_decision(index, v, now, 1)
+    }
+
+    /// Counts calls per thread and sweeps one segment every [`OPS_PER_SWEEP_STEP`] of them, so idle
+    /// keys go away while traffic flows without a shared counter on the hot path.
+    fn tick(&self, now: u64) {
+        thread_local! {
+            static OPS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let due = OPS.with(|ops| {
+            let n = ops.get().wrapping_add(1);
+            ops.set(n);
+            n % OPS_PER_SWEEP_STEP == 0
+        });
+        if due {
+            self.sweep_step(now);
+        }
+    }
+
+    /// After enough inserts (a sixteenth of the keys held), sweep one segment: amortised, each
+    /// insert pays for about one entry examined.
+    fn after_insert(&self, now: u64) {
+        let inserts = self.inserts.fetch_add(1, Ordering::Relaxed) + 1;
+        if inserts >= (self.len() / SEGMENTS).max(64) {
+            self.inserts.store(0, Ordering::Relaxed);
+            self.sweep_step(now);
+        }
+    }
+
+    fn next_segment(&self) -> &DashMap<K, Entry, RandomState> {
+        let i = self.cursor.fetch_add(1, Ordering::Relaxed) % SEGMENTS;
+        &self.segments[i]
+    }
+
+    /// Drops the expired keys of the next segment, then shrinks it if it is mostly empty.
+    fn sweep_step(&self, now: u64) {
+        let segment = self.next_segment();
+        self.sweep_segment(segment, now);
+    }
+
+    fn sweep_segment(&self, segment: &DashMap<K, Entry, RandomState>, now: u64) {
+        let mut removed = 0;
+        segment.retain(|_, e| {
+            let keep = e.state.get_mut().fresh_at > now;
+            removed += usize::from(!keep);
+            keep
+        });
+        if removed > 0 {
+            self.keys.fetch_sub(removed, Ordering::Relaxed);
+            let len = segment.len();
+            if segment.capacity() > 4 * len + 64 {
+                segment.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Sweeps every segment.
+    pub fn sweep_all(&self, now: u64) {
+        for segment in &*self.segments {
+            self.sweep_segment(segment, now);
+        }
+    }
+
+    /// Makes room for one key at the cap. Returns `false` when every held key is blocked.
+    fn make_room(&self, now: u64) -> bool {
+        if now < self.full_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        let batch = (self.max_keys / 256).clamp(1, 4096);
+        let mut freed = 0;
+        let mut evicted = 0;
+        let mut soonest_room = u64::MAX;
+        // Two passes at most: the first clears second-chance bits that the second then honours.
+        for _ in 0..2 * SEGMENTS {
+            let segment = self.next_segment();
+            segment.retain(|_, e| {
+                if freed >= batch {
+                    return true;
+                }
+                let used = e.used.get_mut();
+                let st = e.state.get_mut();
+                let drop = if st.fresh_at <= now {
+                    true
+                } else if st.blocked_until > now {
+                    soonest_room = soonest_room.min(st.blocked_until);
+                    false
+                } else if *used {
+                    *used = false;
+                    false
+                } else {
+                    evicted += 1;
+                    true
+                };
+                freed += usize::from(drop);
+                !drop
+            });
+            if freed >= batch {
+                break;
+            }
+        }
+        self.keys.fetch_sub(freed, Ordering::Relaxed);
+        self.evictions.add(evicted);
+        if freed == 0 {
+            self.full_until.store(soonest_room, Ordering::Relaxed);
+        }
+        freed > 0
+    }
+
+    fn counters(&self) -> Stats {
+        Stats {
+            allowed: self.allowed.get(),
+            rejected: self.rejected.get(),
+            evictions: self.evictions.get(),
+            overflow_hits: self.overflow_hits.get(),
+            keys: self.len() as u64,
+            ..Stats::default()
+        }
+    }
+}
+
+/// A verdict in ticks of `tick_nanos` as a [`Decision`].
+pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: u64) -> Decision {
+    let limit = u32::try_from(v.limit).unwrap_or(u32::MAX);
+    let ticks = |t: u64| Duration::from_nanos(t.saturating_mul(tick_nanos));
+    Decision {
+        outcome: v.outcome,
+        limit,
+        remaining: u32::try_from(v.remaining).unwrap_or(u32::MAX).min(limit),
+        reset_after: ticks(v.reset_after),
+        retry_after: ticks(v.retry_after),
+        time: now_ticks.saturating_mul(tick_nanos),
+        quota: u16::try_from(index).unwrap_or(u16::MAX),
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Store<K> for MemoryStore<K> {
+    type Future = Ready<Result<Decision, StoreError>>;
+
+    fn apply(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Self::Future {
+        ready(Ok(self.decide(key, rule, op, now)))
+    }
+
+    fn stats(&self) -> Stats {
+        self.counters()
+    }
+
+    fn sweep(&self, now: u64) {
+        self.sweep_all(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::Strategy;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn idle_keys_are_swept_and_memory_returned() {
+        let store = MemoryStore::<u64>::new();
+        let rule = Rule::parse(Strategy::FixedWindow, "10/s").unwrap();
+        for k in 0..10_000 {
+            store.decide(&k, &rule, Op::Check(1), 100 * S);
+        }
+        assert_eq!(store.len(), 10_000);
+        store.sweep_all(101 * S - 1);
+        assert_eq!(store.len(), 10_000, "still inside the window");
+        store.sweep_all(101 * S);
+        assert_eq!(store.len(), 0);
+        assert!(store.segments.iter().all(|s| s.capacity() < 1024));
+    }
+
+    #[test]
+    fn peeking_an_unknown_key_holds_nothing() {
+        let store = MemoryStore::<u64>::new();
+        let rule = Rule::parse(Strategy::TokenBucket, "10/s").unwrap();
+        let d = store.decide(&1, &rule, Op::Peek, S);
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 10));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn the_cap_never_evicts_a_blocked_key() {
+        let store = MemoryStore::<u64>::builder().max_keys(100).build();
+        let rule = Rule::parse(Strategy::FixedWindow, "2/hour").unwrap();
+        let now = 3600 * S;
+        for _ in 0..3 {
+            store.decide(&0, &rule, Op::Check(1), now);
+        }
+        for k in 1..10_000 {
+            store.decide(&k, &rule, Op::Check(1), now);
+            assert!(store.len() <= 101);
+        }
+        assert!(!store.decide(&0, &rule, Op::Check(1), now).is_allowed(), "still blocked");
+        assert!(store.stats().evictions > 0);
+    }
+
+    #[test]
+    fn when_every_key_is_blocked_new_keys_share_the_overflow_quota() {
+        let store = MemoryStore::<u64>::builder().max_keys(10).build();
+        let rule = Rule::parse(Strategy::FixedWindow, "1/hour").unwrap();
+        let now = 3600 * S;
+        for k in 0..10 {
+            assert!(store.decide(&k, &rule, Op::Check(1), now).is_allowed());
+        }
+        assert!(store.decide(&100, &rule, Op::Check(1), now).is_allowed(), "overflow quota's one");
+        assert!(!store.decide(&101, &rule, Op::Check(1), now).is_allowed());
+        assert_eq!(store.stats().overflow_hits, 2);
+        for k in 0..10 {
+            assert!(!store.decide(&k, &rule, Op::Check(1), now).is_allowed(), "key {k} was not reset");
+        }
+    }
+}

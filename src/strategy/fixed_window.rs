@@ -1,0 +1,130 @@
+//! Fixed window: one counter per window of length `W`.
+//!
+//! Clock-aligned windows are whole multiples of `W` in Unix time (a `1/hour` window resets at the top
+//! of every UTC hour). First-hit windows open at the first request at or after the previous window's
+//! end, so windows are not contiguous. Either way up to `2N` can pass across a window edge.
+
+use super::{Params, Verdict};
+
+/// The state of one key under one quota: the window start and the count in it (0 = no open window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FixedWindow {
+    start: u64,
+    count: u64,
+}
+
+impl FixedWindow {
+    /// Rolls the window to `now` and says whether `cost` fits, without consuming it.
+    pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) -> Verdict {
+        let t = now.max(self.start);
+        if aligned {
+            let window_start = t - t % p.window;
+            if window_start != self.start {
+                self.start = window_start;
+                self.count = 0;
+            }
+        } else if self.count > 0 && t - self.start >= p.window {
+            self.count = 0;
+        }
+        let n = self.count;
+        let left_in_window = |start: u64| (start.saturating_add(p.window)).saturating_sub(t);
+        if cost > p.limit {
+            let reset = if n > 0 { left_in_window(self.start) } else { 0 };
+            return Verdict::exceeds(p.limit, p.limit - n, reset);
+        }
+        if n + cost <= p.limit {
+            let after = n + cost;
+            let reset = match (after, n) {
+                (0, _) => 0,
+                (_, 0) if !aligned => p.window,
+                _ => left_in_window(self.start),
+            };
+            Verdict::allowed(p.limit, p.limit - after, reset)
+        } else {
+            let wait = left_in_window(self.start);
+            Verdict::rejected(p.limit, p.limit - n, wait, wait)
+        }
+    }
+
+    /// Consumes `cost` after a successful [`check`](Self::check) at the same `now`.
+    pub(crate) fn commit(&mut self, now: u64, cost: u64, aligned: bool) {
+        if self.count == 0 && !aligned {
+            self.start = now.max(self.start);
+        }
+        self.count += cost;
+    }
+
+    /// Gives back `cost` in the same window.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) {
+        let _ = self.check(p, now, 0, aligned);
+        self.count = self.count.saturating_sub(cost);
+    }
+
+    /// When the state becomes equivalent to a new key's.
+    pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
+        if self.count == 0 { 0 } else { self.start.saturating_add(p.window) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Outcome;
+
+    const S: u64 = 1_000_000_000;
+
+    fn p(limit: u64, window: u64) -> Params {
+        Params::window(limit, window)
+    }
+
+    fn hit(w: &mut FixedWindow, p: &Params, t: u64, aligned: bool) -> Verdict {
+        let v = w.check(p, t, 1, aligned);
+        if v.outcome == Outcome::Allowed {
+            w.commit(t, 1, aligned);
+        }
+        v
+    }
+
+    #[test]
+    fn first_hit_window_opens_at_the_first_request() {
+        // 10/minute, first hit at 00:00:45: window 00:00:45-00:01:45.
+        let p = p(10, 60 * S);
+        let mut w = FixedWindow::default();
+        for i in 0..10 {
+            let v = hit(&mut w, &p, 45 * S + i, false);
+            assert_eq!(v.outcome, Outcome::Allowed);
+            assert_eq!(v.remaining, 9 - i);
+        }
+        let v = hit(&mut w, &p, 60 * S, false);
+        assert_eq!(v.outcome, Outcome::Rejected);
+        assert_eq!(v.retry_after, 45 * S);
+        assert_eq!(hit(&mut w, &p, 105 * S - 1, false).outcome, Outcome::Rejected);
+        let v = hit(&mut w, &p, 105 * S, false);
+        assert_eq!((v.outcome, v.remaining, v.reset_after), (Outcome::Allowed, 9, 60 * S));
+    }
+
+    #[test]
+    fn aligned_window_resets_at_the_top_of_the_hour() {
+        // 5000/hour: first hit at 10:59:30 still resets at 11:00:00.
+        let hour = 3600 * S;
+        let p = p(5000, hour);
+        let mut w = FixedWindow::default();
+        let t0 = 10 * hour + 3570 * S;
+        let v = w.check(&p, t0, 5000, true);
+        assert_eq!((v.outcome, v.reset_after), (Outcome::Allowed, 30 * S));
+        w.commit(t0, 5000, true);
+        let v = hit(&mut w, &p, 11 * hour - 1, true);
+        assert_eq!((v.outcome, v.retry_after), (Outcome::Rejected, 1));
+        let v = hit(&mut w, &p, 11 * hour, true);
+        assert_eq!((v.outcome, v.remaining, v.reset_after), (Outcome::Allowed, 4999, hour));
+    }
+
+    #[test]
+    fn never_admissible_cost_opens_nothing() {
+        let p = p(3, S);
+        let mut w = FixedWindow::default();
+        let v = w.check(&p, 10 * S, 4, false);
+        assert_eq!((v.outcome, v.remaining, v.reset_after), (Outcome::Exceeds, 3, 0));
+        assert_eq!(w.fresh_at(&p), 0);
+    }
+}

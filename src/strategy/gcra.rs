@@ -1,0 +1,114 @@
+//! Token bucket as GCRA (generic cell rate algorithm): one timestamp per key, the theoretical
+//! arrival time (TAT). Emission interval `T = ceil(W / N)`, burst `B`. A request of cost `c` at `t` is
+//! admitted when `max(TAT, t) + c*T - t <= B*T`. The leaky-bucket meter uses the same arithmetic.
+//!
+//! Bound: in any interval `L`, at most `B + floor(L / T)` units pass (up to `2N - 1` in one period when
+//! `B = N`). That is the design of a bucket, not a bug.
+
+use super::{Params, Verdict};
+
+/// The state of one key under one quota: the theoretical arrival time (0 = a new key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Gcra {
+    tat: u64,
+}
+
+impl Gcra {
+    /// Says whether `cost` fits at `now`, without consuming it.
+    pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
+        let tau = p.tau();
+        // Time never runs backwards for a key: before TAT - tau nothing about the state changes.
+        let t = now.max(self.tat.saturating_sub(tau));
+        let ahead = self.tat.saturating_sub(t);
+        let remaining_now = (tau - ahead.min(tau)) / p.emission;
+        if cost > p.burst {
+            return Verdict::exceeds(p.burst, remaining_now.min(p.burst), ahead);
+        }
+        let after = ahead.saturating_add(cost.saturating_mul(p.emission));
+        if after <= tau {
+            let remaining = ((tau - after) / p.emission).min(p.burst);
+            return Verdict::allowed(p.burst, remaining, after);
+        }
+        Verdict::rejected(p.burst, remaining_now.min(p.burst), ahead, after - tau)
+    }
+
+    /// Moves TAT after a successful [`check`](Self::check) at the same `now`.
+    pub(crate) fn commit(&mut self, p: &Params, now: u64, cost: u64) {
+        let t = now.max(self.tat.saturating_sub(p.tau()));
+        self.tat = self.tat.max(t).saturating_add(cost.saturating_mul(p.emission));
+    }
+
+    /// Gives back `cost`: TAT moves back by `cost * T`, not below now.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
+        self.tat = self
+            .tat
+            .saturating_sub(cost.saturating_mul(p.emission))
+            .max(now.min(self.tat));
+    }
+
+    /// When the state becomes equivalent to a new key's.
+    pub(crate) fn fresh_at(&self) -> u64 {
+        self.tat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Outcome;
+
+    const S: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    fn hit(g: &mut Gcra, p: &Params, t: u64, cost: u64) -> Verdict {
+        let v = g.check(p, t, cost);
+        if v.outcome == Outcome::Allowed {
+            g.commit(p, t, cost);
+        }
+        v
+    }
+
+    #[test]
+    fn burst_of_500_refilled_at_100_per_second() {
+        let p = Params::bucket(100, S, 500);
+        let mut g = Gcra::default();
+        let t = 1000 * S;
+        for i in 0..500 {
+            let v = hit(&mut g, &p, t, 1);
+            assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 499 - i));
+        }
+        let v = hit(&mut g, &p, t, 1);
+        assert_eq!((v.outcome, v.retry_after), (Outcome::Rejected, 10 * MS));
+        assert_eq!(hit(&mut g, &p, t + 10 * MS, 1).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn capacity_three_refilled_every_four_seconds() {
+        let p = Params::bucket(1, 4 * S, 3);
+        let mut g = Gcra::default();
+        for _ in 0..3 {
+            assert_eq!(hit(&mut g, &p, 50 * S, 1).outcome, Outcome::Allowed);
+        }
+        let v = hit(&mut g, &p, 50 * S, 1);
+        assert_eq!((v.outcome, v.retry_after, v.remaining), (Outcome::Rejected, 4 * S, 0));
+        assert_eq!(hit(&mut g, &p, 54 * S, 1).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn cost_equal_to_burst_is_admissible_and_above_it_never() {
+        let p = Params::bucket(5, S, 5);
+        let mut g = Gcra::default();
+        assert_eq!(hit(&mut g, &p, 10 * S, 6).outcome, Outcome::Exceeds);
+        assert_eq!(hit(&mut g, &p, 10 * S, 5).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn exactly_burst_after_a_long_idle_gap() {
+        let p = Params::bucket(10, S, 10);
+        let mut g = Gcra::default();
+        hit(&mut g, &p, 10 * S, 10);
+        let t = 10 * S + 11 * p.emission;
+        let admitted = (0..20).filter(|_| hit(&mut g, &p, t, 1).outcome == Outcome::Allowed).count();
+        assert_eq!(admitted, 10);
+    }
+}

@@ -1,0 +1,354 @@
+//! The algorithms: pure state transitions `(state, now, quota, cost) -> (state, decision)`.
+//!
+//! No I/O and no locks here: stores own the state and its atomicity, strategies own the arithmetic.
+//! Time is counted in ticks of the store's unit (nanoseconds in memory, microseconds on Redis).
+
+mod fixed_window;
+mod gcra;
+mod moving_window;
+mod sliding_window;
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::decision::Outcome;
+
+pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
+
+pub(crate) use fixed_window::FixedWindow;
+pub(crate) use gcra::Gcra;
+pub(crate) use moving_window::MovingWindow;
+pub(crate) use sliding_window::SlidingWindow;
+
+/// Which algorithm a rule uses. See the README's strategy guide for the trade-offs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// Fixed window aligned to the clock: windows are whole multiples of the period in Unix time.
+    /// Cheapest; up to `2N` across a window edge.
+    FixedWindow,
+    /// Fixed window that opens at a key's first request (and the first one after it ends).
+    FixedWindowFirstHit,
+    /// Moving window (sliding log): exact, `O(N)` memory per key.
+    MovingWindow,
+    /// Sliding window counter: two counters per key, close to exact on real traffic (the default).
+    #[default]
+    SlidingWindow,
+    /// Token bucket (GCRA): bursts up to the burst size, then a steady rate.
+    TokenBucket,
+    /// Leaky bucket as a meter: capacity `B` drained at `N` per period; rejects when full.
+    LeakyBucket,
+}
+
+impl Strategy {
+    /// All strategies, in the order of the CLI names.
+    pub const ALL: [Strategy; 6] = [
+        Strategy::FixedWindow,
+        Strategy::FixedWindowFirstHit,
+        Strategy::MovingWindow,
+        Strategy::SlidingWindow,
+        Strategy::TokenBucket,
+        Strategy::LeakyBucket,
+    ];
+
+    /// The name used on command lines (`fixed-window`, `sliding-window`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Strategy::FixedWindow => "fixed-window",
+            Strategy::FixedWindowFirstHit => "fixed-window-first-hit",
+            Strategy::MovingWindow => "moving-window",
+            Strategy::SlidingWindow => "sliding-window",
+            Strategy::TokenBucket => "token-bucket",
+            Strategy::LeakyBucket => "leaky-bucket",
+        }
+    }
+
+    /// `true` for the token and leaky bucket, whose limit is the burst and which need `T >= 1` tick.
+    pub const fn is_bucket(self) -> bool {
+        matches!(self, Strategy::TokenBucket | Strategy::LeakyBucket)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown strategy name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownStrategy(pub String);
+
+impl fmt::Display for UnknownStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown strategy {:?} (expected one of", self.0)?;
+        for s in Strategy::ALL {
+            write!(f, " {s}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl std::error::Error for UnknownStrategy {}
+
+impl FromStr for Strategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+/// A quota in ticks of a store's unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Params {
+    /// `N`.
+    pub(crate) limit: u64,
+    /// `W` in ticks (at least 1).
+    pub(crate) window: u64,
+    /// `T = ceil(W / N)` in ticks, for the buckets (at least 1).
+    pub(crate) emission: u64,
+    /// `B`.
+    pub(crate) burst: u64,
+}
+
+impl Params {
+    /// A window quota: `limit` per `window` ticks.
+    #[cfg(test)]
+    pub(crate) fn window(limit: u64, window: u64) -> Self {
+        Self::bucket(limit, window, limit)
+    }
+
+    /// A bucket quota: `limit` per `window` ticks, burst `burst`.
+    pub(crate) fn bucket(limit: u64, window: u64, burst: u64) -> Self {
+        Self {
+            limit,
+            window,
+            emission: window.div_ceil(limit).max(1),
+            burst,
+        }
+    }
+
+    /// `B * T`, the bucket's depth in ticks.
+    pub(crate) fn tau(&self) -> u64 {
+        self.burst.saturating_mul(self.emission)
+    }
+}
+
+/// One quota's answer, in ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) outcome: Outcome,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after: u64,
+    pub(crate) retry_after: u64,
+}
+
+impl Verdict {
+    pub(crate) fn allowed(limit: u64, remaining: u64, reset_after: u64) -> Self {
+        Self {
+            outcome: Outcome::Allowed,
+            limit,
+            remaining,
+            reset_after,
+            retry_after: 0,
+        }
+    }
+
+    pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
+        Self {
+            outcome: Outcome::Rejected,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+        }
+    }
+
+    pub(crate) fn exceeds(limit: u64, remaining: u64, reset_after: u64) -> Self {
+        Self {
+            outcome: Outcome::Exceeds,
+            limit,
+            remaining,
+            reset_after,
+            retry_after: 0,
+        }
+    }
+}
+
+/// The state of one key under one quota.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum QuotaState {
+    Fixed(FixedWindow),
+    Moving(MovingWindow),
+    Sliding(SlidingWindow),
+    Gcra(Gcra),
+}
+
+impl QuotaState {
+    /// A new key's state for `strategy`.
+    pub(crate) fn new(strategy: Strategy) -> Self {
+        match strategy {
+            Strategy::FixedWindow | Strategy::FixedWindowFirstHit => QuotaState::Fixed(FixedWindow::default()),
+            Strategy::MovingWindow => QuotaState::Moving(MovingWindow::default()),
+            Strategy::SlidingWindow => QuotaState::Sliding(SlidingWindow::default()),
+            Strategy::TokenBucket | Strategy::LeakyBucket => QuotaState::Gcra(Gcra::default()),
+        }
+    }
+
+    /// Whether this state belongs to `strategy` (a rule may change between calls, e.g. tiers).
+    pub(crate) fn fits(&self, strategy: Strategy) -> bool {
+        matches!(
+            (self, strategy),
+            (QuotaState::Fixed(_), Strategy::FixedWindow | Strategy::FixedWindowFirstHit)
+                | (QuotaState::Moving(_), Strategy::MovingWindow)
+                | (QuotaState::Sliding(_), Strategy::SlidingWindow)
+                | (QuotaState::Gcra(_), Strategy::TokenBucket | Strategy::LeakyBucket)
+        )
+    }
+
+    pub(crate) fn check(&mut self, strategy: Strategy, p: &Params, now: u64, cost: u64) -> Verdict {
+        match self {
+            QuotaState::Fixed(s) => s.check(p, now, cost, strategy == Strategy::FixedWindow),
+            QuotaState::Moving(s) => s.check(p, now, cost),
+            QuotaState::Sliding(s) => s.check(p, now, cost),
+            QuotaState::Gcra(s) => s.check(p, now, cost),
+        }
+    }
+
+    pub(crate) fn commit(&mut self, strategy: Strategy, p: &Params, now: u64, cost: u64) {
+        match self {
+            QuotaState::Fixed(s) => s.commit(now, cost, strategy == Strategy::FixedWindow),
+            QuotaState::Moving(s) => s.commit(p, now, cost),
+            QuotaState::Sliding(s) => s.commit(cost),
+            QuotaState::Gcra(s) => s.commit(p, now, cost),
+        }
+    }
+
+    pub(crate) fn refund(&mut self, strategy: Strategy, p: &Params, now: u64, cost: u64) {
+        match self {
+            QuotaState::Fixed(s) => s.refund(p, now, cost, strategy == Strategy::FixedWindow),
+            QuotaState::Moving(s) => s.refund(p, now, cost),
+            QuotaState::Sliding(s) => s.refund(p, now, cost),
+            QuotaState::Gcra(s) => s.refund(p, now, cost),
+        }
+    }
+
+    pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
+        match self {
+            QuotaState::Fixed(s) => s.fresh_at(p),
+            QuotaState::Moving(s) => s.fresh_at(p),
+            QuotaState::Sliding(s) => s.fresh_at(p),
+            QuotaState::Gcra(s) => s.fresh_at(),
+        }
+    }
+}
+
+/// What a store is asked to do with a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Admit `cost` if every quota has room (all or nothing).
+    Check(u32),
+    /// Report the state without consuming (a check of cost 0).
+    Peek,
+    /// Give back `cost` that an earlier check consumed.
+    Refund(u32),
+    /// Forget the key's state.
+    Reset,
+}
+
+/// Runs `op` on a key's states (one per quota), all quotas at once: a request rejected by one quota
+/// consumes nothing from the others. Returns the index of the reported quota and its verdict.
+pub(crate) fn apply(
+    states: &mut [QuotaState],
+    strategy: Strategy,
+    params: &[Params],
+    now: u64,
+    op: Op,
+) -> (usize, Verdict) {
+    let cost = match op {
+        Op::Check(c) => u64::from(c),
+        Op::Peek => 0,
+        Op::Refund(c) => {
+            for (s, p) in states.iter_mut().zip(params) {
+                s.refund(strategy, p, now, u64::from(c));
+            }
+            0
+        }
+        Op::Reset => {
+            for s in states.iter_mut() {
+                *s = QuotaState::new(strategy);
+            }
+            0
+        }
+    };
+    let mut reported: Option<(usize, Verdict)> = None;
+    let mut all_allowed = true;
+    for (i, (s, p)) in states.iter_mut().zip(params).enumerate() {
+        let v = s.check(strategy, p, now, cost);
+        all_allowed &= v.outcome == Outcome::Allowed;
+        if reported.is_none_or(|(_, r)| reports_over(&v, &r)) {
+            reported = Some((i, v));
+        }
+    }
+    if all_allowed && cost > 0 {
+        for (s, p) in states.iter_mut().zip(params) {
+            s.commit(strategy, p, now, cost);
+        }
+    }
+    reported.unwrap_or((0, Verdict::allowed(0, 0, 0)))
+}
+
+/// Whether `a` should be reported instead of `b`: a "never" over a rejection over an allowance; among
+/// rejections the longest wait; among allowances the fewest remaining, then the later reset.
+fn reports_over(a: &Verdict, b: &Verdict) -> bool {
+    let rank = |o: Outcome| match o {
+        Outcome::Allowed => 0,
+        Outcome::Rejected => 1,
+        Outcome::Exceeds => 2,
+    };
+    match rank(a.outcome).cmp(&rank(b.outcome)) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => match a.outcome {
+            Outcome::Rejected => a.retry_after > b.retry_after,
+            _ => (a.remaining, std::cmp::Reverse(a.reset_after)) < (b.remaining, std::cmp::Reverse(b.reset_after)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn rejection_by_one_quota_consumes_nothing_from_the_others() {
+        let params = [Params::window(5, S), Params::window(6, 60 * S)];
+        let mut states = vec![QuotaState::new(Strategy::MovingWindow); 2];
+        let t = 100 * S;
+        for _ in 0..5 {
+            assert_eq!(apply(&mut states, Strategy::MovingWindow, &params, t, Op::Check(1)).1.outcome, Outcome::Allowed);
+        }
+        let (i, v) = apply(&mut states, Strategy::MovingWindow, &params, t, Op::Check(1));
+        assert_eq!((i, v.outcome), (0, Outcome::Rejected));
+        let (i, v) = apply(&mut states, Strategy::MovingWindow, &params, t + S, Op::Check(1));
+        assert_eq!((i, v.outcome, v.remaining), (1, Outcome::Allowed, 0), "the minute quota had 1 left");
+        let (i, v) = apply(&mut states, Strategy::MovingWindow, &params, t + 2 * S, Op::Check(1));
+        assert_eq!((i, v.outcome, v.retry_after), (1, Outcome::Rejected, 58 * S));
+    }
+
+    #[test]
+    fn strategy_names_round_trip() {
+        for s in Strategy::ALL {
+            assert_eq!(s.name().parse::<Strategy>().unwrap(), s);
+        }
+        assert!("fastest".parse::<Strategy>().unwrap_err().to_string().contains("sliding-window"));
+    }
+}

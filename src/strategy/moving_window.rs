@@ -1,0 +1,124 @@
+//! Moving window (sliding log): the times of admitted units; a request is admitted when fewer than
+//! `N` units lie in the last `W`. Exact, with `O(N)` memory per key: the log is a ring that grows
+//! lazily and never holds more than `N` entries.
+
+use std::collections::VecDeque;
+
+use super::{Params, Verdict};
+
+/// The largest limit the moving window accepts: each admitted unit costs 8 bytes of log, so one key
+/// can hold at most 8 MiB.
+pub const MAX_MOVING_WINDOW_LIMIT: u32 = 1 << 20;
+
+/// The log of one key under one quota: one timestamp per admitted unit of cost, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MovingWindow {
+    log: VecDeque<u64>,
+}
+
+impl MovingWindow {
+    /// Drops expired entries and says whether `cost` fits, without consuming it.
+    pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
+        let t = self.now(now);
+        while self.log.front().is_some_and(|&ts| ts.saturating_add(p.window) <= t) {
+            self.log.pop_front();
+        }
+        let used = self.log.len() as u64;
+        let reset = self.log.back().map_or(0, |&ts| ts.saturating_add(p.window) - t);
+        if cost > p.limit {
+            return Verdict::exceeds(p.limit, p.limit.saturating_sub(used), reset);
+        }
+        if used + cost <= p.limit {
+            let reset = if cost > 0 { p.window } else { reset };
+            return Verdict::allowed(p.limit, p.limit - used - cost, reset);
+        }
+        // The oldest entry whose expiry leaves room for `cost`.
+        let k = (used + cost - p.limit - 1) as usize;
+        let wait = self.log.get(k).map_or(0, |&ts| ts.saturating_add(p.window) - t);
+        Verdict::rejected(p.limit, p.limit.saturating_sub(used), reset, wait)
+    }
+
+    /// Appends `cost` entries at `now` after a successful [`check`](Self::check).
+    pub(crate) fn commit(&mut self, p: &Params, now: u64, cost: u64) {
+        let t = self.now(now);
+        let needed = self.log.len() + cost as usize;
+        if needed > self.log.capacity() {
+            // Grow geometrically but never past the limit: the ring stays O(N).
+            let target = (self.log.capacity() * 2).max(needed).max(4).min(p.limit as usize);
+            self.log.reserve_exact(target.saturating_sub(self.log.len()));
+        }
+        self.log.extend(std::iter::repeat_n(t, cost as usize));
+    }
+
+    /// Drops the newest `cost` entries.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
+        let _ = self.check(p, now, 0);
+        let keep = self.log.len().saturating_sub(cost as usize);
+        self.log.truncate(keep);
+    }
+
+    /// When the state becomes equivalent to a new key's.
+    pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
+        self.log.back().map_or(0, |&ts| ts.saturating_add(p.window))
+    }
+
+    /// Time never runs backwards for a key: a clock step back is treated as time standing still.
+    fn now(&self, now: u64) -> u64 {
+        self.log.back().map_or(now, |&newest| now.max(newest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Outcome;
+
+    const S: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    fn hit(w: &mut MovingWindow, p: &Params, t: u64, cost: u64) -> Verdict {
+        let v = w.check(p, t, cost);
+        if v.outcome == Outcome::Allowed {
+            w.commit(p, t, cost);
+        }
+        v
+    }
+
+    #[test]
+    fn ten_per_minute_worked_example() {
+        let p = Params::window(10, 60 * S);
+        let mut w = MovingWindow::default();
+        for (t, n) in [(10, 1), (20, 2), (30, 4), (50, 3)] {
+            for _ in 0..n {
+                assert_eq!(hit(&mut w, &p, t * S, 1).outcome, Outcome::Allowed);
+            }
+        }
+        assert_eq!(hit(&mut w, &p, 71 * S, 1).outcome, Outcome::Allowed, ":10 is 61 s old");
+        let v = hit(&mut w, &p, 72 * S, 1);
+        assert_eq!(v.outcome, Outcome::Rejected, ":20 is 52 s old");
+        assert_eq!(v.retry_after, 8 * S);
+    }
+
+    #[test]
+    fn three_per_second_worked_example() {
+        let p = Params::window(3, S);
+        let mut w = MovingWindow::default();
+        for t in [100, 300, 600] {
+            assert_eq!(hit(&mut w, &p, t * MS, 1).outcome, Outcome::Allowed);
+        }
+        let v = hit(&mut w, &p, 800 * MS, 1);
+        assert_eq!((v.outcome, v.retry_after), (Outcome::Rejected, 300 * MS));
+        assert_eq!(hit(&mut w, &p, 1110 * MS, 1).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn log_never_exceeds_the_limit() {
+        let p = Params::window(5, S);
+        let mut w = MovingWindow::default();
+        for i in 0..1000 {
+            hit(&mut w, &p, i * 7 * MS, 1 + i % 3);
+            assert!(w.log.len() <= 5);
+            assert!(w.log.capacity() <= 8);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Sliding window counter: clock-aligned buckets of length `W`, and the weighted count
+//! `cur + floor(prev * (W - e) / W)` where `e` is the time elapsed in the current bucket.
+//!
+//! Two counters per key. On random traffic it stays within a few percent of the exact moving window;
+//! an adversary who times two bursts gets up to `2N` through in one trailing window.
+
+use super::{Params, Verdict};
+
+/// The state of one key under one quota: the current bucket's start and the two counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SlidingWindow {
+    bucket: u64,
+    cur: u32,
+    prev: u32,
+}
+
+/// `floor(count * (w - e) / w)`: the previous bucket's share at `e` into the current bucket.
+fn share(count: u64, w: u64, e: u64) -> u64 {
+    (u128::from(count) * u128::from(w - e.min(w)) / u128::from(w)) as u64
+}
+
+/// The earliest offset `e` in a bucket at which `share(count, w, e) <= room`.
+fn earliest_offset(count: u64, w: u64, room: u64) -> u64 {
+    if count == 0 {
+        return 0;
+    }
+    // share <= room  <=>  count * (w - e) <= (room + 1) * w - 1
+    let most = (u128::from(room) + 1) * u128::from(w) - 1;
+    let span = (most / u128::from(count)).min(u128::from(w)) as u64;
+    w - span
+}
+
+impl SlidingWindow {
+    /// Rolls the buckets to `now` and says whether `cost` fits, without consuming it.
+    pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
+        let t = now.max(self.bucket);
+        let w = p.window;
+        let start = t - t % w;
+        if start != self.bucket {
+            self.prev = if start == self.bucket.saturating_add(w) { self.cur } else { 0 };
+            self.cur = 0;
+            self.bucket = start;
+        }
+        let e = t - start;
+        let (cur, prev) = (u64::from(self.cur), u64::from(self.prev));
+        let weighted = cur + share(prev, w, e);
+        let remaining = p.limit.saturating_sub(weighted);
+        if cost > p.limit {
+            return Verdict::exceeds(p.limit, remaining, Self::reset(w, e, cur, prev));
+        }
+        if weighted + cost <= p.limit {
+            return Verdict::allowed(p.limit, remaining - cost, Self::reset(w, e, cur + cost, prev));
+        }
+        let room = p.limit - cost;
+        let wait = if cur <= room && earliest_offset(prev, w, room - cur) < w {
+            earliest_offset(prev, w, room - cur) - e
+        } else {
+            (w - e) + earliest_offset(cur, w, room)
+        };
+        Verdict::rejected(p.limit, remaining, Self::reset(w, e, cur, prev), wait)
+    }
+
+    /// Time until the weighted count reaches 0 if no more requests come.
+    fn reset(w: u64, e: u64, cur: u64, prev: u64) -> u64 {
+        if cur > 0 {
+            (w - e) + earliest_offset(cur, w, 0)
+        } else {
+            earliest_offset(prev, w, 0).saturating_sub(e)
+        }
+    }
+
+    /// Counts `cost` in the current bucket after a successful [`check`](Self::check).
+    pub(crate) fn commit(&mut self, cost: u64) {
+        // check() admitted it, so cur + cost <= limit <= u32::MAX.
+        self.cur = self.cur.saturating_add(u32::try_from(cost).unwrap_or(u32::MAX));
+    }
+
+    /// Gives back `cost` in the same bucket.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
+        let _ = self.check(p, now, 0);
+        self.cur = self.cur.saturating_sub(u32::try_from(cost).unwrap_or(u32::MAX));
+    }
+
+    /// When the state becomes equivalent to a new key's.
+    pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
+        match (self.cur, self.prev) {
+            (0, 0) => 0,
+            (0, _) => self.bucket.saturating_add(p.window),
+            _ => self.bucket.saturating_add(p.window.saturating_mul(2)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Outcome;
+
+    const S: u64 = 1_000_000_000;
+
+    fn state(bucket: u64, cur: u32, prev: u32) -> SlidingWindow {
+        SlidingWindow { bucket, cur, prev }
+    }
+
+    #[test]
+    fn hundred_per_minute_worked_example() {
+        let p = Params::window(100, 60 * S);
+        let b = 600 * S;
+        let v = state(b, 80, 40).check(&p, b + 30 * S, 1);
+        assert_eq!((v.outcome, v.remaining), (Outcome::Rejected, 0), "weighted count 100");
+        let v = state(b, 80, 40).check(&p, b + 40 * S, 1);
+        assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 6), "weighted count 93");
+    }
+
+    #[test]
+    fn seven_per_minute_worked_example() {
+        let p = Params::window(7, 60 * S);
+        let b = 600 * S;
+        let t = b + 18 * S; // 30 % into the bucket
+        let mut s = state(b, 3, 5);
+        let v = s.check(&p, t, 1);
+        assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 0), "3 + 5 x 0.7 = 6.5 -> 6");
+        s.commit(1);
+        let v = s.check(&p, t, 1);
+        assert_eq!(v.outcome, Outcome::Rejected);
+        // The previous bucket's share must drop from 3 to 2: 5 * (60 - e) / 60 < 3 once e > 24 s.
+        assert_eq!(v.retry_after, 6 * S + 1);
+        assert_eq!(s.check(&p, t + v.retry_after - 1, 1).outcome, Outcome::Rejected);
+        assert_eq!(s.check(&p, t + v.retry_after, 1).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn limit_one_admits() {
+        let p = Params::window(1, S);
+        let mut s = SlidingWindow::default();
+        assert_eq!(s.check(&p, 5 * S, 1).outcome, Outcome::Allowed);
+    }
+}
