@@ -116,12 +116,15 @@ impl ManualClock {
         let by = saturating_nanos(by);
         let _ = self
             .nanos
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(by)));
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_add(by))
+            });
     }
 
     /// Sets the time; it may go backwards (to test how the limiter copes).
     pub fn set(&self, since_epoch: Duration) {
-        self.nanos.store(saturating_nanos(since_epoch), Ordering::SeqCst);
+        self.nanos
+            .store(saturating_nanos(since_epoch), Ordering::SeqCst);
     }
 
     /// Sets the time in nanoseconds since the Unix epoch.
@@ -154,7 +157,10 @@ mod tests {
     #[test]
     fn system_clock_is_unix_time_and_monotonic() {
         let c = SystemClock::new();
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
         let a = c.now();
         assert!(a.abs_diff(wall) < 1_000_000_000);
         let b = c.now();

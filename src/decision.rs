@@ -115,13 +115,23 @@ mod tests {
 
     #[test]
     fn header_values_round_up() {
-        let d = decision(Outcome::Rejected, Duration::from_millis(1500), Duration::from_millis(300));
+        let d = decision(
+            Outcome::Rejected,
+            Duration::from_millis(1500),
+            Duration::from_millis(300),
+        );
         assert_eq!(d.reset_secs(), 2);
         assert_eq!(d.retry_after_secs(), Some(1));
         assert_eq!(d.reset_unix_secs(), 3);
         let d = decision(Outcome::Rejected, Duration::ZERO, Duration::ZERO);
         assert_eq!(d.retry_after_secs(), Some(1), "never 0");
-        assert_eq!(decision(Outcome::Allowed, Duration::ZERO, Duration::ZERO).retry_after(), None);
-        assert_eq!(decision(Outcome::Exceeds, Duration::ZERO, Duration::ZERO).retry_after(), None);
+        assert_eq!(
+            decision(Outcome::Allowed, Duration::ZERO, Duration::ZERO).retry_after(),
+            None
+        );
+        assert_eq!(
+            decision(Outcome::Exceeds, Duration::ZERO, Duration::ZERO).retry_after(),
+            None
+        );
     }
 }

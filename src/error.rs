@@ -37,7 +37,11 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoQuota => f.write_str("a rule needs at least one quota"),
-            Self::TooManyQuotas(n) => write!(f, "{n} quotas in one rule (at most {})", crate::rule::MAX_QUOTAS),
+            Self::TooManyQuotas(n) => write!(
+                f,
+                "{n} quotas in one rule (at most {})",
+                crate::rule::MAX_QUOTAS
+            ),
             Self::Parse(e) => e.fmt(f),
             Self::IntervalBelowResolution { quota, tick } => write!(
                 f,
@@ -51,7 +55,11 @@ impl fmt::Display for ConfigError {
                 "quota {q}: the moving window keeps one timestamp per request, so its limit is capped at {}",
                 crate::MAX_MOVING_WINDOW_LIMIT
             ),
-            Self::BurstTooLarge(q) => write!(f, "quota {q}: burst {} makes the bucket deeper than allowed", q.burst()),
+            Self::BurstTooLarge(q) => write!(
+                f,
+                "quota {q}: burst {} makes the bucket deeper than allowed",
+                q.burst()
+            ),
             Self::Store(msg) => write!(f, "store configuration: {msg}"),
         }
     }

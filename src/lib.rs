@@ -44,7 +44,9 @@ pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use limiter::{Builder, Given, IntoStore, RateLimiter, WaitError};
-pub use quota::{MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas};
+pub use quota::{
+    MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas,
+};
 pub use rule::{MAX_QUOTAS, Rule};
 pub use stats::Stats;
 pub use strategy::{MAX_MOVING_WINDOW_LIMIT, Op, Strategy, UnknownStrategy};

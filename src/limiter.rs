@@ -135,7 +135,9 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     }
 
     fn apply_rule(&self, rule: &Rule, key: &K, op: Op) -> S::Future {
-        self.inner.store.apply(key, rule, op, self.inner.clock.now())
+        self.inner
+            .store
+            .apply(key, rule, op, self.inner.clock.now())
     }
 
     /// Waits (on tokio's timer) until `key` may spend `cost`, for at most `max_wait`, then spends it.
@@ -146,7 +148,12 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// # Errors
     /// [`WaitError::TooLong`] when the wait would exceed `max_wait`, [`WaitError::Never`] for a cost
     /// that can never be admitted, [`WaitError::Store`] when the store fails.
-    pub async fn until_ready(&self, key: &K, cost: u32, max_wait: Duration) -> Result<Decision, WaitError> {
+    pub async fn until_ready(
+        &self,
+        key: &K,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision, WaitError> {
         let mut waited = Duration::ZERO;
         loop {
             let d = self.check(key, cost).await.map_err(WaitError::Store)?;
@@ -199,7 +206,9 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     }
 }
 
-impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock> RateLimiter<K, MemoryStore<K>, C> {
+impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
+    RateLimiter<K, MemoryStore<K>, C>
+{
     /// [`check`](Self::check) without a future: the memory store answers at once.
     pub fn check_now(&self, key: &K, cost: u32) -> Decision {
         self.decide_now(&self.inner.rule, key, Op::Check(cost))
@@ -226,7 +235,9 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock> RateLimi
     }
 
     fn decide_now(&self, rule: &Rule, key: &K, op: Op) -> Decision {
-        self.inner.store.decide(key, rule, op, self.inner.clock.now())
+        self.inner
+            .store
+            .decide(key, rule, op, self.inner.clock.now())
     }
 }
 
@@ -245,8 +256,14 @@ pub enum WaitError {
 impl fmt::Display for WaitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::TooLong(d) => write!(f, "rate limited: no slot within the maximum wait (next in {:?})", d.retry_after),
-            Self::Never(_) => f.write_str("rate limited: the cost exceeds what the quota can ever admit"),
+            Self::TooLong(d) => write!(
+                f,
+                "rate limited: no slot within the maximum wait (next in {:?})",
+                d.retry_after
+            ),
+            Self::Never(_) => {
+                f.write_str("rate limited: the cost exceeds what the quota can ever admit")
+            }
             Self::Store(e) => e.fmt(f),
         }
     }
@@ -413,4 +430,3 @@ fn spawn_sweeper<K, S: Store<K>, C: Clock>(weak: Weak<Inner<S, C>>, every: Durat
             }
         });
 }
-

@@ -146,7 +146,11 @@ impl fmt::Display for QuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroPeriod => f.write_str("the period must not be zero"),
-            Self::PeriodTooLong => write!(f, "the period must be at most {} days", MAX_PERIOD.as_secs() / 86_400),
+            Self::PeriodTooLong => write!(
+                f,
+                "the period must be at most {} days",
+                MAX_PERIOD.as_secs() / 86_400
+            ),
         }
     }
 }
@@ -214,21 +218,37 @@ impl ParseQuotaError {
 
 impl fmt::Display for ParseQuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid quota {:?} at byte {}: ", self.input, self.position)?;
+        write!(
+            f,
+            "invalid quota {:?} at byte {}: ",
+            self.input, self.position
+        )?;
         match &self.kind {
             ParseQuotaErrorKind::Empty => f.write_str("empty quota (expected e.g. \"10/minute\")"),
             ParseQuotaErrorKind::InvalidLimit => f.write_str("the limit must be a whole number"),
             ParseQuotaErrorKind::ZeroLimit => f.write_str("the limit must not be zero"),
-            ParseQuotaErrorKind::LimitTooLarge => write!(f, "the limit must be at most {}", u32::MAX),
-            ParseQuotaErrorKind::MissingSeparator => f.write_str("expected \"/\" or \"per\" after the limit"),
-            ParseQuotaErrorKind::MissingUnit => f.write_str("the period needs a unit (ms, s, m, h or d)"),
+            ParseQuotaErrorKind::LimitTooLarge => {
+                write!(f, "the limit must be at most {}", u32::MAX)
+            }
+            ParseQuotaErrorKind::MissingSeparator => {
+                f.write_str("expected \"/\" or \"per\" after the limit")
+            }
+            ParseQuotaErrorKind::MissingUnit => {
+                f.write_str("the period needs a unit (ms, s, m, h or d)")
+            }
             ParseQuotaErrorKind::UnknownUnit(u) => {
                 write!(f, "unknown unit {u:?} (expected ns, us, ms, s, m, h or d)")
             }
-            ParseQuotaErrorKind::InvalidPeriodCount => f.write_str("the period count must be a whole number"),
+            ParseQuotaErrorKind::InvalidPeriodCount => {
+                f.write_str("the period count must be a whole number")
+            }
             ParseQuotaErrorKind::ZeroPeriod => f.write_str("the period must not be zero"),
             ParseQuotaErrorKind::PeriodTooLong => {
-                write!(f, "the period must be at most {} days", MAX_PERIOD.as_secs() / 86_400)
+                write!(
+                    f,
+                    "the period must be at most {} days",
+                    MAX_PERIOD.as_secs() / 86_400
+                )
             }
         }
     }
@@ -272,7 +292,9 @@ fn parse_one(whole: &str, part: &str, offset: usize) -> Result<Quota, ParseQuota
     if body.is_empty() {
         return Err(err(0, ParseQuotaErrorKind::Empty));
     }
-    let digits = body.find(|c: char| !c.is_ascii_digit()).unwrap_or(body.len());
+    let digits = body
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(body.len());
     if digits == 0 {
         return Err(err(lead, ParseQuotaErrorKind::InvalidLimit));
     }
@@ -294,7 +316,9 @@ fn parse_one(whole: &str, part: &str, offset: usize) -> Result<Quota, ParseQuota
         return Err(err(sep_at, ParseQuotaErrorKind::MissingSeparator));
     };
     let period_text = after_sep.trim();
-    let period_at = sep_at + (trimmed.len() - after_sep.len()) + (after_sep.len() - after_sep.trim_start().len());
+    let period_at = sep_at
+        + (trimmed.len() - after_sep.len())
+        + (after_sep.len() - after_sep.trim_start().len());
     let period = parse_period(period_text).map_err(|(at, k)| err(period_at + at, k))?;
     Quota::new(limit, period).map_err(|e| {
         err(
@@ -318,7 +342,8 @@ fn parse_limit(digits: &str) -> Result<NonZeroU32, ParseQuotaErrorKind> {
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
 }
 
 /// Parses `"minute"`, `"30s"`, `"1h"`, `"30 seconds"`; positions are relative to `text`.
@@ -326,7 +351,9 @@ fn parse_period(text: &str) -> Result<Duration, (usize, ParseQuotaErrorKind)> {
     if text.is_empty() {
         return Err((0, ParseQuotaErrorKind::MissingUnit));
     }
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let count: u64 = if digits == 0 {
         1
     } else {
@@ -339,8 +366,12 @@ fn parse_period(text: &str) -> Result<Duration, (usize, ParseQuotaErrorKind)> {
     if unit_text.is_empty() {
         return Err((unit_at, ParseQuotaErrorKind::MissingUnit));
     }
-    let nanos_per_unit = unit_nanos(unit_text)
-        .ok_or_else(|| (unit_at, ParseQuotaErrorKind::UnknownUnit(unit_text.to_owned())))?;
+    let nanos_per_unit = unit_nanos(unit_text).ok_or_else(|| {
+        (
+            unit_at,
+            ParseQuotaErrorKind::UnknownUnit(unit_text.to_owned()),
+        )
+    })?;
     if count == 0 {
         return Err((0, ParseQuotaErrorKind::ZeroPeriod));
     }
@@ -354,7 +385,10 @@ fn unit_nanos(unit: &str) -> Option<u64> {
     const UNITS: &[(&[&str], u64)] = &[
         (&["ns", "nanosecond", "nanoseconds"], 1),
         (&["us", "µs", "microsecond", "microseconds"], 1_000),
-        (&["ms", "msec", "msecs", "millisecond", "milliseconds"], 1_000_000),
+        (
+            &["ms", "msec", "msecs", "millisecond", "milliseconds"],
+            1_000_000,
+        ),
         (&["s", "sec", "secs", "second", "seconds"], 1_000_000_000),
         (&["m", "min", "mins", "minute", "minutes"], 60_000_000_000),
         (&["h", "hr", "hrs", "hour", "hours"], 3_600_000_000_000),
@@ -405,8 +439,21 @@ mod tests {
     #[test]
     fn parses_the_forms_people_write() {
         let minute = Duration::from_secs(60);
-        for s in ["10/minute", "10/min", "10 per minute", "10/m", "10 / minutes", "10 PER Minute", "10/1m", "10/60s"] {
-            assert_eq!(q(s), Quota::new(NonZeroU32::new(10).unwrap(), minute).unwrap(), "{s}");
+        for s in [
+            "10/minute",
+            "10/min",
+            "10 per minute",
+            "10/m",
+            "10 / minutes",
+            "10 PER Minute",
+            "10/1m",
+            "10/60s",
+        ] {
+            assert_eq!(
+                q(s),
+                Quota::new(NonZeroU32::new(10).unwrap(), minute).unwrap(),
+                "{s}"
+            );
         }
         assert_eq!(q("100/30s").period(), Duration::from_secs(30));
         assert_eq!(q("5/1h").period(), Duration::from_secs(3600));
@@ -432,15 +479,27 @@ mod tests {
             ("ten/minute", ParseQuotaErrorKind::InvalidLimit, 0),
             ("0/minute", ParseQuotaErrorKind::ZeroLimit, 0),
             ("4294967296/s", ParseQuotaErrorKind::LimitTooLarge, 0),
-            ("99999999999999999999999/s", ParseQuotaErrorKind::LimitTooLarge, 0),
+            (
+                "99999999999999999999999/s",
+                ParseQuotaErrorKind::LimitTooLarge,
+                0,
+            ),
             ("10 minute", ParseQuotaErrorKind::MissingSeparator, 3),
             ("10 perminute", ParseQuotaErrorKind::MissingSeparator, 3),
             ("10/", ParseQuotaErrorKind::MissingUnit, 3),
             ("10/30", ParseQuotaErrorKind::MissingUnit, 5),
-            ("10/fortnight", ParseQuotaErrorKind::UnknownUnit("fortnight".into()), 3),
+            (
+                "10/fortnight",
+                ParseQuotaErrorKind::UnknownUnit("fortnight".into()),
+                3,
+            ),
             ("10/0s", ParseQuotaErrorKind::ZeroPeriod, 3),
             ("10/3661d", ParseQuotaErrorKind::PeriodTooLong, 3),
-            ("10/99999999999999999999d", ParseQuotaErrorKind::PeriodTooLong, 3),
+            (
+                "10/99999999999999999999d",
+                ParseQuotaErrorKind::PeriodTooLong,
+                3,
+            ),
             ("-1/s", ParseQuotaErrorKind::InvalidLimit, 0),
         ];
         for (text, kind, at) in cases {
@@ -454,7 +513,16 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for s in ["10/minute", "100/30s", "5/hour", "1/366d", "7/250ms", "3/1500us", "9/7ns", "2/90m"] {
+        for s in [
+            "10/minute",
+            "100/30s",
+            "5/hour",
+            "1/366d",
+            "7/250ms",
+            "3/1500us",
+            "9/7ns",
+            "2/90m",
+        ] {
             let a = q(s);
             assert_eq!(q(&a.to_string()), a, "{s} -> {a}");
         }
@@ -466,6 +534,9 @@ mod tests {
         let a = q("10/s");
         assert_eq!(a.burst(), 10);
         assert_eq!(a.with_burst(NonZeroU32::new(3).unwrap()).burst(), 3);
-        assert_eq!(Quota::new(NonZeroU32::MIN, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+        assert_eq!(
+            Quota::new(NonZeroU32::MIN, Duration::ZERO),
+            Err(QuotaError::ZeroPeriod)
+        );
     }
 }

@@ -31,7 +31,10 @@ impl Rule {
     /// # Errors
     /// [`ConfigError`] when there is no quota, more than [`MAX_QUOTAS`], or a quota the strategy
     /// cannot represent in nanoseconds (see [`ConfigError`]).
-    pub fn new(strategy: Strategy, quotas: impl IntoIterator<Item = Quota>) -> Result<Self, ConfigError> {
+    pub fn new(
+        strategy: Strategy,
+        quotas: impl IntoIterator<Item = Quota>,
+    ) -> Result<Self, ConfigError> {
         let quotas: Vec<Quota> = quotas.into_iter().collect();
         if quotas.is_empty() {
             return Err(ConfigError::NoQuota);
@@ -40,7 +43,11 @@ impl Rule {
             return Err(ConfigError::TooManyQuotas(quotas.len()));
         }
         let nanos = params_in(strategy, &quotas, 1)?;
-        Ok(Self { strategy, quotas, nanos })
+        Ok(Self {
+            strategy,
+            quotas,
+            nanos,
+        })
     }
 
     /// A rule from a strategy and quota notation (`"5/second; 100/minute"`).
@@ -64,7 +71,12 @@ impl Rule {
     /// How long a key's state matters after its last change: `W` for the fixed and moving window,
     /// `2W` for the sliding window counter, `B*T` for the buckets (the longest over the quotas).
     pub fn horizon(&self) -> Duration {
-        let ticks = self.nanos.iter().map(|p| horizon_ticks(self.strategy, p)).max().unwrap_or(0);
+        let ticks = self
+            .nanos
+            .iter()
+            .map(|p| horizon_ticks(self.strategy, p))
+            .max()
+            .unwrap_or(0);
         Duration::from_nanos(ticks)
     }
 
@@ -91,7 +103,11 @@ pub(crate) fn horizon_ticks(strategy: Strategy, p: &Params) -> u64 {
     }
 }
 
-fn params_in(strategy: Strategy, quotas: &[Quota], tick_nanos: u64) -> Result<Vec<Params>, ConfigError> {
+fn params_in(
+    strategy: Strategy,
+    quotas: &[Quota],
+    tick_nanos: u64,
+) -> Result<Vec<Params>, ConfigError> {
     let max_ticks = u64::try_from(MAX_PERIOD.as_nanos()).unwrap_or(u64::MAX) / tick_nanos;
     quotas
         .iter()
@@ -108,7 +124,11 @@ fn params_in(strategy: Strategy, quotas: &[Quota], tick_nanos: u64) -> Result<Ve
                 return Err(ConfigError::MovingWindowLimitTooLarge(*q));
             }
             let p = Params::bucket(limit, window, u64::from(q.burst()));
-            if strategy.is_bucket() && p.burst.checked_mul(p.emission).is_none_or(|tau| tau > max_ticks) {
+            if strategy.is_bucket()
+                && p.burst
+                    .checked_mul(p.emission)
+                    .is_none_or(|tau| tau > max_ticks)
+            {
                 return Err(ConfigError::BurstTooLarge(*q));
             }
             Ok(p)

@@ -145,10 +145,19 @@ impl KeyState {
         let params = rule.nanos();
         let states = self.states_for(rule);
         let (index, v) = strategy::apply(states, rule.strategy(), params, now, op);
-        let fresh_at = states.iter().zip(params).map(|(s, p)| s.fresh_at(p)).max().unwrap_or(0);
+        let fresh_at = states
+            .iter()
+            .zip(params)
+            .map(|(s, p)| s.fresh_at(p))
+            .max()
+            .unwrap_or(0);
         self.fresh_at = fresh_at;
         self.blocked_until = if v.remaining == 0 {
-            let wait = if v.outcome == Outcome::Rejected { v.retry_after } else { v.reset_after };
+            let wait = if v.outcome == Outcome::Rejected {
+                v.retry_after
+            } else {
+                v.reset_after
+            };
             now.saturating_add(wait)
         } else {
             0
@@ -176,7 +185,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     fn with_cap(max_keys: usize) -> Self {
         let segments = (0..SEGMENTS)
-            .map(|_| DashMap::with_hasher_and_shard_amount(RandomState::default(), SHARDS_PER_SEGMENT))
+            .map(|_| {
+                DashMap::with_hasher_and_shard_amount(RandomState::default(), SHARDS_PER_SEGMENT)
+            })
             .collect();
         Self {
             segments,
@@ -476,7 +487,10 @@ mod tests {
             store.decide(&k, &rule, Op::Check(1), now);
             assert!(store.len() <= 101);
         }
-        assert!(!store.decide(&0, &rule, Op::Check(1), now).is_allowed(), "still blocked");
+        assert!(
+            !store.decide(&0, &rule, Op::Check(1), now).is_allowed(),
+            "still blocked"
+        );
         assert!(store.stats().evictions > 0);
     }
 
@@ -488,11 +502,17 @@ mod tests {
         for k in 0..10 {
             assert!(store.decide(&k, &rule, Op::Check(1), now).is_allowed());
         }
-        assert!(store.decide(&100, &rule, Op::Check(1), now).is_allowed(), "overflow quota's one");
+        assert!(
+            store.decide(&100, &rule, Op::Check(1), now).is_allowed(),
+            "overflow quota's one"
+        );
         assert!(!store.decide(&101, &rule, Op::Check(1), now).is_allowed());
         assert_eq!(store.stats().overflow_hits, 2);
         for k in 0..10 {
-            assert!(!store.decide(&k, &rule, Op::Check(1), now).is_allowed(), "key {k} was not reset");
+            assert!(
+                !store.decide(&k, &rule, Op::Check(1), now).is_allowed(),
+                "key {k} was not reset"
+            );
         }
     }
 }

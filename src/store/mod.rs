@@ -6,8 +6,6 @@
 
 mod key;
 mod memory;
-#[cfg(feature = "redis")]
-pub mod redis;
 
 use std::future::Future;
 

@@ -62,7 +62,11 @@ impl FixedWindow {
 
     /// When the state becomes equivalent to a new key's.
     pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
-        if self.count == 0 { 0 } else { self.start.saturating_add(p.window) }
+        if self.count == 0 {
+            0
+        } else {
+            self.start.saturating_add(p.window)
+        }
     }
 }
 
@@ -98,9 +102,15 @@ mod tests {
         let v = hit(&mut w, &p, 60 * S, false);
         assert_eq!(v.outcome, Outcome::Rejected);
         assert_eq!(v.retry_after, 45 * S);
-        assert_eq!(hit(&mut w, &p, 105 * S - 1, false).outcome, Outcome::Rejected);
+        assert_eq!(
+            hit(&mut w, &p, 105 * S - 1, false).outcome,
+            Outcome::Rejected
+        );
         let v = hit(&mut w, &p, 105 * S, false);
-        assert_eq!((v.outcome, v.remaining, v.reset_after), (Outcome::Allowed, 9, 60 * S));
+        assert_eq!(
+            (v.outcome, v.remaining, v.reset_after),
+            (Outcome::Allowed, 9, 60 * S)
+        );
     }
 
     #[test]
@@ -116,7 +126,10 @@ mod tests {
         let v = hit(&mut w, &p, 11 * hour - 1, true);
         assert_eq!((v.outcome, v.retry_after), (Outcome::Rejected, 1));
         let v = hit(&mut w, &p, 11 * hour, true);
-        assert_eq!((v.outcome, v.remaining, v.reset_after), (Outcome::Allowed, 4999, hour));
+        assert_eq!(
+            (v.outcome, v.remaining, v.reset_after),
+            (Outcome::Allowed, 4999, hour)
+        );
     }
 
     #[test]
@@ -124,7 +137,10 @@ mod tests {
         let p = p(3, S);
         let mut w = FixedWindow::default();
         let v = w.check(&p, 10 * S, 4, false);
-        assert_eq!((v.outcome, v.remaining, v.reset_after), (Outcome::Exceeds, 3, 0));
+        assert_eq!(
+            (v.outcome, v.remaining, v.reset_after),
+            (Outcome::Exceeds, 3, 0)
+        );
         assert_eq!(w.fresh_at(&p), 0);
     }
 }

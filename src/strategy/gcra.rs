@@ -35,7 +35,10 @@ impl Gcra {
     /// Moves TAT after a successful [`check`](Self::check) at the same `now`.
     pub(crate) fn commit(&mut self, p: &Params, now: u64, cost: u64) {
         let t = now.max(self.tat.saturating_sub(p.tau()));
-        self.tat = self.tat.max(t).saturating_add(cost.saturating_mul(p.emission));
+        self.tat = self
+            .tat
+            .max(t)
+            .saturating_add(cost.saturating_mul(p.emission));
     }
 
     /// Gives back `cost`: TAT moves back by `cost * T`, not below now.
@@ -90,7 +93,10 @@ mod tests {
             assert_eq!(hit(&mut g, &p, 50 * S, 1).outcome, Outcome::Allowed);
         }
         let v = hit(&mut g, &p, 50 * S, 1);
-        assert_eq!((v.outcome, v.retry_after, v.remaining), (Outcome::Rejected, 4 * S, 0));
+        assert_eq!(
+            (v.outcome, v.retry_after, v.remaining),
+            (Outcome::Rejected, 4 * S, 0)
+        );
         assert_eq!(hit(&mut g, &p, 54 * S, 1).outcome, Outcome::Allowed);
     }
 
@@ -108,7 +114,9 @@ mod tests {
         let mut g = Gcra::default();
         hit(&mut g, &p, 10 * S, 10);
         let t = 10 * S + 11 * p.emission;
-        let admitted = (0..20).filter(|_| hit(&mut g, &p, t, 1).outcome == Outcome::Allowed).count();
+        let admitted = (0..20)
+            .filter(|_| hit(&mut g, &p, t, 1).outcome == Outcome::Allowed)
+            .count();
         assert_eq!(admitted, 10);
     }
 }

@@ -193,7 +193,9 @@ impl QuotaState {
     /// A new key's state for `strategy`.
     pub(crate) fn new(strategy: Strategy) -> Self {
         match strategy {
-            Strategy::FixedWindow | Strategy::FixedWindowFirstHit => QuotaState::Fixed(FixedWindow::default()),
+            Strategy::FixedWindow | Strategy::FixedWindowFirstHit => {
+                QuotaState::Fixed(FixedWindow::default())
+            }
             Strategy::MovingWindow => QuotaState::Moving(MovingWindow::default()),
             Strategy::SlidingWindow => QuotaState::Sliding(SlidingWindow::default()),
             Strategy::TokenBucket | Strategy::LeakyBucket => QuotaState::Gcra(Gcra::default()),
@@ -204,10 +206,15 @@ impl QuotaState {
     pub(crate) fn fits(&self, strategy: Strategy) -> bool {
         matches!(
             (self, strategy),
-            (QuotaState::Fixed(_), Strategy::FixedWindow | Strategy::FixedWindowFirstHit)
-                | (QuotaState::Moving(_), Strategy::MovingWindow)
+            (
+                QuotaState::Fixed(_),
+                Strategy::FixedWindow | Strategy::FixedWindowFirstHit
+            ) | (QuotaState::Moving(_), Strategy::MovingWindow)
                 | (QuotaState::Sliding(_), Strategy::SlidingWindow)
-                | (QuotaState::Gcra(_), Strategy::TokenBucket | Strategy::LeakyBucket)
+                | (
+                    QuotaState::Gcra(_),
+                    Strategy::TokenBucket | Strategy::LeakyBucket
+                )
         )
     }
 
@@ -317,7 +324,10 @@ fn reports_over(a: &Verdict, b: &Verdict) -> bool {
         std::cmp::Ordering::Less => false,
         std::cmp::Ordering::Equal => match a.outcome {
             Outcome::Rejected => a.retry_after > b.retry_after,
-            _ => (a.remaining, std::cmp::Reverse(a.reset_after)) < (b.remaining, std::cmp::Reverse(b.reset_after)),
+            _ => {
+                (a.remaining, std::cmp::Reverse(a.reset_after))
+                    < (b.remaining, std::cmp::Reverse(b.reset_after))
+            }
         },
     }
 }
@@ -334,14 +344,50 @@ mod tests {
         let mut states = vec![QuotaState::new(Strategy::MovingWindow); 2];
         let t = 100 * S;
         for _ in 0..5 {
-            assert_eq!(apply(&mut states, Strategy::MovingWindow, &params, t, Op::Check(1)).1.outcome, Outcome::Allowed);
+            assert_eq!(
+                apply(
+                    &mut states,
+                    Strategy::MovingWindow,
+                    &params,
+                    t,
+                    Op::Check(1)
+                )
+                .1
+                .outcome,
+                Outcome::Allowed
+            );
         }
-        let (i, v) = apply(&mut states, Strategy::MovingWindow, &params, t, Op::Check(1));
+        let (i, v) = apply(
+            &mut states,
+            Strategy::MovingWindow,
+            &params,
+            t,
+            Op::Check(1),
+        );
         assert_eq!((i, v.outcome), (0, Outcome::Rejected));
-        let (i, v) = apply(&mut states, Strategy::MovingWindow, &params, t + S, Op::Check(1));
-        assert_eq!((i, v.outcome, v.remaining), (1, Outcome::Allowed, 0), "the minute quota had 1 left");
-        let (i, v) = apply(&mut states, Strategy::MovingWindow, &params, t + 2 * S, Op::Check(1));
-        assert_eq!((i, v.outcome, v.retry_after), (1, Outcome::Rejected, 58 * S));
+        let (i, v) = apply(
+            &mut states,
+            Strategy::MovingWindow,
+            &params,
+            t + S,
+            Op::Check(1),
+        );
+        assert_eq!(
+            (i, v.outcome, v.remaining),
+            (1, Outcome::Allowed, 0),
+            "the minute quota had 1 left"
+        );
+        let (i, v) = apply(
+            &mut states,
+            Strategy::MovingWindow,
+            &params,
+            t + 2 * S,
+            Op::Check(1),
+        );
+        assert_eq!(
+            (i, v.outcome, v.retry_after),
+            (1, Outcome::Rejected, 58 * S)
+        );
     }
 
     #[test]
@@ -349,6 +395,12 @@ mod tests {
         for s in Strategy::ALL {
             assert_eq!(s.name().parse::<Strategy>().unwrap(), s);
         }
-        assert!("fastest".parse::<Strategy>().unwrap_err().to_string().contains("sliding-window"));
+        assert!(
+            "fastest"
+                .parse::<Strategy>()
+                .unwrap_err()
+                .to_string()
+                .contains("sliding-window")
+        );
     }
 }

@@ -20,11 +20,18 @@ impl MovingWindow {
     /// Drops expired entries and says whether `cost` fits, without consuming it.
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let t = self.now(now);
-        while self.log.front().is_some_and(|&ts| ts.saturating_add(p.window) <= t) {
+        while self
+            .log
+            .front()
+            .is_some_and(|&ts| ts.saturating_add(p.window) <= t)
+        {
             self.log.pop_front();
         }
         let used = self.log.len() as u64;
-        let reset = self.log.back().map_or(0, |&ts| ts.saturating_add(p.window) - t);
+        let reset = self
+            .log
+            .back()
+            .map_or(0, |&ts| ts.saturating_add(p.window) - t);
         if cost > p.limit {
             return Verdict::exceeds(p.limit, p.limit.saturating_sub(used), reset);
         }
@@ -34,7 +41,10 @@ impl MovingWindow {
         }
         // The oldest entry whose expiry leaves room for `cost`.
         let k = (used + cost - p.limit - 1) as usize;
-        let wait = self.log.get(k).map_or(0, |&ts| ts.saturating_add(p.window) - t);
+        let wait = self
+            .log
+            .get(k)
+            .map_or(0, |&ts| ts.saturating_add(p.window) - t);
         Verdict::rejected(p.limit, p.limit.saturating_sub(used), reset, wait)
     }
 
@@ -44,8 +54,12 @@ impl MovingWindow {
         let needed = self.log.len() + cost as usize;
         if needed > self.log.capacity() {
             // Grow geometrically but never past the limit: the ring stays O(N).
-            let target = (self.log.capacity() * 2).max(needed).max(4).min(p.limit as usize);
-            self.log.reserve_exact(target.saturating_sub(self.log.len()));
+            let target = (self.log.capacity() * 2)
+                .max(needed)
+                .max(4)
+                .min(p.limit as usize);
+            self.log
+                .reserve_exact(target.saturating_sub(self.log.len()));
         }
         self.log.extend(std::iter::repeat_n(t, cost as usize));
     }
@@ -93,7 +107,11 @@ mod tests {
                 assert_eq!(hit(&mut w, &p, t * S, 1).outcome, Outcome::Allowed);
             }
         }
-        assert_eq!(hit(&mut w, &p, 71 * S, 1).outcome, Outcome::Allowed, ":10 is 61 s old");
+        assert_eq!(
+            hit(&mut w, &p, 71 * S, 1).outcome,
+            Outcome::Allowed,
+            ":10 is 61 s old"
+        );
         let v = hit(&mut w, &p, 72 * S, 1);
         assert_eq!(v.outcome, Outcome::Rejected, ":20 is 52 s old");
         assert_eq!(v.retry_after, 8 * S);

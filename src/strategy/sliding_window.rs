@@ -37,7 +37,11 @@ impl SlidingWindow {
         let w = p.window;
         let start = t - t % w;
         if start != self.bucket {
-            self.prev = if start == self.bucket.saturating_add(w) { self.cur } else { 0 };
+            self.prev = if start == self.bucket.saturating_add(w) {
+                self.cur
+            } else {
+                0
+            };
             self.cur = 0;
             self.bucket = start;
         }
@@ -49,7 +53,11 @@ impl SlidingWindow {
             return Verdict::exceeds(p.limit, remaining, Self::reset(w, e, cur, prev));
         }
         if weighted + cost <= p.limit {
-            return Verdict::allowed(p.limit, remaining - cost, Self::reset(w, e, cur + cost, prev));
+            return Verdict::allowed(
+                p.limit,
+                remaining - cost,
+                Self::reset(w, e, cur + cost, prev),
+            );
         }
         let room = p.limit - cost;
         let wait = if cur <= room && earliest_offset(prev, w, room - cur) < w {
@@ -72,13 +80,17 @@ impl SlidingWindow {
     /// Counts `cost` in the current bucket after a successful [`check`](Self::check).
     pub(crate) fn commit(&mut self, cost: u64) {
         // check() admitted it, so cur + cost <= limit <= u32::MAX.
-        self.cur = self.cur.saturating_add(u32::try_from(cost).unwrap_or(u32::MAX));
+        self.cur = self
+            .cur
+            .saturating_add(u32::try_from(cost).unwrap_or(u32::MAX));
     }
 
     /// Gives back `cost` in the same bucket.
     pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
         let _ = self.check(p, now, 0);
-        self.cur = self.cur.saturating_sub(u32::try_from(cost).unwrap_or(u32::MAX));
+        self.cur = self
+            .cur
+            .saturating_sub(u32::try_from(cost).unwrap_or(u32::MAX));
     }
 
     /// When the state becomes equivalent to a new key's.
@@ -107,9 +119,17 @@ mod tests {
         let p = Params::window(100, 60 * S);
         let b = 600 * S;
         let v = state(b, 80, 40).check(&p, b + 30 * S, 1);
-        assert_eq!((v.outcome, v.remaining), (Outcome::Rejected, 0), "weighted count 100");
+        assert_eq!(
+            (v.outcome, v.remaining),
+            (Outcome::Rejected, 0),
+            "weighted count 100"
+        );
         let v = state(b, 80, 40).check(&p, b + 40 * S, 1);
-        assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 6), "weighted count 93");
+        assert_eq!(
+            (v.outcome, v.remaining),
+            (Outcome::Allowed, 6),
+            "weighted count 93"
+        );
     }
 
     #[test]
@@ -119,13 +139,20 @@ mod tests {
         let t = b + 18 * S; // 30 % into the bucket
         let mut s = state(b, 3, 5);
         let v = s.check(&p, t, 1);
-        assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 0), "3 + 5 x 0.7 = 6.5 -> 6");
+        assert_eq!(
+            (v.outcome, v.remaining),
+            (Outcome::Allowed, 0),
+            "3 + 5 x 0.7 = 6.5 -> 6"
+        );
         s.commit(1);
         let v = s.check(&p, t, 1);
         assert_eq!(v.outcome, Outcome::Rejected);
         // The previous bucket's share must drop from 3 to 2: 5 * (60 - e) / 60 < 3 once e > 24 s.
         assert_eq!(v.retry_after, 6 * S + 1);
-        assert_eq!(s.check(&p, t + v.retry_after - 1, 1).outcome, Outcome::Rejected);
+        assert_eq!(
+            s.check(&p, t + v.retry_after - 1, 1).outcome,
+            Outcome::Rejected
+        );
         assert_eq!(s.check(&p, t + v.retry_after, 1).outcome, Outcome::Allowed);
     }
 
