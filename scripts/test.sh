@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite (PR tier), from a fresh machine: installs what the tests need, then runs them.
+#   bash scripts/test.sh            # PR tier
+#   TOLLGATE_SCALE=100 PROPTEST_CASES=10000 bash scripts/test.sh   # the longer tier (see RELIABILITY.md)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_redis() { ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; }
+if need_redis; then
+  echo "installing redis-server (Debian package) for the Redis tests"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+# The package starts no server we rely on: every Redis test starts its own on a free port.
+
+export RUST_BACKTRACE=1
+cargo test --all-features "$@"
+# Arithmetic must agree with overflow checks off too (TESTING.md T-10).
+if [ -f tests/time_and_numbers.rs ]; then
+  cargo test --release --all-features --test time_and_numbers
+fi
