@@ -130,7 +130,17 @@ fn t03c_sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
     );
     eprintln!(
         "{:>5} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9}",
-        "rate", "seed", "requests", "counter", "exact", "diff %", "max/N", "FA same%", "FR same%", "FA run%", "FR run%"
+        "rate",
+        "seed",
+        "requests",
+        "counter",
+        "exact",
+        "diff %",
+        "max/N",
+        "FA same%",
+        "FR same%",
+        "FA run%",
+        "FR run%"
     );
     for (i, mult) in [0.8f64, 1.0, 1.5, 3.0].into_iter().enumerate() {
         for seed in 1..=scale() {
@@ -153,7 +163,10 @@ fn t03c_sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
                 pct(s.run_allow),
                 pct(s.run_reject)
             );
-            assert!(diff.abs() <= 3.0, "{mult}x seed {seed}: total admitted differs by {diff:.3} %");
+            assert!(
+                diff.abs() <= 3.0,
+                "{mult}x seed {seed}: total admitted differs by {diff:.3} %"
+            );
             assert!(
                 s.max_trailing * 100 <= 125 * N,
                 "{mult}x seed {seed}: {} in one trailing minute > 1.25 N",
@@ -195,5 +208,7 @@ fn t03b_two_bursts_reach_but_never_pass_2n() {
             }
         }
     }
-    eprintln!("T-03b two bursts at f = 0.5, 0.9, 0.99, 1 - 2 ns/W: {reached:?} in one trailing minute");
+    eprintln!(
+        "T-03b two bursts at f = 0.5, 0.9, 0.99, 1 - 2 ns/W: {reached:?} in one trailing minute"
+    );
 }

@@ -36,7 +36,10 @@ fn nz(n: u32) -> NonZeroU32 {
 }
 
 /// A quota for `strategy`: small and large limits, periods from 1 ns to an hour, bucket bursts.
-fn arb_quota(strategy: Strategy, max_limit: u32) -> impl proptest::strategy::Strategy<Value = Quota> {
+fn arb_quota(
+    strategy: Strategy,
+    max_limit: u32,
+) -> impl proptest::strategy::Strategy<Value = Quota> {
     let limit = prop_oneof![3 => 1u32..=5, 3 => 1u32..=20.min(max_limit), 1 => 1u32..=max_limit];
     let period = prop_oneof![
         1u64..=1000,
@@ -47,7 +50,11 @@ fn arb_quota(strategy: Strategy, max_limit: u32) -> impl proptest::strategy::Str
     ];
     let burst = prop_oneof![Just(None), (1u32..=30).prop_map(Some)];
     (limit, period, burst).prop_map(move |(n, w, b)| {
-        let w = if strategy.is_bucket() { w.max(u64::from(n)) } else { w };
+        let w = if strategy.is_bucket() {
+            w.max(u64::from(n))
+        } else {
+            w
+        };
         let q = Quota::new(nz(n), Duration::from_nanos(w)).expect("valid period");
         match b {
             Some(b) => q.with_burst(nz(b)),
@@ -94,6 +101,9 @@ fn times(start: u64, trace: &[(u64, u32)]) -> Vec<(u64, u32)> {
         .collect()
 }
 
+/// The admitted requests (time, cost) of a run, and every decision.
+type Run = (Vec<(u64, u64)>, Vec<Expect>);
+
 /// Runs `trace` on a limiter and the oracle; every decision must match. Returns the admitted
 /// requests (time, cost) and the decisions.
 fn run(
@@ -101,7 +111,7 @@ fn run(
     quotas: &[Quota],
     start: u64,
     trace: &[(u64, u32)],
-) -> Result<(Vec<(u64, u64)>, Vec<Expect>), TestCaseError> {
+) -> Result<Run, TestCaseError> {
     let (l, clock) = build(strategy, quotas, start);
     let mut o = RuleOracle::new(strategy, quotas);
     let mut admitted = Vec::new();
@@ -123,7 +133,11 @@ fn run(
 }
 
 /// The hard bound of `strategy` for quota `q` over the admitted requests.
-fn check_bound(strategy: Strategy, q: &Quota, admitted: &[(u64, u64)]) -> Result<(), TestCaseError> {
+fn check_bound(
+    strategy: Strategy,
+    q: &Quota,
+    admitted: &[(u64, u64)],
+) -> Result<(), TestCaseError> {
     let p = P::of(q);
     match strategy {
         Strategy::MovingWindow => {
@@ -131,7 +145,10 @@ fn check_bound(strategy: Strategy, q: &Quota, admitted: &[(u64, u64)]) -> Result
         }
         Strategy::FixedWindow => {
             prop_assert!(max_aligned(admitted, p.w) <= p.n, "fixed window over N");
-            prop_assert!(max_trailing(admitted, p.w) <= 2 * p.n, "fixed window over 2N");
+            prop_assert!(
+                max_trailing(admitted, p.w) <= 2 * p.n,
+                "fixed window over 2N"
+            );
         }
         Strategy::FixedWindowFirstHit => {
             // Windows from the log: a window opens at the first admission at or after the last end.
@@ -150,7 +167,10 @@ fn check_bound(strategy: Strategy, q: &Quota, admitted: &[(u64, u64)]) -> Result
             prop_assert!(max_trailing(admitted, p.w) <= 2 * p.n, "first-hit over 2N");
         }
         Strategy::SlidingWindow => {
-            prop_assert!(max_trailing(admitted, p.w) <= 2 * p.n, "sliding counter over 2N");
+            prop_assert!(
+                max_trailing(admitted, p.w) <= 2 * p.n,
+                "sliding counter over 2N"
+            );
         }
         _ => {
             let v = bucket_bound_violation(admitted, p.b, p.t);
@@ -169,7 +189,12 @@ fn arb_case(
         .prop_flat_map(move |q| (Just(q), arb_start(), arb_trace(&q, steps)))
 }
 
-fn equals_oracle(strategy: Strategy, q: Quota, start: u64, trace: &[(u64, u32)]) -> Result<(), TestCaseError> {
+fn equals_oracle(
+    strategy: Strategy,
+    q: Quota,
+    start: u64,
+    trace: &[(u64, u32)],
+) -> Result<(), TestCaseError> {
     let (admitted, _) = run(strategy, &[q], start, trace)?;
     check_bound(strategy, &q, &admitted)
 }

@@ -21,7 +21,9 @@ mod oracle;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use oracle::{P, S, bucket_bound_violation, build, config, max_aligned, max_steps, max_trailing, q};
+use oracle::{
+    P, S, bucket_bound_violation, build, config, max_aligned, max_steps, max_trailing, q,
+};
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use tollgate::{ConfigError, MAX_PERIOD, Outcome, Quota, QuotaError, RateLimiter, Rule, Strategy};
@@ -81,8 +83,15 @@ fn t08_one_per_366_days() {
         clock.set_nanos(start + wait - 1);
         assert!(!l.check_now(&KEY, 1).is_allowed(), "{strategy}: 1 ns early");
         clock.set_nanos(start + wait);
-        assert!(l.check_now(&KEY, 1).is_allowed(), "{strategy}: at retry_after");
-        assert_eq!(l.check_now(&KEY, 2).outcome(), Outcome::Exceeds, "{strategy}");
+        assert!(
+            l.check_now(&KEY, 1).is_allowed(),
+            "{strategy}: at retry_after"
+        );
+        assert_eq!(
+            l.check_now(&KEY, 2).outcome(),
+            Outcome::Exceeds,
+            "{strategy}"
+        );
     }
 }
 
@@ -90,7 +99,10 @@ fn t08_one_per_366_days() {
 fn t08_a_billion_per_second() {
     let quota = q("1000000000/second");
     for strategy in Strategy::ALL {
-        let built = RateLimiter::<u64>::builder().strategy(strategy).quota(quota).build();
+        let built = RateLimiter::<u64>::builder()
+            .strategy(strategy)
+            .quota(quota)
+            .build();
         if strategy == Strategy::MovingWindow {
             assert!(
                 matches!(built, Err(ConfigError::MovingWindowLimitTooLarge(_))),
@@ -98,7 +110,10 @@ fn t08_a_billion_per_second() {
             );
             continue;
         }
-        assert!(built.is_ok(), "{strategy}: the memory store accepts 10^9/second (T = 1 ns)");
+        assert!(
+            built.is_ok(),
+            "{strategy}: the memory store accepts 10^9/second (T = 1 ns)"
+        );
         let (l, clock) = build(strategy, &[quota], 40 * YEAR);
         let d = l.check_now(&KEY, 1_000_000_000);
         assert!(d.is_allowed(), "{strategy}: the whole capacity at once");
@@ -119,7 +134,10 @@ fn t08_a_billion_per_second() {
 fn t08_u32_max_per_millisecond() {
     let quota = q("4294967295/ms");
     for strategy in Strategy::ALL {
-        let built = RateLimiter::<u64>::builder().strategy(strategy).quota(quota).build();
+        let built = RateLimiter::<u64>::builder()
+            .strategy(strategy)
+            .quota(quota)
+            .build();
         match strategy {
             Strategy::TokenBucket | Strategy::LeakyBucket => assert!(
                 matches!(built, Err(ConfigError::IntervalBelowResolution { .. })),
@@ -144,7 +162,10 @@ fn t08_u32_max_per_millisecond() {
 
 #[test]
 fn t08_constructors_reject_what_cannot_be_represented() {
-    assert_eq!(Quota::new(nz(1), Duration::ZERO), Err(QuotaError::ZeroPeriod));
+    assert_eq!(
+        Quota::new(nz(1), Duration::ZERO),
+        Err(QuotaError::ZeroPeriod)
+    );
     assert_eq!(
         Quota::new(nz(1), MAX_PERIOD + Duration::from_nanos(1)),
         Err(QuotaError::PeriodTooLong)
@@ -199,7 +220,13 @@ fn t08_limit_one_admits() {
 /// Extreme quotas for T-08/T-10: limits 1, 2, u32::MAX and random; periods from 1 ns to MAX_PERIOD.
 fn arb_extreme_quota() -> impl proptest::strategy::Strategy<Value = Quota> {
     let max_period = u64::try_from(MAX_PERIOD.as_nanos()).expect("fits");
-    let limit = prop_oneof![Just(1u32), Just(2), Just(u32::MAX), any::<u32>(), 1u32..=100];
+    let limit = prop_oneof![
+        Just(1u32),
+        Just(2),
+        Just(u32::MAX),
+        any::<u32>(),
+        1u32..=100
+    ];
     let period = prop_oneof![
         Just(1u64),
         Just(1_000_000),
@@ -209,7 +236,11 @@ fn arb_extreme_quota() -> impl proptest::strategy::Strategy<Value = Quota> {
         Just(max_period),
         1..=max_period,
     ];
-    let burst = prop_oneof![Just(None), Just(Some(u32::MAX)), any::<u32>().prop_map(Some)];
+    let burst = prop_oneof![
+        Just(None),
+        Just(Some(u32::MAX)),
+        any::<u32>().prop_map(Some)
+    ];
     (limit, period, burst).prop_filter_map("valid quota", |(n, w, b)| {
         let q = Quota::new(NonZeroU32::new(n)?, Duration::from_nanos(w)).ok()?;
         Some(match b.and_then(NonZeroU32::new) {
@@ -382,19 +413,33 @@ fn t09_jumps_forward_by_years_and_to_the_end_of_time() {
             for jump in [3 * YEAR, 100 * YEAR, 200 * YEAR] {
                 clock.advance(Duration::from_nanos(jump));
                 let d = l.peek_now(&KEY);
-                assert_eq!(d.remaining(), d.limit(), "{strategy} {quota}: fresh after {jump} ns");
+                assert_eq!(
+                    d.remaining(),
+                    d.limit(),
+                    "{strategy} {quota}: fresh after {jump} ns"
+                );
                 assert_eq!(d.reset_after(), Duration::ZERO);
                 let cap = capacity(strategy, &quota);
-                let admitted = (0..cap + 2).filter(|_| l.check_now(&KEY, 1).is_allowed()).count();
+                let admitted = (0..cap + 2)
+                    .filter(|_| l.check_now(&KEY, 1).is_allowed())
+                    .count();
                 assert_eq!(admitted as u64, cap, "{strategy} {quota} after a jump");
             }
             for end in [u64::MAX - 2 * S, u64::MAX - 1] {
                 clock.set_nanos(end);
                 let cap = capacity(strategy, &quota);
-                let admitted = (0..cap + 2).filter(|_| l.check_now(&KEY, 1).is_allowed()).count() as u64;
-                assert!(admitted <= cap, "{strategy} {quota} at {end}: {admitted} > {cap}");
+                let admitted = (0..cap + 2)
+                    .filter(|_| l.check_now(&KEY, 1).is_allowed())
+                    .count() as u64;
+                assert!(
+                    admitted <= cap,
+                    "{strategy} {quota} at {end}: {admitted} > {cap}"
+                );
                 let d = l.check_now(&KEY, 1);
-                assert!(!d.is_allowed(), "{strategy} {quota}: nothing more at the end of time");
+                assert!(
+                    !d.is_allowed(),
+                    "{strategy} {quota}: nothing more at the end of time"
+                );
                 assert!(d.retry_after().expect("rejected") <= l.rule().horizon());
             }
         }
@@ -413,7 +458,10 @@ fn end_of_time_exactly() {
             let d = l.check_now(&KEY, cost);
             assert!(d.remaining() <= d.limit(), "{strategy}");
             assert!(d.reset_after() <= l.rule().horizon(), "{strategy}");
-            assert!(d.retry_after().is_none_or(|r| r > Duration::ZERO && r <= l.rule().horizon()));
+            assert!(
+                d.retry_after()
+                    .is_none_or(|r| r > Duration::ZERO && r <= l.rule().horizon())
+            );
             if strategy.is_bucket() && cost > 0 {
                 assert!(!d.is_allowed(), "{strategy}: TAT cannot pass u64::MAX");
             }

@@ -54,7 +54,9 @@ pub(crate) type Limiter = RateLimiter<u64, MemoryStore<u64>, ManualClock>;
 pub(crate) fn build(strategy: Strategy, quotas: &[Quota], at: u64) -> (Limiter, ManualClock) {
     let clock = ManualClock::default();
     clock.set_nanos(at);
-    let mut b = RateLimiter::builder().strategy(strategy).clock(clock.clone());
+    let mut b = RateLimiter::builder()
+        .strategy(strategy)
+        .clock(clock.clone());
     for q in quotas {
         b = b.quota(*q);
     }
