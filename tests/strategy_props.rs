@@ -353,6 +353,33 @@ proptest! {
         }
     }
 
+    /// Refunds and peeks interleaved with checks (DESIGN.md "Refund": GCRA TAT -= c*T not below
+    /// now; fixed window n -= c in the same window; moving window drops the newest c entries; sliding
+    /// counter cur -= c in the same bucket): every answer equals the oracle's, and a peek changes
+    /// nothing.
+    #[test]
+    fn refunds_and_peeks_equal_oracle(
+        (strategy, quotas, start, trace, ops) in prop::sample::select(Strategy::ALL.to_vec())
+            .prop_flat_map(|s| (Just(s), prop::collection::vec(arb_quota(s, 30), 1..=2)))
+            .prop_flat_map(|(s, qs)| {
+                let steps = arb_trace(&qs[0], max_steps());
+                (Just(s), Just(qs), arb_start(), steps, prop::collection::vec(0u8..10, max_steps()))
+            })
+    ) {
+        let (l, clock) = build(strategy, &quotas, start);
+        let mut o = RuleOracle::new(strategy, &quotas);
+        for (i, &(t, cost)) in times(start, &trace).iter().enumerate() {
+            clock.set_nanos(t);
+            let (what, d, (index, want)) = match ops[i] {
+                0 | 1 => ("refund", l.refund_now(&KEY, cost), o.refund(t, u64::from(cost))),
+                2 => ("peek", l.peek_now(&KEY), o.decide(t, 0)),
+                _ => ("check", l.check_now(&KEY, cost), o.decide(t, u64::from(cost))),
+            };
+            prop_assert_eq!(Expect::of(&d), want, "step {}: {} at t = {} cost {}", i, what, t, cost);
+            prop_assert_eq!(d.quota_index(), index, "step {}: {}", i, what);
+        }
+    }
+
     /// GCRA differential against `governor` (dev-dependency), where the semantics coincide:
     /// `governor::Quota::with_period(T).allow_burst(B)` vs our quota `N per N*T` with burst `B`
     /// (so our `T = ceil(W/N)` is exactly governor's replenish interval). Conventions: governor's

@@ -148,7 +148,11 @@ mod tests {
             assert_eq!(v.outcome, Outcome::Rejected);
             let start = if aligned { t - t % (10 * S) } else { t };
             let left = 10 * S - (u64::MAX - start);
-            assert_eq!((v.retry_after, v.reset_after), (left, left), "aligned: {aligned}");
+            assert_eq!(
+                (v.retry_after, v.reset_after),
+                (left, left),
+                "aligned: {aligned}"
+            );
         }
     }
 

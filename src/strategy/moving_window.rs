@@ -36,10 +36,7 @@ impl MovingWindow {
         }
         // The oldest entry whose expiry leaves room for `cost`.
         let k = (used + cost - p.limit - 1) as usize;
-        let wait = self
-            .log
-            .get(k)
-            .map_or(0, |&ts| p.window - (t - ts));
+        let wait = self.log.get(k).map_or(0, |&ts| p.window - (t - ts));
         Verdict::rejected(p.limit, p.limit.saturating_sub(used), reset, wait)
     }
 

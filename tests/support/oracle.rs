@@ -131,6 +131,8 @@ pub(crate) trait QuotaOracle {
     fn check(&mut self, t: u64, cost: u64) -> Expect;
     /// Records an admitted request.
     fn commit(&mut self, t: u64, cost: u64);
+    /// Gives back `cost` at `t` (DESIGN.md "Refund").
+    fn refund(&mut self, t: u64, cost: u64);
 }
 
 /// `N`, `W` (ns), `B` and `T = ceil(W / N)` of a quota in the memory store's unit.
@@ -201,6 +203,13 @@ impl QuotaOracle for FixedAligned {
     fn commit(&mut self, t: u64, cost: u64) {
         *self.per.entry(t / self.p.w).or_default() += cost;
     }
+
+    /// `n -= c` in the same window.
+    fn refund(&mut self, t: u64, cost: u64) {
+        if let Some(n) = self.per.get_mut(&(t / self.p.w)) {
+            *n -= cost.min(*n);
+        }
+    }
 }
 
 /// Fixed window opened by the first admitted request at or after the previous window's end.
@@ -213,7 +222,8 @@ pub(crate) struct FixedFirstHit {
 impl FixedFirstHit {
     /// The open window at `t` (start, used).
     fn open(&self, t: u64) -> Option<(u64, u64)> {
-        self.window.filter(|&(s, _)| t - s < self.p.w)
+        self.window
+            .filter(|&(s, used)| used > 0 && t - s < self.p.w)
     }
 }
 
@@ -242,6 +252,13 @@ impl QuotaOracle for FixedFirstHit {
             Some((s, used)) => Some((s, used + cost)),
             None => Some((t, cost)),
         };
+    }
+
+    /// `n -= c` in the same window; a window refunded to 0 is closed (the next admission opens one).
+    fn refund(&mut self, t: u64, cost: u64) {
+        if let Some((s, used)) = self.open(t) {
+            self.window = Some((s, used - cost.min(used)));
+        }
     }
 }
 
@@ -284,6 +301,24 @@ impl QuotaOracle for Moving {
 
     fn commit(&mut self, t: u64, cost: u64) {
         self.log.push_back((t, cost));
+    }
+
+    /// Drops the newest `c` units of the live log.
+    fn refund(&mut self, t: u64, mut cost: u64) {
+        while self.log.front().is_some_and(|&(ts, _)| t - ts >= self.p.w) {
+            self.log.pop_front();
+        }
+        while cost > 0 {
+            let Some(last) = self.log.back_mut() else {
+                break;
+            };
+            let take = cost.min(last.1);
+            last.1 -= take;
+            cost -= take;
+            if last.1 == 0 {
+                self.log.pop_back();
+            }
+        }
     }
 }
 
@@ -348,6 +383,13 @@ impl QuotaOracle for Sliding {
     fn commit(&mut self, t: u64, cost: u64) {
         *self.buckets.entry(t / self.p.w).or_default() += cost;
     }
+
+    /// `cur -= c` in the same bucket.
+    fn refund(&mut self, t: u64, cost: u64) {
+        if let Some(n) = self.buckets.get_mut(&(t / self.p.w)) {
+            *n -= cost.min(*n);
+        }
+    }
 }
 
 /// Token / leaky bucket as the continuous-state leaky bucket: content `x` (in ns of work) drains at
@@ -383,6 +425,14 @@ impl QuotaOracle for Bucket {
         self.x = self.content(t) + cost * self.p.t;
         self.lct = t;
     }
+
+    /// TAT -= c*T, not below now: the content drops by `c*T`, not below 0.
+    fn refund(&mut self, t: u64, cost: u64) {
+        self.x = self
+            .content(t)
+            .saturating_sub(cost.saturating_mul(self.p.t));
+        self.lct = t;
+    }
 }
 
 /// Several quotas: all must admit; the reported quota per DESIGN.md.
@@ -395,6 +445,14 @@ impl RuleOracle {
         Self {
             quotas: quotas.iter().map(|q| oracle(strategy, q)).collect(),
         }
+    }
+
+    /// A refund of `cost` on every quota, answered as a peek afterwards.
+    pub(crate) fn refund(&mut self, t: u64, cost: u64) -> (usize, Expect) {
+        for o in &mut self.quotas {
+            o.refund(t, cost);
+        }
+        self.decide(t, 0)
     }
 
     /// The reported quota's index and decision; commits to every quota when all admit.
