@@ -314,6 +314,31 @@ proptest! {
         }
     }
 
+    /// The quota notation on arbitrary text (T-56 item 2 as a proptest): no panic, a typed error
+    /// with a position inside the input; several quotas likewise.
+    #[test]
+    fn quota_parser_never_panics(text in "\\PC{0,40}|[0-9 ]{0,12}(/| per )[0-9 ]{0,6}[a-zµ ]{0,9}") {
+        match text.parse::<Quota>() {
+            Ok(quota) => {
+                prop_assert!(quota.period() > Duration::ZERO && quota.period() <= MAX_PERIOD);
+                prop_assert_eq!(quota.to_string().parse::<Quota>(), Ok(quota));
+            }
+            Err(e) => prop_assert!(e.position() <= text.len(), "{}", e),
+        }
+        if let Err(e) = tollgate::parse_quotas(&text) {
+            prop_assert!(e.position() <= text.len(), "{}", e);
+        }
+    }
+
+    /// Display -> parse round-trips for every representable quota (limit 1..=u32::MAX, period 1 ns
+    /// ..= MAX_PERIOD).
+    #[test]
+    fn quota_display_round_trips(quota in arb_extreme_quota()) {
+        let text = quota.to_string();
+        let back: Quota = text.parse().map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+        prop_assert_eq!((back.limit(), back.period()), (quota.limit(), quota.period()));
+    }
+
     /// T-09: time standing still: exactly the capacity passes at one instant, whatever the instant.
     #[test]
     fn t09_time_standing_still(
