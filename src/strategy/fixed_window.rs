@@ -27,7 +27,9 @@ impl FixedWindow {
             self.count = 0;
         }
         let n = self.count;
-        let left_in_window = |start: u64| (start.saturating_add(p.window)).saturating_sub(t);
+        // `t - start < W` whenever a window is open: no `start + W`, which saturates near the end of
+        // u64 time and reported a wait of 0 there.
+        let left_in_window = |start: u64| p.window.saturating_sub(t - start);
         if cost > p.limit {
             let reset = if n > 0 { left_in_window(self.start) } else { 0 };
             return Verdict::exceeds(p.limit, p.limit - n, reset);
@@ -130,6 +132,28 @@ mod tests {
             (v.outcome, v.remaining, v.reset_after),
             (Outcome::Allowed, 4999, hour)
         );
+    }
+
+    #[test]
+    fn regression_end_of_time_saturation_reported_a_zero_wait() {
+        // Bug: `(start + W).saturating_sub(t)` saturated near u64::MAX: a rejection said "retry
+        // after 0" and reset_after shrank, both false.
+        let p = p(2, 10 * S);
+        for aligned in [false, true] {
+            let mut w = FixedWindow::default();
+            let t = u64::MAX - S;
+            assert_eq!(w.check(&p, t, 2, aligned).outcome, Outcome::Allowed);
+            w.commit(t, 2, aligned);
+            let v = w.check(&p, u64::MAX, 1, aligned);
+            assert_eq!(v.outcome, Outcome::Rejected);
+            let start = if aligned { t - t % (10 * S) } else { t };
+            let left = 10 * S - (u64::MAX - start);
+            assert_eq!(
+                (v.retry_after, v.reset_after),
+                (left, left),
+                "aligned: {aligned}"
+            );
+        }
     }
 
     #[test]

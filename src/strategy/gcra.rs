@@ -25,6 +25,11 @@ impl Gcra {
             return Verdict::exceeds(p.burst, remaining_now.min(p.burst), ahead);
         }
         let after = ahead.saturating_add(cost.saturating_mul(p.emission));
+        if t.checked_add(after).is_none() {
+            // The new TAT would pass the end of u64 time (year 2554): saturating it would let the
+            // bucket refill for free. Never admit; report the bucket's depth as the wait.
+            return Verdict::rejected(p.burst, remaining_now.min(p.burst), ahead, tau);
+        }
         if after <= tau {
             let remaining = ((tau - after) / p.emission).min(p.burst);
             return Verdict::allowed(p.burst, remaining, after);
@@ -106,6 +111,23 @@ mod tests {
         let mut g = Gcra::default();
         assert_eq!(hit(&mut g, &p, 10 * S, 6).outcome, Outcome::Exceeds);
         assert_eq!(hit(&mut g, &p, 10 * S, 5).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn regression_end_of_time_saturated_tat_refilled_the_bucket() {
+        // Bug: near u64::MAX, TAT + c*T saturated to u64::MAX, so `TAT - t` shrank and the bucket
+        // refilled for free: every request at t = u64::MAX was admitted.
+        let p = Params::bucket(1, S, 3);
+        for t in [u64::MAX, u64::MAX - 1, u64::MAX - 2 * S] {
+            let mut g = Gcra::default();
+            let admitted = (0..10)
+                .filter(|_| hit(&mut g, &p, t, 1).outcome == Outcome::Allowed)
+                .count();
+            assert!(admitted <= 3, "{admitted} admitted at {t}");
+            let v = hit(&mut g, &p, t, 1);
+            assert_eq!(v.outcome, Outcome::Rejected);
+            assert!(v.retry_after > 0 && v.retry_after <= p.tau());
+        }
     }
 
     #[test]

@@ -391,6 +391,19 @@ mod tests {
     }
 
     #[test]
+    fn per_key_state_stays_a_few_words() {
+        // Per quota: fixed window 16 B (start, count), sliding counter 16 B (bucket, cur, prev),
+        // GCRA 8 B (TAT), moving window 32 B (a VecDeque header; its ring is on the heap, at most
+        // N x 8 B). The enum is as large as its largest variant.
+        use std::mem::size_of;
+        assert_eq!(size_of::<FixedWindow>(), 16);
+        assert_eq!(size_of::<SlidingWindow>(), 16);
+        assert_eq!(size_of::<Gcra>(), 8);
+        assert_eq!(size_of::<MovingWindow>(), 32);
+        assert!(size_of::<QuotaState>() <= 32);
+    }
+
+    #[test]
     fn strategy_names_round_trip() {
         for s in Strategy::ALL {
             assert_eq!(s.name().parse::<Strategy>().unwrap(), s);

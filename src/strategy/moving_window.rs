@@ -20,18 +20,13 @@ impl MovingWindow {
     /// Drops expired entries and says whether `cost` fits, without consuming it.
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let t = self.now(now);
-        while self
-            .log
-            .front()
-            .is_some_and(|&ts| ts.saturating_add(p.window) <= t)
-        {
+        // Ages, not expiry times: `t >= ts` for every entry (see `now`), and `ts + W` would saturate
+        // near the end of `u64` time and expire entries early (over-admission).
+        while self.log.front().is_some_and(|&ts| t - ts >= p.window) {
             self.log.pop_front();
         }
         let used = self.log.len() as u64;
-        let reset = self
-            .log
-            .back()
-            .map_or(0, |&ts| ts.saturating_add(p.window) - t);
+        let reset = self.log.back().map_or(0, |&ts| p.window - (t - ts));
         if cost > p.limit {
             return Verdict::exceeds(p.limit, p.limit.saturating_sub(used), reset);
         }
@@ -41,10 +36,7 @@ impl MovingWindow {
         }
         // The oldest entry whose expiry leaves room for `cost`.
         let k = (used + cost - p.limit - 1) as usize;
-        let wait = self
-            .log
-            .get(k)
-            .map_or(0, |&ts| ts.saturating_add(p.window) - t);
+        let wait = self.log.get(k).map_or(0, |&ts| p.window - (t - ts));
         Verdict::rejected(p.limit, p.limit.saturating_sub(used), reset, wait)
     }
 
@@ -127,6 +119,20 @@ mod tests {
         let v = hit(&mut w, &p, 800 * MS, 1);
         assert_eq!((v.outcome, v.retry_after), (Outcome::Rejected, 300 * MS));
         assert_eq!(hit(&mut w, &p, 1110 * MS, 1).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn regression_end_of_time_saturation_expired_entries_early() {
+        // Bug: expiry as `ts.saturating_add(W) <= t` saturated to u64::MAX within W of the end of
+        // u64 time, so every entry expired at once and every request was admitted.
+        let p = Params::window(2, S);
+        for t in [u64::MAX, u64::MAX - 1, u64::MAX - S / 2] {
+            let mut w = MovingWindow::default();
+            assert_eq!(hit(&mut w, &p, t, 2).outcome, Outcome::Allowed);
+            let v = hit(&mut w, &p, t, 1);
+            assert_eq!((v.outcome, v.reset_after), (Outcome::Rejected, S));
+            assert_eq!(v.retry_after, S);
+        }
     }
 
     #[test]
