@@ -93,6 +93,20 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock>
     }
 }
 
+/// The limiters and keys a request was counted under, so stacked layers count it once.
+#[derive(Clone, Debug, Default)]
+struct Counted(Vec<(usize, Vec<u8>)>);
+
+fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
+    limiter: &RateLimiter<K, St, C>,
+    key: &K,
+) -> (usize, Vec<u8>) {
+    let mut bytes = Vec::new();
+    key.encode(&mut bytes);
+    // The store lives inside the limiter's shared allocation: its address names the limiter.
+    (std::ptr::from_ref(limiter.store()) as usize, bytes)
+}
+
 impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
     for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
 where
@@ -136,6 +150,20 @@ where
                 }
             },
         };
+        // One request, one count: a second layer on the same limiter and key lets it through.
+        let mut parts = parts;
+        let id = counted_id(&self.core.limiter, &key);
+        let counted = parts.extensions.get_mut::<Counted>();
+        match counted {
+            Some(c) if c.0.contains(&id) => {
+                let fut = self.inner.call(Request::from_parts(parts, body));
+                return ResponseFuture::passthrough(fut);
+            }
+            Some(c) => c.0.push(id),
+            None => {
+                parts.extensions.insert(Counted(vec![id]));
+            }
+        }
         let cost = hooks.cost.cost(&parts);
         let rule = hooks.rule.rule(&parts);
         let check = match &rule {
