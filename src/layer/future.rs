@@ -350,7 +350,8 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     res: &mut Response<B>,
     d: &Decision,
 ) {
-    if ctx.core.headers.on_allowed {
+    // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
+    if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
         write_headers(res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
     }
 }

@@ -137,13 +137,8 @@ pub(crate) fn write_headers(
             headers.insert(RATELIMIT.clone(), v);
         }
     }
-    match d.retry_after_secs() {
-        Some(secs) => {
-            headers.insert(RETRY_AFTER, num(secs));
-        }
-        None => {
-            headers.remove(RETRY_AFTER);
-        }
+    if let Some(secs) = d.retry_after_secs() {
+        headers.insert(RETRY_AFTER, num(secs));
     }
 }
 
