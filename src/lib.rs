@@ -33,6 +33,8 @@
 mod clock;
 mod decision;
 mod error;
+pub mod key;
+pub mod layer;
 mod limiter;
 mod quota;
 mod rule;
@@ -43,6 +45,7 @@ mod strategy;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
+pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, Given, IntoStore, RateLimiter, WaitError};
 pub use quota::{
     MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas,

@@ -1,0 +1,357 @@
+//! [`ResponseFuture`]: deciding, pacing, forwarding, refunding.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::Refund;
+use super::layer::Core;
+use super::response::{FailurePolicy, OnRejected, text, write_headers};
+use crate::clock::Clock;
+use crate::decision::{Decision, Outcome};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::{Store, StoreKey};
+
+/// The request and the ready inner service, waiting for the decision.
+pub(crate) struct Pending<S, B> {
+    pub(crate) request: Request<B>,
+    pub(crate) inner: S,
+}
+
+/// Counts a waiter in pacing mode for as long as it lives.
+struct WaitGuard(Arc<AtomicUsize>);
+
+impl WaitGuard {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Ctx<K, St, C, R> {
+    core: Arc<Core<K, St, C, R>>,
+    key: K,
+    cost: u32,
+    rule: Option<Arc<Rule>>,
+    waited: Duration,
+}
+
+impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
+    fn rule(&self) -> &Rule {
+        self.rule
+            .as_deref()
+            .unwrap_or_else(|| self.core.limiter.rule())
+    }
+
+    fn check(&self) -> St::Future {
+        match &self.rule {
+            Some(r) => self.core.limiter.check_rule(r, &self.key, self.cost),
+            None => self.core.limiter.check(&self.key, self.cost),
+        }
+    }
+
+    fn refund(&self) -> St::Future {
+        match &self.rule {
+            Some(r) => self.core.limiter.refund_rule(r, &self.key, self.cost),
+            None => self.core.limiter.refund(&self.key, self.cost),
+        }
+    }
+
+    fn key_text(&self) -> Option<String> {
+        self.core.log_keys.then(|| {
+            let mut bytes = Vec::new();
+            self.key.encode(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    }
+
+    fn store_error(&self, e: &StoreError) {
+        // At most about one warning a second, however many requests fail.
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = u64::try_from(START.get_or_init(Instant::now).elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.core.last_warn.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= 1000)
+            && self
+                .core
+                .last_warn
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let policy = match self.core.failure {
+                FailurePolicy::FailClosed => "failing closed (503)",
+                _ => "failing open",
+            };
+            tracing::warn!(error = %e, key = self.key_text(), "rate-limit store failed; {policy}");
+        }
+    }
+
+    fn reject<B: From<String>>(&self, d: Decision) -> Response<B>
+    where
+        R: OnRejected<B>,
+    {
+        tracing::debug!(
+            key = self.key_text(),
+            limit = d.limit(),
+            retry_after = d.retry_after_secs(),
+            exceeds = d.outcome() == Outcome::Exceeds,
+            "rate limited"
+        );
+        let mut res = self.core.rejection.on_rejected(&d);
+        write_headers(res.headers_mut(), &d, self.rule(), &self.core.headers);
+        res.extensions_mut().insert(d);
+        res
+    }
+}
+
+pin_project! {
+    /// Response future of [`RateLimitService`](super::RateLimitService).
+    pub struct ResponseFuture<S, ReqB, ResB, K, St, C, R>
+    where
+        S: Service<Request<ReqB>>,
+        St: Store<K>,
+    {
+        #[pin]
+        state: State<S, ReqB, ResB, K, St>,
+        ctx: Option<Ctx<K, St, C, R>>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB, ResB, K, St>
+    where
+        S: Service<Request<ReqB>>,
+        St: Store<K>,
+    {
+        Deciding { #[pin] check: St::Future, pending: Option<Pending<S, ReqB>> },
+        Pacing {
+            #[pin] sleep: tokio::time::Sleep,
+            wait: Duration,
+            pending: Option<Pending<S, ReqB>>,
+            guard: Option<WaitGuard>,
+        },
+        Forwarding { #[pin] fut: S::Future, decision: Option<Decision> },
+        Refunding { #[pin] refund: St::Future, response: Option<Response<ResB>>, decision: Decision },
+        Done { response: Option<Response<ResB>> },
+    }
+}
+
+impl<S, ReqB, ResB, K, St, C, R> ResponseFuture<S, ReqB, ResB, K, St, C, R>
+where
+    S: Service<Request<ReqB>>,
+    St: Store<K>,
+{
+    pub(crate) fn passthrough(fut: S::Future) -> Self {
+        Self {
+            state: State::Forwarding {
+                fut,
+                decision: None,
+            },
+            ctx: None,
+        }
+    }
+
+    pub(crate) fn ready(response: Response<ResB>) -> Self {
+        Self {
+            state: State::Done {
+                response: Some(response),
+            },
+            ctx: None,
+        }
+    }
+
+    pub(crate) fn deciding(
+        check: St::Future,
+        pending: Pending<S, ReqB>,
+        core: Arc<Core<K, St, C, R>>,
+        key: K,
+        cost: u32,
+        rule: Option<Arc<Rule>>,
+    ) -> Self {
+        Self {
+            state: State::Deciding {
+                check,
+                pending: Some(pending),
+            },
+            ctx: Some(Ctx {
+                core,
+                key,
+                cost,
+                rule,
+                waited: Duration::ZERO,
+            }),
+        }
+    }
+}
+
+impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: From<String>,
+    K: StoreKey,
+    St: Store<K>,
+    C: Clock,
+    R: OnRejected<ResB>,
+{
+    type Output = Result<Response<ResB>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Deciding { check, pending } => {
+                    let result = ready!(check.poll(cx));
+                    let (Some(ctx), Some(mut p)) = (this.ctx.as_mut(), pending.take()) else {
+                        return Poll::Pending;
+                    };
+                    let d = match result {
+                        Ok(d) => d,
+                        Err(e) => {
+                            ctx.store_error(&e);
+                            if ctx.core.failure == FailurePolicy::FailClosed {
+                                let mut res = text(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "Service Unavailable: the rate limiter cannot decide.\n"
+                                        .to_owned(),
+                                );
+                                res.extensions_mut().insert(e);
+                                this.state.set(State::Done {
+                                    response: Some(res),
+                                });
+                            } else {
+                                ctx.core.limiter.record_fail_open();
+                                let fut = p.inner.call(p.request);
+                                this.state.set(State::Forwarding {
+                                    fut,
+                                    decision: None,
+                                });
+                            }
+                            continue;
+                        }
+                    };
+                    match d.outcome() {
+                        Outcome::Allowed => {
+                            p.request.extensions_mut().insert(d);
+                            let fut = p.inner.call(p.request);
+                            this.state.set(State::Forwarding {
+                                fut,
+                                decision: Some(d),
+                            });
+                        }
+                        Outcome::Rejected => {
+                            let wait = d.retry_after.max(Duration::from_micros(1));
+                            match ctx.core.pacing {
+                                Some(max) if ctx.waited.saturating_add(wait) <= max => {
+                                    this.state.set(State::Pacing {
+                                        sleep: tokio::time::sleep(wait),
+                                        wait,
+                                        pending: Some(p),
+                                        guard: Some(WaitGuard::new(&ctx.core.waiting)),
+                                    });
+                                }
+                                _ => {
+                                    let res = ctx.reject(d);
+                                    this.state.set(State::Done {
+                                        response: Some(res),
+                                    });
+                                }
+                            }
+                        }
+                        Outcome::Exceeds => {
+                            let res = ctx.reject(d);
+                            this.state.set(State::Done {
+                                response: Some(res),
+                            });
+                        }
+                    }
+                }
+                StateProj::Pacing {
+                    sleep,
+                    wait,
+                    pending,
+                    guard,
+                } => {
+                    ready!(sleep.poll(cx));
+                    drop(guard.take());
+                    let Some(ctx) = this.ctx.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    ctx.waited = ctx.waited.saturating_add(*wait);
+                    let check = ctx.check();
+                    let pending = pending.take();
+                    this.state.set(State::Deciding { check, pending });
+                }
+                StateProj::Forwarding { fut, decision } => {
+                    let mut res = ready!(fut.poll(cx))?;
+                    let (Some(ctx), Some(d)) = (this.ctx.as_ref(), *decision) else {
+                        return Poll::Ready(Ok(res));
+                    };
+                    if res.extensions().get::<Refund>().is_some() && ctx.cost > 0 {
+                        let refund = ctx.refund();
+                        this.state.set(State::Refunding {
+                            refund,
+                            response: Some(res),
+                            decision: d,
+                        });
+                        continue;
+                    }
+                    finish_allowed(ctx, &mut res, &d);
+                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Refunding {
+                    refund,
+                    response,
+                    decision,
+                } => {
+                    let result = ready!(refund.poll(cx));
+                    let (Some(ctx), Some(mut res)) = (this.ctx.as_ref(), response.take()) else {
+                        return Poll::Pending;
+                    };
+                    let d = match result {
+                        Ok(d) => d,
+                        Err(e) => {
+                            ctx.store_error(&e);
+                            *decision
+                        }
+                    };
+                    finish_allowed(ctx, &mut res, &d);
+                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Done { response } => {
+                    return match response.take() {
+                        Some(res) => Poll::Ready(Ok(res)),
+                        // Polled after completion.
+                        None => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
+    ctx: &Ctx<K, St, C, R>,
+    res: &mut Response<B>,
+    d: &Decision,
+) {
+    // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
+    if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
+        write_headers(res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+    }
+}

@@ -1,0 +1,408 @@
+//! [`RateLimitLayer`] and its configuration.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::StatusCode;
+use http::request::Parts;
+use tower_layer::Layer;
+
+use super::response::{DefaultRejection, FailurePolicy, HeaderConfig, HeaderStyle, ResetFormat};
+use super::service::RateLimitService;
+use crate::clock::{Clock, SystemClock};
+use crate::key::KeyExtractor;
+use crate::limiter::RateLimiter;
+use crate::rule::Rule;
+use crate::store::{MemoryStore, Store};
+
+/// The cost of a request (default 1). Implemented by [`UnitCost`] and closures
+/// `Fn(&Parts) -> u32`. Cost 0 is a peek: the request passes and consumes nothing.
+pub trait RequestCost: Send + Sync + 'static {
+    /// The request's cost.
+    fn cost(&self, parts: &Parts) -> u32;
+}
+
+/// Every request costs 1.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnitCost;
+
+impl RequestCost for UnitCost {
+    fn cost(&self, _parts: &Parts) -> u32 {
+        1
+    }
+}
+
+impl<F: Fn(&Parts) -> u32 + Send + Sync + 'static> RequestCost for F {
+    fn cost(&self, parts: &Parts) -> u32 {
+        self(parts)
+    }
+}
+
+/// Picks the rule for a request (tiers by plan). `None` uses the limiter's own rule.
+/// Implemented by [`LimiterRule`] and closures `Fn(&Parts) -> Option<Arc<Rule>>`.
+///
+/// A key's state follows the rule it is checked under: give each tier its own keys (e.g. key by
+/// user id, one plan per user) or the tiers share counters.
+pub trait SelectRule: Send + Sync + 'static {
+    /// The rule for this request.
+    fn rule(&self, parts: &Parts) -> Option<Arc<Rule>>;
+}
+
+/// Every request uses the limiter's rule.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LimiterRule;
+
+impl SelectRule for LimiterRule {
+    fn rule(&self, _parts: &Parts) -> Option<Arc<Rule>> {
+        None
+    }
+}
+
+impl<F: Fn(&Parts) -> Option<Arc<Rule>> + Send + Sync + 'static> SelectRule for F {
+    fn rule(&self, parts: &Parts) -> Option<Arc<Rule>> {
+        self(parts)
+    }
+}
+
+/// Exempts requests from the limit (health checks, CORS preflight, allow-listed networks).
+/// Implemented by [`NoSkip`] and closures `Fn(&Parts) -> bool` (`true` = not limited).
+pub trait Skip: Send + Sync + 'static {
+    /// Whether the request bypasses the limiter.
+    fn skip(&self, parts: &Parts) -> bool;
+}
+
+/// No request is exempt.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSkip;
+
+impl Skip for NoSkip {
+    fn skip(&self, _parts: &Parts) -> bool {
+        false
+    }
+}
+
+impl<F: Fn(&Parts) -> bool + Send + Sync + 'static> Skip for F {
+    fn skip(&self, parts: &Parts) -> bool {
+        self(parts)
+    }
+}
+
+/// What happens to a request whose key cannot be extracted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum MissingKey<K> {
+    /// Answer with this status (400 by default), text/plain.
+    Reject(StatusCode),
+    /// Count it under this shared key.
+    Fallback(K),
+}
+
+/// Settings shared by a layer's services and their futures.
+pub(crate) struct Core<K, St, C, R> {
+    pub(crate) limiter: RateLimiter<K, St, C>,
+    pub(crate) headers: HeaderConfig,
+    pub(crate) failure: FailurePolicy,
+    pub(crate) missing: MissingKey<K>,
+    pub(crate) pacing: Option<Duration>,
+    pub(crate) log_keys: bool,
+    pub(crate) rejection: R,
+    pub(crate) waiting: Arc<AtomicUsize>,
+    pub(crate) last_warn: Arc<AtomicU64>,
+}
+
+/// The per-request hooks: key, cost, rule, skip.
+pub(crate) struct Hooks<X, Co, Ru, Sk> {
+    pub(crate) key: X,
+    pub(crate) cost: Co,
+    pub(crate) rule: Ru,
+    pub(crate) skip: Sk,
+}
+
+/// Applies a [`RateLimiter`] to every request of the services it wraps. See the
+/// [module docs](crate::layer) for examples.
+///
+/// Type parameters: the key extractor `X`, the limiter's store `St` and clock `C`, then the hooks
+/// set by the builder methods (rejection `R`, cost `Co`, rule `Ru`, skip `Sk`). Cheap to clone.
+#[must_use]
+pub struct RateLimitLayer<
+    X: KeyExtractor,
+    St = MemoryStore<<X as KeyExtractor>::Key>,
+    C = SystemClock,
+    R = DefaultRejection,
+    Co = UnitCost,
+    Ru = LimiterRule,
+    Sk = NoSkip,
+> {
+    pub(crate) limiter: RateLimiter<X::Key, St, C>,
+    pub(crate) key: X,
+    pub(crate) headers: HeaderConfig,
+    pub(crate) failure: FailurePolicy,
+    pub(crate) missing: MissingKey<X::Key>,
+    pub(crate) pacing: Option<Duration>,
+    pub(crate) log_keys: bool,
+    pub(crate) rejection: R,
+    pub(crate) cost: Co,
+    pub(crate) rule: Ru,
+    pub(crate) skip: Sk,
+    pub(crate) waiting: Arc<AtomicUsize>,
+    pub(crate) last_warn: Arc<AtomicU64>,
+}
+
+impl<X, St, C, R, Co, Ru, Sk> Clone for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
+where
+    X: KeyExtractor + Clone,
+    R: Clone,
+    Co: Clone,
+    Ru: Clone,
+    Sk: Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            key: self.key.clone(),
+            headers: self.headers.clone(),
+            failure: self.failure,
+            missing: self.missing.clone(),
+            pacing: self.pacing,
+            log_keys: self.log_keys,
+            rejection: self.rejection.clone(),
+            cost: self.cost.clone(),
+            rule: self.rule.clone(),
+            skip: self.skip.clone(),
+            waiting: Arc::clone(&self.waiting),
+            last_warn: Arc::clone(&self.last_warn),
+        }
+    }
+}
+
+impl<X, St, C, R, Co, Ru, Sk> fmt::Debug for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
+where
+    X: KeyExtractor + fmt::Debug,
+    St: fmt::Debug,
+    C: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.limiter)
+            .field("key", &self.key)
+            .field("headers", &self.headers)
+            .field("failure", &self.failure)
+            .field("pacing", &self.pacing)
+            .field("rejection", &"<fn>")
+            .field("cost", &"<fn>")
+            .field("rule", &"<fn>")
+            .field("skip", &"<fn>")
+            .finish()
+    }
+}
+
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
+    /// Limits requests with `limiter`, keyed by `key`.
+    pub fn new(limiter: RateLimiter<X::Key, St, C>, key: X) -> Self {
+        Self {
+            limiter,
+            key,
+            headers: HeaderConfig::default(),
+            failure: FailurePolicy::default(),
+            missing: MissingKey::Reject(StatusCode::BAD_REQUEST),
+            pacing: None,
+            log_keys: false,
+            rejection: DefaultRejection,
+            cost: UnitCost,
+            rule: LimiterRule,
+            skip: NoSkip,
+            waiting: Arc::default(),
+            last_warn: Arc::default(),
+        }
+    }
+}
+
+impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, Sk> {
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter<X::Key, St, C> {
+        &self.limiter
+    }
+
+    /// Whether allowed responses carry the rate-limit headers (default `true`). Rejections always
+    /// do.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.headers.on_allowed = on;
+        self
+    }
+
+    /// Which header fields to write (default the `x-ratelimit-*` fields).
+    pub fn header_style(mut self, style: HeaderStyle) -> Self {
+        self.headers.style = style;
+        self
+    }
+
+    /// The policy name in the IETF fields (default `default`; with several quotas `NAME-0`,
+    /// `NAME-1`, ...).
+    pub fn policy_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.headers.policy_name = name.into();
+        self
+    }
+
+    /// `x-ratelimit-reset` as seconds from now (default) or as Unix time.
+    pub fn reset_format(mut self, format: ResetFormat) -> Self {
+        self.headers.reset = format;
+        self
+    }
+
+    /// What to do when the store fails (default [`FailurePolicy::FailOpen`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure = policy;
+        self
+    }
+
+    /// Shorthand for `failure_policy(FailurePolicy::FailClosed)`: answer 503 when the store fails.
+    pub fn fail_closed(self) -> Self {
+        self.failure_policy(FailurePolicy::FailClosed)
+    }
+
+    /// Answers requests without a usable key with `status` (default 400), text/plain.
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.missing = MissingKey::Reject(status);
+        self
+    }
+
+    /// Counts requests without a usable key under one shared `key` instead of rejecting them.
+    pub fn fallback_key(mut self, key: X::Key) -> Self {
+        self.missing = MissingKey::Fallback(key);
+        self
+    }
+
+    /// Pacing (delay) mode: a request that would be rejected waits for its slot on tokio's timer,
+    /// for at most `max_delay` in total, and is rejected only if the slot comes later. Waiters
+    /// hold no place while they sleep, so a cancelled request (client gone) costs nothing.
+    /// Needs a tokio runtime with the time driver; use [`TokioClock`](crate::TokioClock) as the
+    /// limiter's clock in tests with paused time.
+    pub fn pacing(mut self, max_delay: Duration) -> Self {
+        self.pacing = Some(max_delay);
+        self
+    }
+
+    /// Whether `tracing` events name the key (default `false`: keys can be personal data).
+    pub fn log_keys(mut self, on: bool) -> Self {
+        self.log_keys = on;
+        self
+    }
+
+    /// How many requests are waiting for a slot in pacing mode now, over every service of this
+    /// layer (and its clones).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)).
+    pub fn on_rejected<R2>(self, f: R2) -> RateLimitLayer<X, St, C, R2, Co, Ru, Sk> {
+        RateLimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            headers: self.headers,
+            failure: self.failure,
+            missing: self.missing,
+            pacing: self.pacing,
+            log_keys: self.log_keys,
+            rejection: f,
+            cost: self.cost,
+            rule: self.rule,
+            skip: self.skip,
+            waiting: self.waiting,
+            last_warn: self.last_warn,
+        }
+    }
+
+    /// Computes each request's cost with `f` (default 1).
+    pub fn cost<Co2: RequestCost>(self, f: Co2) -> RateLimitLayer<X, St, C, R, Co2, Ru, Sk> {
+        RateLimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            headers: self.headers,
+            failure: self.failure,
+            missing: self.missing,
+            pacing: self.pacing,
+            log_keys: self.log_keys,
+            rejection: self.rejection,
+            cost: f,
+            rule: self.rule,
+            skip: self.skip,
+            waiting: self.waiting,
+            last_warn: self.last_warn,
+        }
+    }
+
+    /// Chooses each request's rule with `f` (tiers); `None` keeps the limiter's rule.
+    pub fn select_rule<Ru2: SelectRule>(self, f: Ru2) -> RateLimitLayer<X, St, C, R, Co, Ru2, Sk> {
+        RateLimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            headers: self.headers,
+            failure: self.failure,
+            missing: self.missing,
+            pacing: self.pacing,
+            log_keys: self.log_keys,
+            rejection: self.rejection,
+            cost: self.cost,
+            rule: f,
+            skip: self.skip,
+            waiting: self.waiting,
+            last_warn: self.last_warn,
+        }
+    }
+
+    /// Exempts the requests for which `f` returns `true`: they pass without a check and without
+    /// rate-limit headers.
+    pub fn skip<Sk2: Skip>(self, f: Sk2) -> RateLimitLayer<X, St, C, R, Co, Ru, Sk2> {
+        RateLimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            headers: self.headers,
+            failure: self.failure,
+            missing: self.missing,
+            pacing: self.pacing,
+            log_keys: self.log_keys,
+            rejection: self.rejection,
+            cost: self.cost,
+            rule: self.rule,
+            skip: f,
+            waiting: self.waiting,
+            last_warn: self.last_warn,
+        }
+    }
+}
+
+impl<S, X, St, C, R, Co, Ru, Sk> Layer<S> for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
+where
+    X: KeyExtractor + Clone,
+    R: Clone,
+    Co: Clone,
+    Ru: Clone,
+    Sk: Clone,
+{
+    type Service = RateLimitService<S, X, St, C, R, Co, Ru, Sk>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::from_parts(
+            inner,
+            Arc::new(Core {
+                limiter: self.limiter.clone(),
+                headers: self.headers.clone(),
+                failure: self.failure,
+                missing: self.missing.clone(),
+                pacing: self.pacing,
+                log_keys: self.log_keys,
+                rejection: self.rejection.clone(),
+                waiting: Arc::clone(&self.waiting),
+                last_warn: Arc::clone(&self.last_warn),
+            }),
+            Arc::new(Hooks {
+                key: self.key.clone(),
+                cost: self.cost.clone(),
+                rule: self.rule.clone(),
+                skip: self.skip.clone(),
+            }),
+        )
+    }
+}

@@ -1,0 +1,123 @@
+//! The Tower layer: [`RateLimitLayer`] and [`RateLimitService`], plus [`PaceLayer`] for clients.
+//!
+//! For every request the service extracts a key ([`crate::key`]), asks the [`RateLimiter`] for a
+//! [`Decision`] on it (cost 1 unless [`RateLimitLayer::cost`] says otherwise), and then:
+//!
+//! - **allowed**: puts the `Decision` into the request's extensions (handlers can show "attempts
+//!   left"), calls the inner service, and writes `x-ratelimit-limit`, `x-ratelimit-remaining` and
+//!   `x-ratelimit-reset` on its response (replacing any the inner service set; turn off with
+//!   [`headers_on_allowed(false)`](RateLimitLayer::headers_on_allowed));
+//! - **rejected**: answers `429 Too Many Requests` without calling the inner service, with the same
+//!   fields, `Retry-After` (whole seconds, rounded up, at least 1), a short text/plain body, and the
+//!   `Decision` in the response's extensions. A request whose cost can never be admitted gets a 429
+//!   without `Retry-After` whose body says so;
+//! - **no key**: `400 Bad Request` (text/plain), or a shared fallback key
+//!   ([`fallback_key`](RateLimitLayer::fallback_key));
+//! - **store failure**: passes the request without rate-limit headers (fail open, the default:
+//!   warned about at most once a second and counted in [`Stats::fail_open`](crate::Stats)), or
+//!   answers `503` ([`fail_closed`](RateLimitLayer::fail_closed)).
+//!
+//! Header values follow the table in `DESIGN.md`: `x-ratelimit-reset` is the delay in seconds
+//! (rounded up; [`ResetFormat::Unix`] for Unix time), the IETF draft's `RateLimit` and
+//! `RateLimit-Policy` fields are available with [`HeaderStyle`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::net::SocketAddr;
+//! use std::time::Duration;
+//! use axum::{Router, body::Body, routing::get};
+//! use http::{Request, StatusCode};
+//! use tollgate::{ManualClock, RateLimiter, Strategy};
+//! use tollgate::key::PeerIp;
+//! use tollgate::layer::RateLimitLayer;
+//! use tower::ServiceExt;
+//!
+//! let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+//! let limiter = RateLimiter::builder()
+//!     .strategy(Strategy::FixedWindow)
+//!     .quotas("2/minute").unwrap()
+//!     .clock(clock.clone())
+//!     .build()
+//!     .unwrap();
+//! let app = Router::new()
+//!     .route("/", get(|| async { "ok" }))
+//!     .layer(RateLimitLayer::new(limiter, PeerIp::default()));
+//!
+//! let request = || {
+//!     let mut req = Request::get("/").body(Body::empty()).unwrap();
+//!     // `axum::serve(.., app.into_make_service_with_connect_info::<SocketAddr>())` does this.
+//!     let peer: SocketAddr = "203.0.113.9:5000".parse().unwrap();
+//!     req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+//!     req
+//! };
+//! let res = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::OK);
+//! assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+//! assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
+//! assert_eq!(res.headers()["x-ratelimit-reset"], "20", "the window ends at the next minute");
+//! app.clone().oneshot(request()).await.unwrap();
+//! let res = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(res.headers()["retry-after"], "20");
+//! assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+//! clock.advance(Duration::from_secs(20));
+//! assert_eq!(app.oneshot(request()).await.unwrap().status(), StatusCode::OK);
+//! # }
+//! ```
+//!
+//! # Options
+//! - [`cost`](RateLimitLayer::cost): a request's cost from its head (default 1; 0 = peek).
+//! - [`select_rule`](RateLimitLayer::select_rule): a rule per request, for tiers by plan.
+//! - [`skip`](RateLimitLayer::skip): exempt health checks, CORS preflight `OPTIONS`, allow-listed
+//!   networks.
+//! - [`on_rejected`](RateLimitLayer::on_rejected): build the 429 yourself (the layer still adds the
+//!   headers and the `Decision`).
+//! - [`pacing`](RateLimitLayer::pacing): wait up to a maximum delay for a slot instead of rejecting.
+//! - Refunds: a handler that inserts [`Refund`] into its response's extensions gets its request's
+//!   cost given back ("only failures count", see the `login` example).
+//! - [`log_keys`](RateLimitLayer::log_keys): name keys in `tracing` events (off by default).
+//!
+//! # Layer order and CORS
+//! `Retry-After` and `x-ratelimit-*` are not CORS-safelisted: list them in
+//! `Access-Control-Expose-Headers`, and put the rate limiter *inside* the CORS layer (added before
+//! it with `Router::layer`) so 429s carry CORS headers too. Put it after authentication when
+//! keying by user. Two layers on one limiter and key count a request twice: give each layer its
+//! own limiter (a request rejected by an outer layer never reaches, nor counts in, an inner one).
+//!
+//! # Plain hyper
+//! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
+//! example); `tower::ServiceBuilder` stacks the layer as usual.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod future;
+#[allow(clippy::module_inception)]
+mod layer;
+mod pace;
+mod response;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::{
+    LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost,
+};
+pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
+pub use response::{
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, RATELIMIT, RATELIMIT_POLICY,
+    ResetFormat, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+pub use service::RateLimitService;
+
+#[allow(unused_imports)]
+use crate::{Decision, RateLimiter};
+
+/// Put this into a response's extensions to give back the request's cost: the layer then calls
+/// [`RateLimiter::refund`] (or `refund_rule`) for its key, and the headers show the refunded state.
+/// With axum: `(Extension(Refund), "welcome")`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Refund;

@@ -1,0 +1,205 @@
+//! Rate-limit headers, the default responses (429, 400, 503), and the rejection hook.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::decision::{Decision, Outcome};
+use crate::rule::Rule;
+
+/// `x-ratelimit-limit`.
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `x-ratelimit-remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `x-ratelimit-reset`.
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `ratelimit` (IETF draft structured field).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `ratelimit-policy` (IETF draft structured field).
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+
+/// How `x-ratelimit-reset` is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds from now, rounded up (the default).
+    #[default]
+    Delta,
+    /// Unix time in seconds, rounded up, from the store's clock.
+    Unix,
+}
+
+/// Which rate-limit header fields are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-reset` (the default).
+    #[default]
+    XRateLimit,
+    /// The IETF draft's `RateLimit` and `RateLimit-Policy` fields
+    /// (draft-ietf-httpapi-ratelimit-headers-11).
+    Ietf,
+    /// Both.
+    Both,
+}
+
+/// What the layer does when the store fails (Redis down, a timeout).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Let the request through, without rate-limit headers; log a warning (at most about once a
+    /// second) and count it in [`Stats::fail_open`](crate::Stats::fail_open). The default.
+    #[default]
+    FailOpen,
+    /// Answer `503 Service Unavailable`.
+    FailClosed,
+}
+
+/// The header settings a service writes with.
+#[derive(Clone, Debug)]
+pub(crate) struct HeaderConfig {
+    pub(crate) on_allowed: bool,
+    pub(crate) style: HeaderStyle,
+    pub(crate) reset: ResetFormat,
+    pub(crate) policy_name: Arc<str>,
+}
+
+impl Default for HeaderConfig {
+    fn default() -> Self {
+        Self {
+            on_allowed: true,
+            style: HeaderStyle::default(),
+            reset: ResetFormat::default(),
+            policy_name: Arc::from("default"),
+        }
+    }
+}
+
+fn num(n: u64) -> HeaderValue {
+    let mut buf = itoa::Buffer::new();
+    HeaderValue::from_str(buf.format(n)).unwrap_or(HeaderValue::from_static("0"))
+}
+
+/// Writes the rate-limit fields for `d` (replacing any the inner service set, never duplicating
+/// them), and `Retry-After` when `d` is a rejection that waiting can cure.
+pub(crate) fn write_headers(
+    headers: &mut HeaderMap,
+    d: &Decision,
+    rule: &Rule,
+    cfg: &HeaderConfig,
+) {
+    let reset = match cfg.reset {
+        ResetFormat::Delta => d.reset_secs(),
+        ResetFormat::Unix => d.reset_unix_secs(),
+    };
+    if matches!(cfg.style, HeaderStyle::XRateLimit | HeaderStyle::Both) {
+        headers.insert(X_RATELIMIT_LIMIT.clone(), num(u64::from(d.limit())));
+        headers.insert(X_RATELIMIT_REMAINING.clone(), num(u64::from(d.remaining())));
+        headers.insert(X_RATELIMIT_RESET.clone(), num(reset));
+    }
+    if matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both) {
+        let name = escape_sf_string(&cfg.policy_name);
+        let many = rule.quotas().len() > 1;
+        let label = |i: usize| {
+            if many {
+                format!("{name}-{i}")
+            } else {
+                name.clone()
+            }
+        };
+        let mut policy = String::new();
+        for (i, q) in rule.quotas().iter().enumerate() {
+            if i > 0 {
+                policy.push_str(", ");
+            }
+            let limit = if rule.strategy().is_bucket() {
+                q.burst()
+            } else {
+                q.limit()
+            };
+            let window = crate::decision::ceil_secs(q.period()).max(1);
+            let _ = write!(policy, "\"{}\";q={limit};w={window}", label(i));
+        }
+        let current = format!(
+            "\"{}\";r={};t={}",
+            label(d.quota_index()),
+            d.remaining(),
+            d.reset_secs()
+        );
+        if let Ok(v) = HeaderValue::from_str(&policy) {
+            headers.insert(RATELIMIT_POLICY.clone(), v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&current) {
+            headers.insert(RATELIMIT.clone(), v);
+        }
+    }
+    if let Some(secs) = d.retry_after_secs() {
+        headers.insert(RETRY_AFTER, num(secs));
+    }
+}
+
+fn escape_sf_string(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii() && !c.is_ascii_control())
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect()
+}
+
+/// Builds the response for a rejected request. The layer then adds the rate-limit headers,
+/// `Retry-After`, and the [`Decision`] (in the response's extensions) to whatever it returns.
+///
+/// Implemented by [`DefaultRejection`] and by closures `Fn(&Decision) -> Response<B>`.
+pub trait OnRejected<B>: Send + Sync + 'static {
+    /// The response for a request rejected with `decision` (its outcome is
+    /// [`Outcome::Rejected`] or [`Outcome::Exceeds`]).
+    fn on_rejected(&self, decision: &Decision) -> Response<B>;
+}
+
+impl<B, F> OnRejected<B> for F
+where
+    F: Fn(&Decision) -> Response<B> + Send + Sync + 'static,
+{
+    fn on_rejected(&self, decision: &Decision) -> Response<B> {
+        self(decision)
+    }
+}
+
+/// The default rejection: `429 Too Many Requests` with a short text/plain body that says when to
+/// retry, or that the request's cost can never be admitted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DefaultRejection;
+
+impl<B: From<String>> OnRejected<B> for DefaultRejection {
+    fn on_rejected(&self, d: &Decision) -> Response<B> {
+        let body = match (d.outcome(), d.retry_after_secs()) {
+            (Outcome::Exceeds, _) => format!(
+                "Too Many Requests: the request's cost exceeds the rate limit ({}); it can never be admitted.\n",
+                d.limit()
+            ),
+            (_, Some(secs)) => {
+                format!("Too Many Requests: retry in {secs} second{}.\n", plural(secs))
+            }
+            _ => "Too Many Requests.\n".to_owned(),
+        };
+        text(StatusCode::TOO_MANY_REQUESTS, body)
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// A text/plain response.
+pub(crate) fn text<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
+    let mut res = Response::new(B::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN.clone());
+    res
+}

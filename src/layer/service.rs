@@ -1,0 +1,188 @@
+//! [`RateLimitService`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::future::{Pending, ResponseFuture};
+use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
+use super::response::{OnRejected, text};
+use crate::clock::Clock;
+use crate::key::KeyExtractor;
+use crate::limiter::RateLimiter;
+use crate::store::Store;
+
+/// The service a [`RateLimitLayer`] wraps around an inner service. See the
+/// [module docs](crate::layer).
+///
+/// `poll_ready` only forwards to the inner service; the decision happens in `call`, and a rejected
+/// request never reaches the inner service.
+pub struct RateLimitService<S, X: KeyExtractor, St, C, R, Co, Ru, Sk> {
+    inner: S,
+    core: Arc<Core<X::Key, St, C, R>>,
+    hooks: Arc<Hooks<X, Co, Ru, Sk>>,
+}
+
+impl<S: Clone, X: KeyExtractor, St, C, R, Co, Ru, Sk> Clone
+    for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
+{
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            core: Arc::clone(&self.core),
+            hooks: Arc::clone(&self.hooks),
+        }
+    }
+}
+
+impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, St, C, R, Co, Ru, Sk> fmt::Debug
+    for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("inner", &self.inner)
+            .field("key", &self.hooks.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitService<S, X, St, C, R, Co, Ru, Sk> {
+    pub(crate) fn from_parts(
+        inner: S,
+        core: Arc<Core<X::Key, St, C, R>>,
+        hooks: Arc<Hooks<X, Co, Ru, Sk>>,
+    ) -> Self {
+        Self { inner, core, hooks }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the wrapper.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter<X::Key, St, C> {
+        &self.core.limiter
+    }
+
+    /// How many requests wait for a slot in pacing mode now.
+    pub fn waiting(&self) -> usize {
+        self.core.waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock>
+    RateLimitService<(), X, St, C, (), (), (), ()>
+{
+    /// The layer: `RateLimitService::layer(limiter, key)` is [`RateLimitLayer::new`].
+    pub fn layer(limiter: RateLimiter<X::Key, St, C>, key: X) -> RateLimitLayer<X, St, C> {
+        RateLimitLayer::new(limiter, key)
+    }
+}
+
+/// The limiters and keys a request was counted under, so stacked layers count it once.
+#[derive(Clone, Debug, Default)]
+struct Counted(Vec<(usize, Vec<u8>)>);
+
+fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
+    limiter: &RateLimiter<K, St, C>,
+    key: &K,
+) -> (usize, Vec<u8>) {
+    let mut bytes = Vec::new();
+    key.encode(&mut bytes);
+    // The store lives inside the limiter's shared allocation: its address names the limiter.
+    (std::ptr::from_ref(limiter.store()) as usize, bytes)
+}
+
+impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
+    for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: From<String>,
+    X: KeyExtractor,
+    St: Store<X::Key>,
+    C: Clock,
+    R: OnRejected<ResB>,
+    Co: RequestCost,
+    Ru: SelectRule,
+    Sk: Skip,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB, ResB, X::Key, St, C, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let (parts, body) = req.into_parts();
+        let hooks = &*self.hooks;
+        if hooks.skip.skip(&parts) {
+            let fut = self.inner.call(Request::from_parts(parts, body));
+            return ResponseFuture::passthrough(fut);
+        }
+        let key = match hooks.key.extract(&parts) {
+            Ok(key) => key,
+            Err(e) => match &self.core.missing {
+                MissingKey::Fallback(key) => {
+                    tracing::debug!(reason = e.reason(), "rate limit: fallback key");
+                    key.clone()
+                }
+                MissingKey::Reject(status) => {
+                    tracing::debug!(reason = e.reason(), "rate limit: request without a key");
+                    let mut res = text(*status, format!("{e}\n"));
+                    res.extensions_mut().insert(e);
+                    return ResponseFuture::ready(res);
+                }
+            },
+        };
+        // One request, one count: a second layer on the same limiter and key lets it through.
+        let mut parts = parts;
+        let id = counted_id(&self.core.limiter, &key);
+        let counted = parts.extensions.get_mut::<Counted>();
+        match counted {
+            Some(c) if c.0.contains(&id) => {
+                let fut = self.inner.call(Request::from_parts(parts, body));
+                return ResponseFuture::passthrough(fut);
+            }
+            Some(c) => c.0.push(id),
+            None => {
+                parts.extensions.insert(Counted(vec![id]));
+            }
+        }
+        let cost = hooks.cost.cost(&parts);
+        let rule = hooks.rule.rule(&parts);
+        let check = match &rule {
+            Some(r) => self.core.limiter.check_rule(r, &key, cost),
+            None => self.core.limiter.check(&key, cost),
+        };
+        // The ready-clone idiom: the service that was polled ready goes into the future.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::deciding(
+            check,
+            Pending {
+                request: Request::from_parts(parts, body),
+                inner,
+            },
+            Arc::clone(&self.core),
+            key,
+            cost,
+            rule,
+        )
+    }
+}

@@ -1,0 +1,430 @@
+//! The layer at the service level (`oneshot`): hooks, failure policies, pacing, and properties.
+
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use proptest::prelude::*;
+use tollgate::key::{ExtensionKey, ForwardedIp, GlobalKey, HeaderKey, PeerAddr};
+use tollgate::layer::{RateLimitLayer, Refund};
+use tollgate::store::Store;
+use tollgate::{
+    Decision, ManualClock, Outcome, RateLimiter, Rule, Stats, StoreError, StoreErrorKind,
+    Strategy, TokioClock,
+};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+const T0: Duration = Duration::from_secs(1_699_999_980);
+
+type Body = Full<Bytes>;
+
+fn limiter<K: tollgate::store::StoreKey>(
+    strategy: Strategy,
+    quotas: &str,
+    clock: &ManualClock,
+) -> RateLimiter<K, tollgate::store::MemoryStore<K>, ManualClock> {
+    RateLimiter::builder()
+        .strategy(strategy)
+        .quotas(quotas)
+        .unwrap()
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// An echo service that answers "ok" and counts its calls; it reports the request's decision.
+fn echo(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone
+{
+    service_fn(move |req: Request<Body>| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let left = req
+            .extensions()
+            .get::<Decision>()
+            .map_or("none".to_owned(), |d| d.remaining().to_string());
+        ready(Ok::<_, Infallible>(Response::new(Body::from(format!("ok, {left} left")))))
+    })
+}
+
+fn get() -> Request<Body> {
+    Request::get("/").body(Body::default()).unwrap()
+}
+
+async fn body(res: Response<Body>) -> String {
+    String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn the_decision_reaches_handlers_and_rejections() {
+    let clock = ManualClock::new(T0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::new(limiter::<()>(Strategy::FixedWindow, "2/minute", &clock), GlobalKey)
+        .layer(echo(calls.clone()));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(body(res).await, "ok, 1 left");
+    svc.clone().oneshot(get()).await.unwrap();
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let d = res.extensions().get::<Decision>().copied().unwrap();
+    assert_eq!((d.outcome(), d.retry_after_secs()), (Outcome::Rejected, Some(60)));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A cost above what the quota can ever admit: 429, the quota's fields, no Retry-After, a body
+/// that says so. Cost 0 is a peek.
+#[tokio::test]
+async fn costs_from_the_request() {
+    let clock = ManualClock::new(T0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::new(limiter::<()>(Strategy::TokenBucket, "10/minute", &clock), GlobalKey)
+        .cost(|p: &http::request::Parts| {
+            p.headers
+                .get("x-cost")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+        .layer(echo(calls.clone()));
+    let with_cost = |c: &str| Request::get("/").header("x-cost", c).body(Body::default()).unwrap();
+    let res = svc.clone().oneshot(with_cost("4")).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "6");
+    let res = svc.clone().oneshot(with_cost("0")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "6");
+    let res = svc.clone().oneshot(with_cost("11")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers().get("retry-after"), None);
+    assert_eq!(res.headers()["x-ratelimit-limit"], "10");
+    assert_eq!(res.extensions().get::<Decision>().unwrap().outcome(), Outcome::Exceeds);
+    assert!(body(res).await.contains("exceeds the rate limit"));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn skipped_requests_pass_without_a_check() {
+    let clock = ManualClock::new(T0);
+    let lim = limiter::<()>(Strategy::FixedWindow, "1/minute", &clock);
+    let svc = RateLimitLayer::new(lim.clone(), GlobalKey)
+        .skip(|p: &http::request::Parts| p.uri.path() == "/health" || p.method == http::Method::OPTIONS)
+        .layer(echo(Arc::default()));
+    for _ in 0..3 {
+        let res = svc.clone().oneshot(Request::get("/health").body(Body::default()).unwrap()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers().get("x-ratelimit-limit"), None);
+    }
+    assert_eq!(lim.peek_now(&()).remaining(), 1, "nothing counted");
+}
+
+/// Tiers: the rule comes from the request.
+#[tokio::test]
+async fn rules_chosen_per_request() {
+    let clock = ManualClock::new(T0);
+    let pro = Arc::new(Rule::parse(Strategy::FixedWindow, "5/minute").unwrap());
+    let svc = RateLimitLayer::new(limiter(Strategy::FixedWindow, "1/minute", &clock), HeaderKey::new("x-user"))
+        .select_rule(move |p: &http::request::Parts| {
+            (p.headers.get("x-plan").map(|v| v.as_bytes()) == Some(b"pro")).then(|| pro.clone())
+        })
+        .layer(echo(Arc::default()));
+    let req = |user: &str, plan: &str| {
+        Request::get("/").header("x-user", user).header("x-plan", plan).body(Body::default()).unwrap()
+    };
+    let res = svc.clone().oneshot(req("a", "pro")).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-limit"], "5");
+    let res = svc.clone().oneshot(req("b", "free")).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+    assert_eq!(svc.clone().oneshot(req("b", "free")).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(svc.clone().oneshot(req("a", "pro")).await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn custom_rejections_get_the_headers_too() {
+    let clock = ManualClock::new(T0);
+    let svc = RateLimitLayer::new(limiter::<()>(Strategy::FixedWindow, "1/minute", &clock), GlobalKey)
+        .on_rejected(|d: &Decision| {
+            let mut res = Response::new(Body::from(format!("{{\"wait\":{}}}", d.retry_after_secs().unwrap_or(0))));
+            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            res.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            res
+        })
+        .layer(echo(Arc::default()));
+    svc.clone().oneshot(get()).await.unwrap();
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.headers()["retry-after"], "60");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    assert_eq!(body(res).await, "{\"wait\":60}");
+}
+
+/// Refund hook: a response marked with `Refund` gives its cost back; headers show it.
+#[tokio::test]
+async fn marked_responses_are_refunded() {
+    let clock = ManualClock::new(T0);
+    let lim = limiter::<()>(Strategy::FixedWindow, "3/minute", &clock);
+    let inner = service_fn(|req: Request<Body>| {
+        let ok = req.uri().path() == "/ok";
+        ready(Ok::<_, Infallible>({
+            let mut res = Response::new(Body::default());
+            if ok {
+                res.extensions_mut().insert(Refund);
+            }
+            res
+        }))
+    });
+    let svc = RateLimitLayer::new(lim.clone(), GlobalKey).layer(inner);
+    for _ in 0..5 {
+        let res = svc.clone().oneshot(Request::get("/ok").body(Body::default()).unwrap()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["x-ratelimit-remaining"], "3");
+    }
+    let res = svc.clone().oneshot(Request::get("/fail").body(Body::default()).unwrap()).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    assert_eq!(lim.peek_now(&()).remaining(), 2);
+}
+
+/// A store that always fails.
+#[derive(Debug, Default)]
+struct DownStore;
+
+impl<K> Store<K> for DownStore {
+    type Future = Ready<Result<Decision, StoreError>>;
+
+    fn apply(&self, _: &K, _: &Rule, _: tollgate::Op, _: u64) -> Self::Future {
+        ready(Err(StoreError::new(StoreErrorKind::Connection, "down")))
+    }
+
+    fn stats(&self) -> Stats {
+        Stats::default()
+    }
+}
+
+/// T-43: fail-open passes carry no rate-limit headers and are counted; fail-closed answers 503
+/// without calling the inner service.
+#[tokio::test]
+async fn store_failures_follow_the_policy() {
+    let lim: RateLimiter<(), DownStore, ManualClock> = RateLimiter::builder()
+        .quotas("1/minute")
+        .unwrap()
+        .store(DownStore)
+        .clock(ManualClock::new(T0))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let open = RateLimitLayer::new(lim.clone(), GlobalKey).layer(echo(calls.clone()));
+    for _ in 0..3 {
+        let res = open.clone().oneshot(get()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers().get("x-ratelimit-remaining"), None);
+        assert_eq!(res.headers().get("retry-after"), None);
+        assert_eq!(body(res).await, "ok, none left", "no Decision for the handler");
+    }
+    assert_eq!(lim.stats().fail_open, 3);
+    let closed = RateLimitLayer::new(lim.clone(), GlobalKey).fail_closed().layer(echo(calls.clone()));
+    let res = closed.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(res.extensions().get::<StoreError>().is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "fail-closed never reaches the inner service");
+}
+
+/// Pacing mode waits up to the maximum delay for a slot, then rejects; waiters are counted and
+/// released.
+#[tokio::test(start_paused = true)]
+async fn pacing_mode_waits_for_a_slot_then_rejects() {
+    let lim = RateLimiter::builder()
+        .strategy(Strategy::TokenBucket)
+        .quotas("1/second")
+        .unwrap()
+        .clock(TokioClock::new())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(lim, GlobalKey).pacing(Duration::from_secs(2));
+    let svc = layer.clone().layer(echo(Arc::default()));
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                let res = svc.oneshot(get()).await.unwrap();
+                (res.status(), start.elapsed())
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out.sort_by_key(|(s, e)| (*e, s.as_u16()));
+    let statuses: Vec<_> = out.iter().map(|(s, _)| s.as_u16()).collect();
+    let ok_times: Vec<_> = out.iter().filter(|(s, _)| *s == StatusCode::OK).map(|(_, e)| e.as_secs()).collect();
+    assert_eq!(ok_times, [0, 1, 2], "one slot per second: {out:?}");
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 1);
+    assert!(out.iter().all(|(_, e)| *e <= Duration::from_secs(2)), "no wait beyond the max");
+    assert_eq!(layer.waiting(), 0);
+}
+
+/// T-44: 10^4 waiting requests, half cancelled: waits stay within the maximum, cancelled waiters
+/// free their slot, and no waiter is left behind.
+#[tokio::test(start_paused = true)]
+async fn cancelled_waiters_give_their_place_back() {
+    let lim = RateLimiter::builder()
+        .strategy(Strategy::TokenBucket)
+        .quotas("10/second")
+        .unwrap()
+        .clock(TokioClock::new())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(lim, GlobalKey).pacing(Duration::from_secs(2));
+    let svc = layer.clone().layer(echo(Arc::default()));
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..10_000 {
+        let svc = svc.clone();
+        tasks.push(tokio::spawn(async move {
+            let res = svc.oneshot(get()).await.unwrap();
+            (res.status(), start.elapsed())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(layer.waiting(), 10_000 - 10, "all but the first 10 wait");
+    for t in tasks.iter().skip(1).step_by(2) {
+        t.abort();
+    }
+    let mut ok = 0;
+    let mut rejected = 0;
+    let mut cancelled = 0;
+    for t in tasks {
+        match t.await {
+            Ok((StatusCode::OK, e)) => {
+                assert!(e <= Duration::from_secs(2));
+                ok += 1;
+            }
+            Ok((StatusCode::TOO_MANY_REQUESTS, e)) => {
+                assert!(e <= Duration::from_secs(2));
+                rejected += 1;
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => {
+                assert!(e.is_cancelled());
+                cancelled += 1;
+            }
+        }
+    }
+    // 10 at once (5 of them had finished before the abort), then 10/s for 2 s: the cancelled
+    // waiters took none of those slots.
+    assert_eq!(cancelled, 5_000 - 5);
+    assert_eq!(ok, 30, "admitted");
+    assert_eq!(ok + rejected + cancelled, 10_000);
+    assert_eq!(layer.waiting(), 0, "no waiter left");
+}
+
+/// The response body may be any type `From<String>`: axum's `Body` too.
+#[tokio::test]
+async fn axum_body_works() {
+    let clock = ManualClock::new(T0);
+    let svc = RateLimitLayer::new(limiter::<u64>(Strategy::FixedWindow, "1/minute", &clock), ExtensionKey::<u64>::new())
+        .layer(service_fn(|_req: Request<axum::body::Body>| async {
+            Ok::<_, Infallible>(Response::new(axum::body::Body::from("ok")))
+        }));
+    let req = || {
+        let mut r = Request::get("/").body(axum::body::Body::empty()).unwrap();
+        r.extensions_mut().insert(7u64);
+        r
+    };
+    assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    let missing = Request::get("/").body(axum::body::Body::empty()).unwrap();
+    assert_eq!(svc.oneshot(missing).await.unwrap().status(), StatusCode::BAD_REQUEST);
+}
+
+fn run<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// T-40: for every strategy and costs up to the limit, after some traffic: waiting exactly
+    /// Retry-After admits a request of the same cost; one second less does not (waits >= 2 s).
+    #[test]
+    fn retry_after_is_sufficient_and_tight(
+        strategy in prop::sample::select(Strategy::ALL.to_vec()),
+        limit in 1u32..8,
+        period in prop::sample::select(vec![1u64, 7, 60, 3600]),
+        offset_ms in 0u64..60_000,
+        pre in prop::collection::vec((0u64..5_000, 1u32..4), 0..12),
+        cost_pick in 1u32..8,
+    ) {
+        let cost = cost_pick.min(limit);
+        let clock = ManualClock::new(T0 + Duration::from_millis(offset_ms));
+        let lim = limiter::<()>(strategy, &format!("{limit}/{period}s"), &clock);
+        let svc = RateLimitLayer::new(lim, GlobalKey)
+            .cost(move |p: &http::request::Parts| p.headers.get("x-cost").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(cost))
+            .layer(echo(Arc::default()));
+        run(async {
+            for (gap, c) in pre {
+                clock.advance(Duration::from_millis(gap));
+                let req = Request::get("/").header("x-cost", c.min(limit).to_string()).body(Body::default()).unwrap();
+                svc.clone().oneshot(req).await.unwrap();
+            }
+            let mut res = svc.clone().oneshot(get()).await.unwrap();
+            let mut guard = 0;
+            while res.status() == StatusCode::OK {
+                res = svc.clone().oneshot(get()).await.unwrap();
+                guard += 1;
+                prop_assert!(guard < 100);
+            }
+            prop_assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+            let retry: u64 = res.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+            prop_assert!(retry >= 1);
+            let reset: u64 = res.headers()["x-ratelimit-reset"].to_str().unwrap().parse().unwrap();
+            prop_assert!(reset >= retry, "reset {} < retry {}", reset, retry);
+            if retry >= 2 {
+                clock.advance(Duration::from_secs(retry - 1));
+                let early = svc.clone().oneshot(get()).await.unwrap();
+                prop_assert_eq!(early.status(), StatusCode::TOO_MANY_REQUESTS, "{} admitted 1 s early", strategy);
+                clock.advance(Duration::from_secs(1));
+            } else {
+                clock.advance(Duration::from_secs(retry));
+            }
+            let later = svc.clone().oneshot(get()).await.unwrap();
+            prop_assert_eq!(later.status(), StatusCode::OK, "{} not admitted after Retry-After", strategy);
+            Ok(())
+        })?;
+    }
+
+    /// Issue 6 item 3: arbitrary requests (methods, paths, header names and bytes, peers) never
+    /// make the layer panic; every answer is 200, 400 or 429.
+    #[test]
+    fn arbitrary_requests_never_panic(
+        method in "[A-Z]{1,8}",
+        path in "/[a-zA-Z0-9%/._~-]{0,40}",
+        headers in prop::collection::vec((
+            prop::sample::select(vec!["x-forwarded-for", "forwarded", "x-real-ip", "x-api-key", "x-other"]),
+            prop::collection::vec(any::<u8>(), 0..80),
+        ), 0..8),
+        peer in prop::option::of(any::<(u8, u8, u16)>()),
+    ) {
+        let clock = ManualClock::new(T0);
+        let key = (ForwardedIp::new(["10.0.0.0/8", "fd00::/8"]).unwrap(), HeaderKey::new("x-api-key"));
+        let svc = RateLimitLayer::new(limiter(Strategy::SlidingWindow, "2/s", &clock), key)
+            .layer(echo(Arc::default()));
+        let mut b = Request::builder().method(method.as_str()).uri(path.as_str());
+        for (name, value) in &headers {
+            if let Ok(v) = http::HeaderValue::from_bytes(value) {
+                b = b.header(*name, v);
+            }
+        }
+        let mut req = b.body(Body::default()).unwrap();
+        if let Some((a, b, port)) = peer {
+            let addr = SocketAddr::from(([10, a, b, 1], port));
+            req.extensions_mut().insert(PeerAddr(addr));
+        }
+        let status = run(svc.oneshot(req)).unwrap().status();
+        prop_assert!([200u16, 400, 429].contains(&status.as_u16()), "{}", status);
+    }
+}
