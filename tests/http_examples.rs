@@ -56,8 +56,15 @@ async fn start(name: &str, args: &[&str]) -> Running {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
-    assert!(base.starts_with("http://127.0.0.1:") && !base.ends_with(":0"), "{base}");
-    Running { child, base, stdout }
+    assert!(
+        base.starts_with("http://127.0.0.1:") && !base.ends_with(":0"),
+        "{base}"
+    );
+    Running {
+        child,
+        base,
+        stdout,
+    }
 }
 
 impl Running {
@@ -68,7 +75,10 @@ impl Running {
     /// Sends `signal` and checks the exit code 0 and that stdout held nothing more.
     async fn stop_with(mut self, signal: &str) {
         let pid = self.child.id().unwrap().to_string();
-        let status = std::process::Command::new("kill").args([signal, &pid]).status().unwrap();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
         assert!(status.success());
         let code = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
@@ -101,17 +111,37 @@ async fn refused(args: &[&str]) -> (Option<i32>, String, String) {
 async fn server_limits_every_request_and_exits_cleanly_on_sigterm() {
     let server = start(
         "server",
-        &["--addr", "127.0.0.1:0", "--strategy", "moving-window", "--quota", "3/hour"],
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--strategy",
+            "moving-window",
+            "--quota",
+            "3/hour",
+        ],
     )
     .await;
     let client = TestClient::new();
     let res = client.get(&server.url("/")).await;
     assert_eq!((res.status, res.body.as_str()), (StatusCode::OK, "ok"));
-    assert_eq!(res.header("content-type"), Some("text/plain; charset=utf-8"));
-    assert_eq!((res.num("x-ratelimit-limit"), res.num("x-ratelimit-remaining")), (3, 2));
+    assert_eq!(
+        res.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        (
+            res.num("x-ratelimit-limit"),
+            res.num("x-ratelimit-remaining")
+        ),
+        (3, 2)
+    );
     assert_eq!(res.num("x-ratelimit-reset"), 3600);
     let res = client.get(&server.url("/missing")).await;
-    assert_eq!((res.status, res.num("x-ratelimit-remaining")), (StatusCode::NOT_FOUND, 1), "404s count");
+    assert_eq!(
+        (res.status, res.num("x-ratelimit-remaining")),
+        (StatusCode::NOT_FOUND, 1),
+        "404s count"
+    );
     client.get(&server.url("/")).await;
     let res = client.get(&server.url("/")).await;
     assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
@@ -152,11 +182,15 @@ async fn server_refuses_bad_flags_with_exit_code_2() {
         let (code, stdout, stderr) = refused(args).await;
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert_eq!(stdout, "", "{args:?}");
-        assert!(stderr.starts_with("server: ") && stderr.contains("usage:"), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("server: ") && stderr.contains("usage:"),
+            "{args:?}: {stderr}"
+        );
     }
     // Without the Redis store in this build: a clear error and exit code 2 (once the Redis store
     // is plugged in, an unreachable server is an error too).
-    let (code, stdout, stderr) = refused(&["--addr", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"]).await;
+    let (code, stdout, stderr) =
+        refused(&["--addr", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"]).await;
     assert_ne!(code, Some(0));
     assert!(!stdout.contains("listening"), "{stdout}");
     assert!(stderr.to_lowercase().contains("redis"), "{stderr}");
@@ -164,51 +198,182 @@ async fn server_refuses_bad_flags_with_exit_code_2() {
 
 #[tokio::test]
 async fn server_keys_by_header_with_the_configured_missing_key_answer() {
-    let server = start("server", &["--addr", "127.0.0.1:0", "--key", "header:x-api-key", "--quota", "1/hour", "--strategy", "token-bucket"]).await;
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "header:x-api-key",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "token-bucket",
+        ],
+    )
+    .await;
     let client = TestClient::new();
     let res = client.get(&server.url("/")).await;
     assert_eq!(res.status, StatusCode::BAD_REQUEST);
-    assert_eq!(res.header("content-type"), Some("text/plain; charset=utf-8"));
-    assert_eq!(client.get_with(&server.url("/"), &[("x-api-key", "a")]).await.status, StatusCode::OK);
-    assert_eq!(client.get_with(&server.url("/"), &[("x-api-key", "a")]).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(client.get_with(&server.url("/"), &[("x-api-key", "b")]).await.status, StatusCode::OK);
+    assert_eq!(
+        res.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        client
+            .get_with(&server.url("/"), &[("x-api-key", "a")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client
+            .get_with(&server.url("/"), &[("x-api-key", "a")])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        client
+            .get_with(&server.url("/"), &[("x-api-key", "b")])
+            .await
+            .status,
+        StatusCode::OK
+    );
     server.stop_with("-TERM").await;
 
-    let server = start("server", &["--addr", "127.0.0.1:0", "--key", "header:x-api-key", "--on-missing-key", "global", "--quota", "1/hour", "--reset-format", "unix"]).await;
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "header:x-api-key",
+            "--on-missing-key",
+            "global",
+            "--quota",
+            "1/hour",
+            "--reset-format",
+            "unix",
+        ],
+    )
+    .await;
     let res = client.get(&server.url("/")).await;
     assert_eq!(res.status, StatusCode::OK);
     assert!(res.num("x-ratelimit-reset") > 1_700_000_000, "Unix seconds");
-    assert_eq!(client.get(&server.url("/")).await.status, StatusCode::TOO_MANY_REQUESTS, "one shared bucket");
+    assert_eq!(
+        client.get(&server.url("/")).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "one shared bucket"
+    );
     server.stop_with("-TERM").await;
 }
 
 #[tokio::test]
 async fn server_trusts_only_the_configured_proxy() {
-    let server = start("server", &["--addr", "127.0.0.1:0", "--trust-proxy", "127.0.0.1/32", "--forwarded-header", "forwarded", "--quota", "1/hour", "--strategy", "moving-window"]).await;
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--trust-proxy",
+            "127.0.0.1/32",
+            "--forwarded-header",
+            "forwarded",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "moving-window",
+        ],
+    )
+    .await;
     let proxy = TestClient::new();
     let url = server.url("/");
-    assert_eq!(proxy.get_with(&url, &[("forwarded", "for=203.0.113.1")]).await.status, StatusCode::OK);
-    assert_eq!(proxy.get_with(&url, &[("forwarded", "for=203.0.113.2")]).await.status, StatusCode::OK, "another client");
-    assert_eq!(proxy.get_with(&url, &[("x-forwarded-for", "203.0.113.3"), ("forwarded", "for=203.0.113.1")]).await.status, StatusCode::TOO_MANY_REQUESTS, "only Forwarded is read");
+    assert_eq!(
+        proxy
+            .get_with(&url, &[("forwarded", "for=203.0.113.1")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        proxy
+            .get_with(&url, &[("forwarded", "for=203.0.113.2")])
+            .await
+            .status,
+        StatusCode::OK,
+        "another client"
+    );
+    assert_eq!(
+        proxy
+            .get_with(
+                &url,
+                &[
+                    ("x-forwarded-for", "203.0.113.3"),
+                    ("forwarded", "for=203.0.113.1")
+                ]
+            )
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "only Forwarded is read"
+    );
     let outsider = TestClient::from_ip(ip("127.0.0.2"));
-    assert_eq!(outsider.get_with(&url, &[("forwarded", "for=203.0.113.9")]).await.status, StatusCode::OK);
-    assert_eq!(outsider.get_with(&url, &[("forwarded", "for=203.0.113.10")]).await.status, StatusCode::TOO_MANY_REQUESTS, "spoofing from an untrusted peer shares its bucket");
+    assert_eq!(
+        outsider
+            .get_with(&url, &[("forwarded", "for=203.0.113.9")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        outsider
+            .get_with(&url, &[("forwarded", "for=203.0.113.10")])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "spoofing from an untrusted peer shares its bucket"
+    );
     server.stop_with("-TERM").await;
 }
 
 /// `--max-keys`: a key blocked before a flood of new keys is still blocked after it.
 #[tokio::test]
 async fn server_memory_cap_never_frees_a_blocked_key() {
-    let server = start("server", &["--addr", "127.0.0.1:0", "--key", "header:x-key", "--quota", "1/hour", "--strategy", "moving-window", "--max-keys", "20"]).await;
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "header:x-key",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "moving-window",
+            "--max-keys",
+            "20",
+        ],
+    )
+    .await;
     let client = TestClient::new();
     let url = server.url("/");
-    assert_eq!(client.get_with(&url, &[("x-key", "victim")]).await.status, StatusCode::OK);
-    assert_eq!(client.get_with(&url, &[("x-key", "victim")]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        client.get_with(&url, &[("x-key", "victim")]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.get_with(&url, &[("x-key", "victim")]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     for i in 0..200 {
         let k = format!("flood{i}");
         client.get_with(&url, &[("x-key", k.as_str())]).await;
     }
-    assert_eq!(client.get_with(&url, &[("x-key", "victim")]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        client.get_with(&url, &[("x-key", "victim")]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     server.stop_with("-TERM").await;
 }
 
@@ -218,14 +383,21 @@ async fn hyper_example_limits_by_peer_address() {
     let client = TestClient::new();
     let url = server.url("/");
     let res = client.get(&url).await;
-    assert_eq!((res.status, res.body.as_str()), (StatusCode::OK, "hello from hyper\n"));
+    assert_eq!(
+        (res.status, res.body.as_str()),
+        (StatusCode::OK, "hello from hyper\n")
+    );
     assert_eq!(res.num("x-ratelimit-remaining"), 1);
     client.get(&url).await;
     let res = client.get(&url).await;
     assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(res.num("retry-after") >= 1);
     let other = TestClient::from_ip(ip("127.0.0.2"));
-    assert_eq!(other.get(&url).await.status, StatusCode::OK, "PeerAddr per connection");
+    assert_eq!(
+        other.get(&url).await.status,
+        StatusCode::OK,
+        "PeerAddr per connection"
+    );
     server.stop_with("-INT").await;
 }
 
@@ -234,7 +406,9 @@ async fn hyper_example_limits_by_peer_address() {
 #[tokio::test(start_paused = true)]
 async fn client_example_paces_calls() {
     use tower::ServiceExt;
-    let inner = tower::service_fn(|_: ()| async { Ok::<_, std::convert::Infallible>(tokio::time::Instant::now()) });
+    let inner = tower::service_fn(|_: ()| async {
+        Ok::<_, std::convert::Infallible>(tokio::time::Instant::now())
+    });
     let paced = client::paced(inner, 4, tollgate::TokioClock::new()).unwrap();
     let start = tokio::time::Instant::now();
     let mut times = Vec::new();
@@ -243,15 +417,25 @@ async fn client_example_paces_calls() {
     }
     assert_eq!(times[9] - start, Duration::from_millis(2250));
     for w in times.windows(2) {
-        assert!(w[1] - w[0] >= Duration::from_millis(250), "{:?}", w[1] - w[0]);
+        assert!(
+            w[1] - w[0] >= Duration::from_millis(250),
+            "{:?}",
+            w[1] - w[0]
+        );
     }
     // Concurrent callers share the pace too.
     let start = tokio::time::Instant::now();
-    let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(paced.clone().oneshot(()))).collect();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(paced.clone().oneshot(())))
+        .collect();
     let mut done = Vec::new();
     for t in tasks {
         done.push(t.await.unwrap().unwrap() - start);
     }
     done.sort();
-    assert_eq!(done.last().copied(), Some(Duration::from_millis(2000)), "{done:?}");
+    assert_eq!(
+        done.last().copied(),
+        Some(Duration::from_millis(2000)),
+        "{done:?}"
+    );
 }

@@ -184,7 +184,10 @@ impl<B: From<String>> OnRejected<B> for DefaultRejection {
                 d.limit()
             ),
             (_, Some(secs)) => {
-                format!("Too Many Requests: retry in {secs} second{}.\n", plural(secs))
+                format!(
+                    "Too Many Requests: retry in {secs} second{}.\n",
+                    plural(secs)
+                )
             }
             _ => "Too Many Requests.\n".to_owned(),
         };

@@ -84,9 +84,7 @@ impl<S, X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitService<S, X, St, C, R, 
     }
 }
 
-impl<X: KeyExtractor, St: Store<X::Key>, C: Clock>
-    RateLimitService<(), X, St, C, (), (), (), ()>
-{
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C, (), (), (), ()> {
     /// The layer: `RateLimitService::layer(limiter, key)` is [`RateLimitLayer::new`].
     pub fn layer(limiter: RateLimiter<X::Key, St, C>, key: X) -> RateLimitLayer<X, St, C> {
         RateLimitLayer::new(limiter, key)
