@@ -55,13 +55,13 @@
 //! assert_eq!(res.status(), StatusCode::OK);
 //! assert_eq!(res.headers()["x-ratelimit-limit"], "2");
 //! assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
-//! assert_eq!(res.headers()["x-ratelimit-reset"], "20", "the window ends at the next minute");
+//! assert_eq!(res.headers()["x-ratelimit-reset"], "40", "the window ends at the next whole minute");
 //! app.clone().oneshot(request()).await.unwrap();
 //! let res = app.clone().oneshot(request()).await.unwrap();
 //! assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-//! assert_eq!(res.headers()["retry-after"], "20");
+//! assert_eq!(res.headers()["retry-after"], "40");
 //! assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
-//! clock.advance(Duration::from_secs(20));
+//! clock.advance(Duration::from_secs(40));
 //! assert_eq!(app.oneshot(request()).await.unwrap().status(), StatusCode::OK);
 //! # }
 //! ```
