@@ -243,6 +243,28 @@ async fn marked_responses_are_refunded() {
     assert_eq!(lim.peek_now(&()).remaining(), 2);
 }
 
+/// Regression (found by the login tests): an outer layer's allowed-path header writing removed
+/// the Retry-After of an inner layer's 429 and replaced its fields.
+#[tokio::test]
+async fn an_inner_rejection_keeps_its_fields_under_an_outer_layer() {
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "1/minute", &clock),
+        GlobalKey,
+    );
+    let outer = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "100/day", &clock),
+        GlobalKey,
+    );
+    let svc = outer.layer(inner.layer(echo(Arc::default())));
+    svc.clone().oneshot(get()).await.unwrap();
+    let res = svc.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["retry-after"], "60");
+    assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+}
+
 /// A store that always fails.
 #[derive(Debug, Default)]
 struct DownStore;

@@ -120,7 +120,45 @@ pub(crate) struct Hooks<X, Co, Ru, Sk> {
 }
 
 /// Applies a [`RateLimiter`] to every request of the services it wraps. See the
-/// [module docs](crate::layer) for examples.
+/// [module docs](crate::layer) for the behaviour and an axum example.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response, StatusCode};
+/// use http_body_util::Full;
+/// use tollgate::{ManualClock, RateLimiter, Strategy};
+/// use tollgate::key::HeaderKey;
+/// use tollgate::layer::RateLimitLayer;
+/// use tower::{ServiceBuilder, ServiceExt, service_fn};
+///
+/// let limiter = RateLimiter::builder()
+///     .strategy(Strategy::TokenBucket)
+///     .quotas("1/second").unwrap()
+///     .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+///     .build()
+///     .unwrap();
+/// let svc = ServiceBuilder::new()
+///     .layer(RateLimitLayer::new(limiter, HeaderKey::new("x-api-key")))
+///     .service(service_fn(|_req: Request<Full<Bytes>>| async {
+///         Ok::<_, Infallible>(Response::new(Full::<Bytes>::from("hello")))
+///     }));
+/// let req = || Request::get("/").header("x-api-key", "k1").body(Full::<Bytes>::default()).unwrap();
+/// let res = svc.clone().oneshot(req()).await.unwrap();
+/// assert_eq!(res.status(), StatusCode::OK);
+/// assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+/// assert_eq!(res.headers()["x-ratelimit-reset"], "1");
+/// let res = svc.clone().oneshot(req()).await.unwrap();
+/// assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(res.headers()["retry-after"], "1");
+/// assert_eq!(res.headers()["content-type"], "text/plain; charset=utf-8");
+/// let no_key = Request::get("/").body(Full::<Bytes>::default()).unwrap();
+/// assert_eq!(svc.oneshot(no_key).await.unwrap().status(), StatusCode::BAD_REQUEST);
+/// # }
+/// ```
 ///
 /// Type parameters: the key extractor `X`, the limiter's store `St` and clock `C`, then the hooks
 /// set by the builder methods (rejection `R`, cost `Co`, rule `Ru`, skip `Sk`). Cheap to clone.
