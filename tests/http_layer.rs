@@ -430,10 +430,11 @@ async fn missing_keys_get_the_configured_answer() {
                 .0,
         )
         .unwrap();
-    let app = Router::new().route("/", get(|| async { "ok" })).layer(
-        RateLimitLayer::new(lim.clone(), HeaderKey::new("x-api-key"))
-            .fallback_key(fallback.clone()),
-    );
+    let layer = RateLimitLayer::new(lim.clone(), HeaderKey::new("x-api-key"))
+        .fallback_key(fallback.clone());
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer.clone());
     let server = TestServer::start(app).await;
     let url = server.url("/");
     assert_eq!(client.get(&url).await.status, StatusCode::OK);
@@ -444,6 +445,7 @@ async fn missing_keys_get_the_configured_answer() {
         "shared bucket"
     );
     assert_eq!(lim.peek_now(&fallback).remaining(), 0);
+    assert_eq!(layer.missing_keys(), 3, "counted");
     server.stop().await;
 }
 

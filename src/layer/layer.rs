@@ -109,6 +109,7 @@ pub(crate) struct Core<K, St, C, R> {
     pub(crate) rejection: R,
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<AtomicU64>,
+    pub(crate) missing_keys: Arc<AtomicU64>,
 }
 
 /// The per-request hooks: key, cost, rule, skip.
@@ -185,6 +186,7 @@ pub struct RateLimitLayer<
     pub(crate) skip: Sk,
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<AtomicU64>,
+    pub(crate) missing_keys: Arc<AtomicU64>,
 }
 
 impl<X, St, C, R, Co, Ru, Sk> Clone for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
@@ -210,6 +212,7 @@ where
             skip: self.skip.clone(),
             waiting: Arc::clone(&self.waiting),
             last_warn: Arc::clone(&self.last_warn),
+            missing_keys: Arc::clone(&self.missing_keys),
         }
     }
 }
@@ -252,6 +255,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
             skip: NoSkip,
             waiting: Arc::default(),
             last_warn: Arc::default(),
+            missing_keys: Arc::default(),
         }
     }
 }
@@ -333,6 +337,12 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self.waiting.load(Ordering::Relaxed)
     }
 
+    /// How many requests had no usable key (answered with the missing-key status, or counted
+    /// under the fallback key), over every service of this layer.
+    pub fn missing_keys(&self) -> u64 {
+        self.missing_keys.load(Ordering::Relaxed)
+    }
+
     /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)).
     pub fn on_rejected<R2>(self, f: R2) -> RateLimitLayer<X, St, C, R2, Co, Ru, Sk> {
         RateLimitLayer {
@@ -349,6 +359,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: self.skip,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 
@@ -368,6 +379,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: self.skip,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 
@@ -387,6 +399,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: self.skip,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 
@@ -407,6 +420,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: f,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 }
@@ -434,6 +448,7 @@ where
                 rejection: self.rejection.clone(),
                 waiting: Arc::clone(&self.waiting),
                 last_warn: Arc::clone(&self.last_warn),
+                missing_keys: Arc::clone(&self.missing_keys),
             }),
             Arc::new(Hooks {
                 key: self.key.clone(),

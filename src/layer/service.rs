@@ -133,7 +133,13 @@ where
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }
-        let key = match hooks.key.extract(&parts) {
+        let extracted = hooks.key.extract(&parts);
+        if extracted.is_err() {
+            self.core
+                .missing_keys
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let key = match extracted {
             Ok(key) => key,
             Err(e) => match &self.core.missing {
                 MissingKey::Fallback(key) => {
