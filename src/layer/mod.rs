@@ -82,8 +82,11 @@
 //! `Retry-After` and `x-ratelimit-*` are not CORS-safelisted: list them in
 //! `Access-Control-Expose-Headers`, and put the rate limiter *inside* the CORS layer (added before
 //! it with `Router::layer`) so 429s carry CORS headers too. Put it after authentication when
-//! keying by user. Two layers on one limiter and key count a request twice: give each layer its
-//! own limiter (a request rejected by an outer layer never reaches, nor counts in, an inner one).
+//! keying by user. Stacked layers count a request once per limiter and key: a second layer on the
+//! same limiter and key (route and router level) lets the request through uncounted, and a request
+//! rejected by an outer layer never reaches, nor counts in, an inner one. When layers on different
+//! limiters both answer, an inner layer's 429 keeps its own fields; on allowed responses the
+//! outermost layer's fields win.
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
