@@ -27,13 +27,19 @@ use tollgate::layer::RateLimitLayer;
 use tower::{ServiceBuilder, service_fn};
 
 async fn hello(_req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    Ok(Response::new(Full::new(Bytes::from_static(b"hello from hyper\n"))))
+    Ok(Response::new(Full::new(Bytes::from_static(
+        b"hello from hyper\n",
+    ))))
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let addr: SocketAddr = match args.next().unwrap_or_else(|| "127.0.0.1:3001".into()).parse() {
+    let addr: SocketAddr = match args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:3001".into())
+        .parse()
+    {
         Ok(a) => a,
         Err(e) => {
             eprintln!("hyper: bad address: {e}\nusage: hyper [ADDR] [QUOTA]");
@@ -41,7 +47,10 @@ async fn main() -> ExitCode {
         }
     };
     let quota = args.next().unwrap_or_else(|| "5/minute".into());
-    let limiter = match RateLimiter::builder().quotas(&quota).and_then(|b| b.build()) {
+    let limiter = match RateLimiter::builder()
+        .quotas(&quota)
+        .and_then(|b| b.build())
+    {
         Ok(l) => l,
         Err(e) => {
             eprintln!("hyper: {e}\nusage: hyper [ADDR] [QUOTA]");

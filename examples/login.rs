@@ -137,7 +137,10 @@ pub fn app_with<C: Clock + Clone>(limits: Limits<C>, config: Config) -> Router {
         .route_layer(per_ip)
         .route_layer(middleware::from_fn(read_form));
     Router::new()
-        .route("/", get(|| async { page(StatusCode::OK, "Please sign in.", "") }))
+        .route(
+            "/",
+            get(|| async { page(StatusCode::OK, "Please sign in.", "") }),
+        )
         .route("/login", login_route)
         .with_state(limits)
 }
@@ -167,7 +170,8 @@ async fn read_form(req: Request, next: Next) -> Response {
             .insert(Username(username_key(&form.username)));
     }
     parts.extensions.insert(form);
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 fn url_decode(v: &[u8]) -> String {
@@ -249,8 +253,10 @@ fn page(status: StatusCode, message: &str, detail: &str) -> Response<Body> {
          <button>Sign in</button></form>\n"
     );
     let mut res = (status, Html(html)).into_response();
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    res.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
     res
 }
 

@@ -128,7 +128,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
             "--addr" => o.addr = value.parse().map_err(|_| bad("expected HOST:PORT"))?,
             "--strategy" => o.strategy = value.parse().map_err(|e| format!("{e}"))?,
             "--burst" => {
-                o.burst = Some(value.parse().map_err(|_| bad("expected a positive integer"))?)
+                o.burst = Some(
+                    value
+                        .parse()
+                        .map_err(|_| bad("expected a positive integer"))?,
+                )
             }
             "--quota" => {
                 tollgate::parse_quotas(&value).map_err(|e| format!("{e}"))?;
@@ -153,9 +157,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
                     _ => return Err(bad("expected reject or global")),
                 }
             }
-            "--trust-proxy" => o
-                .trusted
-                .push(value.parse().map_err(|e: tollgate::key::InvalidCidr| e.to_string())?),
+            "--trust-proxy" => o.trusted.push(
+                value
+                    .parse()
+                    .map_err(|e: tollgate::key::InvalidCidr| e.to_string())?,
+            ),
             "--forwarded-header" => o.header = value.parse()?,
             "--store" => {
                 o.store = if value == "memory" {
@@ -179,7 +185,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
                 }
             }
             "--max-keys" => {
-                let n: usize = value.parse().map_err(|_| bad("expected a positive integer"))?;
+                let n: usize = value
+                    .parse()
+                    .map_err(|_| bad("expected a positive integer"))?;
                 if n == 0 {
                     return Err(bad("expected a positive integer"));
                 }
@@ -255,7 +263,9 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &O
     if o.missing_global {
         layer = layer.fallback_key(global_key());
     }
-    Router::new().route("/", get(|| async { "ok" })).layer(layer)
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
 }
 
 /// Serves until SIGINT or SIGTERM. Generic over the store, so any `Store<Vec<u8>>` plugs in.

@@ -47,19 +47,31 @@ fn counting_app() -> (Router, Arc<AtomicUsize>) {
 }
 
 fn assert_headers_match(res: &Resp, d: &Decision, what: &str) {
-    assert_eq!(res.num("x-ratelimit-limit"), u64::from(d.limit()), "{what}: limit");
+    assert_eq!(
+        res.num("x-ratelimit-limit"),
+        u64::from(d.limit()),
+        "{what}: limit"
+    );
     assert_eq!(
         res.num("x-ratelimit-remaining"),
         u64::from(d.remaining()),
         "{what}: remaining"
     );
-    assert_eq!(res.num("x-ratelimit-reset"), d.reset_secs(), "{what}: reset");
+    assert_eq!(
+        res.num("x-ratelimit-reset"),
+        d.reset_secs(),
+        "{what}: reset"
+    );
     assert_eq!(
         res.header("retry-after").map(|v| v.parse::<u64>().unwrap()),
         d.retry_after_secs(),
         "{what}: retry-after"
     );
-    for name in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+    for name in [
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ] {
         assert_eq!(res.count(name), 1, "{what}: {name} once");
     }
 }
@@ -71,7 +83,8 @@ fn assert_headers_match(res: &Resp, d: &Decision, what: &str) {
 async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
     // (remaining, reset) after each of 3 requests at T0, then (reset, retry-after) of the 429:
     // DESIGN.md's table for 3/minute.
-    let table: &[(Strategy, Option<[(u64, u64); 3]>, Option<(u64, u64)>)] = &[
+    type Row = (Strategy, Option<[(u64, u64); 3]>, Option<(u64, u64)>);
+    let table: &[Row] = &[
         (
             Strategy::FixedWindow,
             Some([(2, 60), (1, 60), (0, 60)]),
@@ -117,12 +130,19 @@ async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
             assert_eq!(res.body, "ok");
             let d = mirror.check_now(&(), 1);
             assert_headers_match(&res, &d, &format!("{strategy} allowed {i}"));
-            assert_eq!(res.header("retry-after"), None, "no Retry-After when allowed");
+            assert_eq!(
+                res.header("retry-after"),
+                None,
+                "no Retry-After when allowed"
+            );
             assert_eq!(res.num("x-ratelimit-remaining"), 2 - i as u64);
             if let Some(t) = allowed {
                 let (rem, reset) = t[i];
                 assert_eq!(
-                    (res.num("x-ratelimit-remaining"), res.num("x-ratelimit-reset")),
+                    (
+                        res.num("x-ratelimit-remaining"),
+                        res.num("x-ratelimit-reset")
+                    ),
                     (rem, reset),
                     "{strategy} request {i}: DESIGN table"
                 );
@@ -140,22 +160,41 @@ async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
         let retry = res.num("retry-after");
         assert!(retry >= 1);
         assert_eq!(res.num("x-ratelimit-remaining"), 0);
-        assert!(res.num("x-ratelimit-reset") >= retry, "{strategy}: reset >= Retry-After");
+        assert!(
+            res.num("x-ratelimit-reset") >= retry,
+            "{strategy}: reset >= Retry-After"
+        );
         if let Some((reset, retry_after)) = rejected {
-            assert_eq!((res.num("x-ratelimit-reset"), retry), (reset, retry_after), "{strategy}");
+            assert_eq!(
+                (res.num("x-ratelimit-reset"), retry),
+                (reset, retry_after),
+                "{strategy}"
+            );
         }
-        assert_eq!(calls.load(Ordering::SeqCst), 3, "{strategy}: inner not called on 429");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3,
+            "{strategy}: inner not called on 429"
+        );
         // T-40: one second short is still rejected (waits of 2 s and more), the wait admits.
         if retry >= 2 {
             clock.advance(Duration::from_secs(retry - 1));
             let res = client.get(&url).await;
-            assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS, "{strategy}: tight");
+            assert_eq!(
+                res.status,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{strategy}: tight"
+            );
             clock.advance(Duration::from_secs(1));
         } else {
             clock.advance(Duration::from_secs(retry));
         }
         let res = client.get(&url).await;
-        assert_eq!(res.status, StatusCode::OK, "{strategy}: admitted after Retry-After");
+        assert_eq!(
+            res.status,
+            StatusCode::OK,
+            "{strategy}: admitted after Retry-After"
+        );
         server.stop().await;
     }
 }
@@ -169,7 +208,15 @@ async fn header_options() {
     let app = Router::new()
         .route(
             "/",
-            get(|| async { ([("x-ratelimit-limit", "999"), ("x-ratelimit-remaining", "999")], "ok") }),
+            get(|| async {
+                (
+                    [
+                        ("x-ratelimit-limit", "999"),
+                        ("x-ratelimit-remaining", "999"),
+                    ],
+                    "ok",
+                )
+            }),
         )
         .layer(
             RateLimitLayer::new(
@@ -186,7 +233,11 @@ async fn header_options() {
     assert_eq!(res.count("x-ratelimit-limit"), 1, "inner's field replaced");
     assert_eq!(res.num("x-ratelimit-limit"), 3, "the minute quota binds");
     assert_eq!(res.num("x-ratelimit-remaining"), 2);
-    assert_eq!(res.num("x-ratelimit-reset"), T0.as_secs() + 60, "Unix seconds");
+    assert_eq!(
+        res.num("x-ratelimit-reset"),
+        T0.as_secs() + 60,
+        "Unix seconds"
+    );
     assert_eq!(
         res.header("ratelimit-policy"),
         Some("\"api-0\";q=10;w=1, \"api-1\";q=3;w=60")
@@ -194,19 +245,28 @@ async fn header_options() {
     assert_eq!(res.header("ratelimit"), Some("\"api-1\";r=2;t=60"));
     server.stop().await;
 
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(
-            RateLimitLayer::new(limiter::<()>(Strategy::FixedWindow, "1/minute", &clock), GlobalKey)
-                .headers_on_allowed(false),
-        );
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::new(
+            limiter::<()>(Strategy::FixedWindow, "1/minute", &clock),
+            GlobalKey,
+        )
+        .headers_on_allowed(false),
+    );
     let server = TestServer::start(app).await;
     let res = client.get(&server.url("/")).await;
     assert_eq!(res.status, StatusCode::OK);
-    assert_eq!(res.header("x-ratelimit-limit"), None, "headers off on allowed");
+    assert_eq!(
+        res.header("x-ratelimit-limit"),
+        None,
+        "headers off on allowed"
+    );
     let res = client.get(&server.url("/")).await;
     assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(res.num("x-ratelimit-limit"), 1, "rejections always carry them");
+    assert_eq!(
+        res.num("x-ratelimit-limit"),
+        1,
+        "rejections always carry them"
+    );
     assert_eq!(res.num("retry-after"), 60);
     server.stop().await;
 }
@@ -215,28 +275,44 @@ async fn header_options() {
 #[tokio::test]
 async fn keys_are_isolated() {
     let clock = ManualClock::new(T0);
-    let app = Router::new().route("/", get(|| async { "ok" })).layer(RateLimitLayer::new(
-        limiter(Strategy::MovingWindow, "2/minute", &clock),
-        HeaderKey::new("x-api-key"),
-    ));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(
+            limiter(Strategy::MovingWindow, "2/minute", &clock),
+            HeaderKey::new("x-api-key"),
+        ));
     let server = TestServer::start(app).await;
     let client = TestClient::new();
     let url = server.url("/");
     for _ in 0..2 {
-        assert_eq!(client.get_with(&url, &[("x-api-key", "alpha")]).await.status, StatusCode::OK);
+        assert_eq!(
+            client
+                .get_with(&url, &[("x-api-key", "alpha")])
+                .await
+                .status,
+            StatusCode::OK
+        );
     }
     assert_eq!(
-        client.get_with(&url, &[("x-api-key", "alpha")]).await.status,
+        client
+            .get_with(&url, &[("x-api-key", "alpha")])
+            .await
+            .status,
         StatusCode::TOO_MANY_REQUESTS
     );
     let res = client.get_with(&url, &[("x-api-key", "beta")]).await;
-    assert_eq!((res.status, res.num("x-ratelimit-remaining")), (StatusCode::OK, 1));
+    assert_eq!(
+        (res.status, res.num("x-ratelimit-remaining")),
+        (StatusCode::OK, 1)
+    );
     server.stop().await;
 
-    let app = Router::new().route("/", get(|| async { "ok" })).layer(RateLimitLayer::new(
-        limiter(Strategy::MovingWindow, "2/minute", &clock),
-        PeerIp::default(),
-    ));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(
+            limiter(Strategy::MovingWindow, "2/minute", &clock),
+            PeerIp::default(),
+        ));
     let server = TestServer::start(app).await;
     let url = server.url("/");
     let a = TestClient::from_ip(ip("127.0.0.2"));
@@ -245,7 +321,11 @@ async fn keys_are_isolated() {
         assert_eq!(a.get(&url).await.status, StatusCode::OK);
     }
     assert_eq!(a.get(&url).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(b.get(&url).await.status, StatusCode::OK, "another IP, another bucket");
+    assert_eq!(
+        b.get(&url).await.status,
+        StatusCode::OK,
+        "another IP, another bucket"
+    );
     server.stop().await;
 }
 
@@ -265,13 +345,23 @@ async fn forwarded_headers_count_only_through_trusted_proxies() {
     let statuses: Vec<_> = {
         let mut v = Vec::new();
         for spoof in ["1.1.1.1", "2.2.2.2, 3.3.3.3", "127.0.0.1", "garbage"] {
-            v.push(attacker.get_with(&url, &[("x-forwarded-for", spoof)]).await.status);
+            v.push(
+                attacker
+                    .get_with(&url, &[("x-forwarded-for", spoof)])
+                    .await
+                    .status,
+            );
         }
         v
     };
     assert_eq!(
         statuses,
-        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS, StatusCode::TOO_MANY_REQUESTS],
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
         "every spoofed value lands in 127.0.0.2's bucket"
     );
     assert_eq!(lim.peek_now(&ip("127.0.0.2")).remaining(), 0);
@@ -279,11 +369,25 @@ async fn forwarded_headers_count_only_through_trusted_proxies() {
 
     let proxy = TestClient::new();
     let via = |client: &str| format!("6.6.6.6, {client}");
-    let res = proxy.get_with(&url, &[("x-forwarded-for", &via("203.0.113.7"))]).await;
+    let res = proxy
+        .get_with(&url, &[("x-forwarded-for", &via("203.0.113.7"))])
+        .await;
     assert_eq!(res.status, StatusCode::OK);
-    assert_eq!(lim.peek_now(&ip("203.0.113.7")).remaining(), 1, "the right client");
-    assert_eq!(lim.peek_now(&ip("6.6.6.6")).remaining(), 2, "not the spoofable left-most");
-    assert_eq!(lim.peek_now(&ip("127.0.0.1")).remaining(), 2, "not the proxy");
+    assert_eq!(
+        lim.peek_now(&ip("203.0.113.7")).remaining(),
+        1,
+        "the right client"
+    );
+    assert_eq!(
+        lim.peek_now(&ip("6.6.6.6")).remaining(),
+        2,
+        "not the spoofable left-most"
+    );
+    assert_eq!(
+        lim.peek_now(&ip("127.0.0.1")).remaining(),
+        2,
+        "not the proxy"
+    );
     server.stop().await;
 }
 
@@ -299,10 +403,17 @@ async fn missing_keys_get_the_configured_answer() {
     let server = TestServer::start(app).await;
     let client = TestClient::new();
     let url = server.url("/");
-    for headers in [&[][..], &[("x-api-key", "")][..], &[("x-api-key", "  ")][..]] {
+    for headers in [
+        &[][..],
+        &[("x-api-key", "")][..],
+        &[("x-api-key", "  ")][..],
+    ] {
         let res = client.get_with(&url, headers).await;
         assert_eq!(res.status, StatusCode::BAD_REQUEST, "{headers:?}");
-        assert_eq!(res.header("content-type"), Some("text/plain; charset=utf-8"));
+        assert_eq!(
+            res.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
         assert!(res.body.contains("no rate-limit key"), "{}", res.body);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0, "never a silent pass");
@@ -310,17 +421,31 @@ async fn missing_keys_get_the_configured_answer() {
 
     let lim = limiter(Strategy::FixedWindow, "2/minute", &clock);
     let fallback = HeaderKey::new("x-api-key")
-        .extract(&http::Request::get("/").header("x-api-key", "anonymous").body(()).unwrap().into_parts().0)
+        .extract(
+            &http::Request::get("/")
+                .header("x-api-key", "anonymous")
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0,
+        )
         .unwrap();
-    let app = Router::new().route("/", get(|| async { "ok" })).layer(
-        RateLimitLayer::new(lim.clone(), HeaderKey::new("x-api-key")).fallback_key(fallback.clone()),
-    );
+    let layer = RateLimitLayer::new(lim.clone(), HeaderKey::new("x-api-key"))
+        .fallback_key(fallback.clone());
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer.clone());
     let server = TestServer::start(app).await;
     let url = server.url("/");
     assert_eq!(client.get(&url).await.status, StatusCode::OK);
     assert_eq!(client.get(&url).await.status, StatusCode::OK);
-    assert_eq!(client.get(&url).await.status, StatusCode::TOO_MANY_REQUESTS, "shared bucket");
+    assert_eq!(
+        client.get(&url).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "shared bucket"
+    );
     assert_eq!(lim.peek_now(&fallback).remaining(), 0);
+    assert_eq!(layer.missing_keys(), 3, "counted");
     server.stop().await;
 }
 
@@ -372,7 +497,10 @@ async fn stacked_layers_never_count_one_request_twice() {
     let client = TestClient::new();
     let url = server.url("/");
     let res = client.get(&url).await;
-    assert_eq!((res.status, res.num("x-ratelimit-remaining")), (StatusCode::OK, 3));
+    assert_eq!(
+        (res.status, res.num("x-ratelimit-remaining")),
+        (StatusCode::OK, 3)
+    );
     assert_eq!(shared.peek_now(&()).remaining(), 3, "counted once");
     server.stop().await;
 
@@ -390,7 +518,11 @@ async fn stacked_layers_never_count_one_request_twice() {
     let url = server.url("/");
     assert_eq!(client.get(&url).await.status, StatusCode::OK);
     assert_eq!(client.get(&url).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(inner.peek_now(&()).remaining(), 4, "inner counted only the admitted one");
+    assert_eq!(
+        inner.peek_now(&()).remaining(),
+        4,
+        "inner counted only the admitted one"
+    );
     server.stop().await;
 }
 
@@ -414,7 +546,10 @@ async fn per_route_limits_and_unknown_routes() {
     let server = TestServer::start(app).await;
     let client = TestClient::new();
     let res = client.get(&server.url("/nowhere")).await;
-    assert_eq!((res.status, res.num("x-ratelimit-remaining")), (StatusCode::NOT_FOUND, 2));
+    assert_eq!(
+        (res.status, res.num("x-ratelimit-remaining")),
+        (StatusCode::NOT_FOUND, 2)
+    );
     let res = client.get(&server.url("/strict")).await;
     assert_eq!(
         (res.status, res.num("x-ratelimit-remaining")),
@@ -424,6 +559,10 @@ async fn per_route_limits_and_unknown_routes() {
     let res = client.get(&server.url("/strict")).await;
     assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
     let res = client.get(&server.url("/")).await;
-    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS, "the router-wide 3/minute is spent");
+    assert_eq!(
+        res.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the router-wide 3/minute is spent"
+    );
     server.stop().await;
 }

@@ -21,7 +21,8 @@ fn parts(peer: IpAddr, headers: &[(&str, &[u8])]) -> Parts {
         b = b.header(*name, HeaderValue::from_bytes(value).unwrap());
     }
     let mut req = b.body(()).unwrap();
-    req.extensions_mut().insert(PeerAddr(SocketAddr::new(peer, 4000)));
+    req.extensions_mut()
+        .insert(PeerAddr(SocketAddr::new(peer, 4000)));
     req.into_parts().0
 }
 
@@ -52,7 +53,11 @@ fn xff_table() {
     ];
     for (lines, want) in cases {
         let headers: Vec<(&str, &[u8])> = lines.iter().map(|l| ("x-forwarded-for", *l)).collect();
-        assert_eq!(x.extract(&parts(peer, &headers)).unwrap(), ip(want), "{lines:?}");
+        assert_eq!(
+            x.extract(&parts(peer, &headers)).unwrap(),
+            ip(want),
+            "{lines:?}"
+        );
     }
 }
 
@@ -64,7 +69,10 @@ fn forwarded_table() {
         (b"for=203.0.113.7", "203.0.113.7"),
         (b"for=\"[2001:db8::1]:4711\"", "2001:db8::"),
         (b"For=6.6.6.6, FOR=203.0.113.7;proto=https", "203.0.113.7"),
-        (b"for=6.6.6.6, for=203.0.113.7;by=\"a,b;c\", for=10.1.1.1", "203.0.113.7"),
+        (
+            b"for=6.6.6.6, for=203.0.113.7;by=\"a,b;c\", for=10.1.1.1",
+            "203.0.113.7",
+        ),
         (b"for=6.6.6.6, for=unknown", "10.0.0.1"),
         (b"for=6.6.6.6, for=_hidden, for=10.4.4.4", "10.4.4.4"),
         (b"proto=https", "10.0.0.1"),
@@ -92,10 +100,18 @@ fn one_source_of_truth() {
     let real = proxies().header(ForwardedHeader::XRealIp);
     assert_eq!(real.extract(&h).unwrap(), ip("3.3.3.3"));
     // A bad value in the configured header never falls through to another header.
-    let h = parts(peer, &[("x-real-ip", b"nonsense"), ("x-forwarded-for", b"1.1.1.1")]);
+    let h = parts(
+        peer,
+        &[("x-real-ip", b"nonsense"), ("x-forwarded-for", b"1.1.1.1")],
+    );
     assert_eq!(real.extract(&h).unwrap(), peer);
     // PeerIp reads no header at all.
-    assert_eq!(PeerIp::default().extract(&parts(ip("198.51.100.4"), headers)).unwrap(), ip("198.51.100.4"));
+    assert_eq!(
+        PeerIp::default()
+            .extract(&parts(ip("198.51.100.4"), headers))
+            .unwrap(),
+        ip("198.51.100.4")
+    );
 }
 
 /// T-48: IPv6 prefixes and mapped IPv4.
@@ -107,16 +123,31 @@ fn ipv6_prefixes_and_mapped_ipv4() {
     let mut keys = std::collections::HashSet::new();
     for i in 0u128..(1 << 16) {
         // Spread the 16 bits over the host part and the /64s inside the /56.
-        let addr = base | ((i & 0xff) << 64) | ((i >> 8) << 8) | i.wrapping_mul(0x9e37_79b9) & 0xffff_0000;
-        keys.insert(PeerIp::default().extract(&parts(IpAddr::V6(Ipv6Addr::from(addr)), &[])).unwrap());
+        let addr =
+            base | ((i & 0xff) << 64) | ((i >> 8) << 8) | i.wrapping_mul(0x9e37_79b9) & 0xffff_0000;
+        keys.insert(
+            PeerIp::default()
+                .extract(&parts(IpAddr::V6(Ipv6Addr::from(addr)), &[]))
+                .unwrap(),
+        );
     }
     assert_eq!(keys.len(), 1, "one /56, one bucket");
-    assert_eq!(key("2001:db8:aa:bb01::1"), key("2001:db8:aa:bbff::2"), "two /64s in one /56");
-    assert_ne!(key("2001:db8:aa:bb00::1"), key("2001:db8:aa:bc00::1"), "two /56s");
+    assert_eq!(
+        key("2001:db8:aa:bb01::1"),
+        key("2001:db8:aa:bbff::2"),
+        "two /64s in one /56"
+    );
+    assert_ne!(
+        key("2001:db8:aa:bb00::1"),
+        key("2001:db8:aa:bc00::1"),
+        "two /56s"
+    );
     let by64 = PeerIp::default().ipv6_prefix(64);
     assert_ne!(
-        by64.extract(&parts(ip("2001:db8:aa:bb01::1"), &[])).unwrap(),
-        by64.extract(&parts(ip("2001:db8:aa:bb02::1"), &[])).unwrap(),
+        by64.extract(&parts(ip("2001:db8:aa:bb01::1"), &[]))
+            .unwrap(),
+        by64.extract(&parts(ip("2001:db8:aa:bb02::1"), &[]))
+            .unwrap(),
         "the /64 option"
     );
     for mapped in ["::ffff:1.2.3.4", "::ffff:102:304", "1.2.3.4"] {
@@ -135,18 +166,39 @@ fn ip_v6(s: &str) -> Ipv6Addr {
 #[test]
 fn malformed_values_follow_the_documented_rule() {
     let peer = ip("10.0.0.1");
-    let bad: &[&[u8]] = &[b"\x80\xff", b"1.2.3.4\tx", b"x", b"999.1.1.1", b"[::1", b"\"", b"for=\"", b";;,,"];
+    let bad: &[&[u8]] = &[
+        b"\x80\xff",
+        b"1.2.3.4\tx",
+        b"x",
+        b"999.1.1.1",
+        b"[::1",
+        b"\"",
+        b"for=\"",
+        b";;,,",
+    ];
     for v in bad {
-        for h in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded, ForwardedHeader::XRealIp] {
+        for h in [
+            ForwardedHeader::XForwardedFor,
+            ForwardedHeader::Forwarded,
+            ForwardedHeader::XRealIp,
+        ] {
             let x = proxies().header(h);
             let got = x.extract(&parts(peer, &[(h.name(), v)])).unwrap();
-            assert_eq!(got, peer, "{h:?} {v:?}: invalid means no client beyond the proxy");
+            assert_eq!(
+                got, peer,
+                "{h:?} {v:?}: invalid means no client beyond the proxy"
+            );
         }
         let k = HeaderKey::new("x-api-key").extract(&parts(peer, &[("x-api-key", v)]));
         assert!(k.is_ok(), "any non-empty bytes are a key: {v:?}");
     }
     let untrusted = ip("198.51.100.9");
-    assert_eq!(proxies().extract(&parts(untrusted, &[("x-forwarded-for", b"\x80")])).unwrap(), untrusted);
+    assert_eq!(
+        proxies()
+            .extract(&parts(untrusted, &[("x-forwarded-for", b"\x80")]))
+            .unwrap(),
+        untrusted
+    );
     // No peer address at all: a key error, not a panic.
     let no_peer = Request::builder().body(()).unwrap().into_parts().0;
     assert!(PeerIp::default().extract(&no_peer).is_err());
@@ -165,20 +217,29 @@ fn oversized_headers_take_bounded_work() {
     xff.push_str("10.1.2.3");
     let entries = xff.split(',').count();
     assert!(entries > 100_000 && xff.len() > 1_000_000, "{entries}");
-    let r = x.resolve(ip("10.0.0.1"), &parts(ip("10.0.0.1"), &[("x-forwarded-for", xff.as_bytes())]).headers);
+    let r = x.resolve(
+        ip("10.0.0.1"),
+        &parts(ip("10.0.0.1"), &[("x-forwarded-for", xff.as_bytes())]).headers,
+    );
     assert_eq!(r.examined, MAX_FORWARDED_ENTRIES);
     assert_eq!(r.ip, ip("10.9.9.9"), "all trusted: the left-most examined");
     let attack = format!("{}203.0.113.7, 10.1.1.1", "6.6.6.6, ".repeat(100_000));
-    let r = x.resolve(ip("10.0.0.1"), &parts(ip("10.0.0.1"), &[("x-forwarded-for", attack.as_bytes())]).headers);
+    let r = x.resolve(
+        ip("10.0.0.1"),
+        &parts(ip("10.0.0.1"), &[("x-forwarded-for", attack.as_bytes())]).headers,
+    );
     assert_eq!((r.ip, r.examined), (ip("203.0.113.7"), 2));
     // Forwarded, same bound.
     let fwd = format!("{}for=10.1.1.1", "for=10.2.2.2, ".repeat(80_000));
-    let r = proxies()
-        .header(ForwardedHeader::Forwarded)
-        .resolve(ip("10.0.0.1"), &parts(ip("10.0.0.1"), &[("forwarded", fwd.as_bytes())]).headers);
+    let r = proxies().header(ForwardedHeader::Forwarded).resolve(
+        ip("10.0.0.1"),
+        &parts(ip("10.0.0.1"), &[("forwarded", fwd.as_bytes())]).headers,
+    );
     assert_eq!(r.examined, MAX_FORWARDED_ENTRIES);
     let key = vec![b'k'; 64 * 1024];
-    let k = HeaderKey::new("x-api-key").extract(&parts(ip("10.0.0.1"), &[("x-api-key", &key)])).unwrap();
+    let k = HeaderKey::new("x-api-key")
+        .extract(&parts(ip("10.0.0.1"), &[("x-api-key", &key)]))
+        .unwrap();
     assert_eq!(k.as_bytes().len(), 33);
 }
 
@@ -230,8 +291,10 @@ fn junk() -> impl Strategy<Value = String> {
 
 fn client_ip() -> impl Strategy<Value = IpAddr> {
     prop_oneof![
-        (1u8..=9, any::<[u8; 3]>()).prop_map(|(a, r)| IpAddr::V4(Ipv4Addr::new(a, r[0], r[1], r[2]))),
-        any::<u64>().prop_map(|h| IpAddr::V6(Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(h)))),
+        (1u8..=9, any::<[u8; 3]>())
+            .prop_map(|(a, r)| IpAddr::V4(Ipv4Addr::new(a, r[0], r[1], r[2]))),
+        any::<u64>()
+            .prop_map(|h| IpAddr::V6(Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(h)))),
     ]
 }
 

@@ -15,8 +15,8 @@ use tollgate::key::{ExtensionKey, ForwardedIp, GlobalKey, HeaderKey, PeerAddr};
 use tollgate::layer::{RateLimitLayer, Refund};
 use tollgate::store::Store;
 use tollgate::{
-    Decision, ManualClock, Outcome, RateLimiter, Rule, Stats, StoreError, StoreErrorKind,
-    Strategy, TokioClock,
+    Decision, ManualClock, Outcome, RateLimiter, Rule, Stats, StoreError, StoreErrorKind, Strategy,
+    TokioClock,
 };
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -49,7 +49,9 @@ fn echo(
             .extensions()
             .get::<Decision>()
             .map_or("none".to_owned(), |d| d.remaining().to_string());
-        ready(Ok::<_, Infallible>(Response::new(Body::from(format!("ok, {left} left")))))
+        ready(Ok::<_, Infallible>(Response::new(Body::from(format!(
+            "ok, {left} left"
+        )))))
     })
 }
 
@@ -65,15 +67,21 @@ async fn body(res: Response<Body>) -> String {
 async fn the_decision_reaches_handlers_and_rejections() {
     let clock = ManualClock::new(T0);
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = RateLimitLayer::new(limiter::<()>(Strategy::FixedWindow, "2/minute", &clock), GlobalKey)
-        .layer(echo(calls.clone()));
+    let svc = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "2/minute", &clock),
+        GlobalKey,
+    )
+    .layer(echo(calls.clone()));
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(body(res).await, "ok, 1 left");
     svc.clone().oneshot(get()).await.unwrap();
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     let d = res.extensions().get::<Decision>().copied().unwrap();
-    assert_eq!((d.outcome(), d.retry_after_secs()), (Outcome::Rejected, Some(60)));
+    assert_eq!(
+        (d.outcome(), d.retry_after_secs()),
+        (Outcome::Rejected, Some(60))
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
@@ -83,15 +91,23 @@ async fn the_decision_reaches_handlers_and_rejections() {
 async fn costs_from_the_request() {
     let clock = ManualClock::new(T0);
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = RateLimitLayer::new(limiter::<()>(Strategy::TokenBucket, "10/minute", &clock), GlobalKey)
-        .cost(|p: &http::request::Parts| {
-            p.headers
-                .get("x-cost")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(1)
-        })
-        .layer(echo(calls.clone()));
-    let with_cost = |c: &str| Request::get("/").header("x-cost", c).body(Body::default()).unwrap();
+    let svc = RateLimitLayer::new(
+        limiter::<()>(Strategy::TokenBucket, "10/minute", &clock),
+        GlobalKey,
+    )
+    .cost(|p: &http::request::Parts| {
+        p.headers
+            .get("x-cost")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    })
+    .layer(echo(calls.clone()));
+    let with_cost = |c: &str| {
+        Request::get("/")
+            .header("x-cost", c)
+            .body(Body::default())
+            .unwrap()
+    };
     let res = svc.clone().oneshot(with_cost("4")).await.unwrap();
     assert_eq!(res.headers()["x-ratelimit-remaining"], "6");
     let res = svc.clone().oneshot(with_cost("0")).await.unwrap();
@@ -101,7 +117,10 @@ async fn costs_from_the_request() {
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers().get("retry-after"), None);
     assert_eq!(res.headers()["x-ratelimit-limit"], "10");
-    assert_eq!(res.extensions().get::<Decision>().unwrap().outcome(), Outcome::Exceeds);
+    assert_eq!(
+        res.extensions().get::<Decision>().unwrap().outcome(),
+        Outcome::Exceeds
+    );
     assert!(body(res).await.contains("exceeds the rate limit"));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
@@ -111,10 +130,16 @@ async fn skipped_requests_pass_without_a_check() {
     let clock = ManualClock::new(T0);
     let lim = limiter::<()>(Strategy::FixedWindow, "1/minute", &clock);
     let svc = RateLimitLayer::new(lim.clone(), GlobalKey)
-        .skip(|p: &http::request::Parts| p.uri.path() == "/health" || p.method == http::Method::OPTIONS)
+        .skip(|p: &http::request::Parts| {
+            p.uri.path() == "/health" || p.method == http::Method::OPTIONS
+        })
         .layer(echo(Arc::default()));
     for _ in 0..3 {
-        let res = svc.clone().oneshot(Request::get("/health").body(Body::default()).unwrap()).await.unwrap();
+        let res = svc
+            .clone()
+            .oneshot(Request::get("/health").body(Body::default()).unwrap())
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers().get("x-ratelimit-limit"), None);
     }
@@ -126,33 +151,57 @@ async fn skipped_requests_pass_without_a_check() {
 async fn rules_chosen_per_request() {
     let clock = ManualClock::new(T0);
     let pro = Arc::new(Rule::parse(Strategy::FixedWindow, "5/minute").unwrap());
-    let svc = RateLimitLayer::new(limiter(Strategy::FixedWindow, "1/minute", &clock), HeaderKey::new("x-user"))
-        .select_rule(move |p: &http::request::Parts| {
-            (p.headers.get("x-plan").map(|v| v.as_bytes()) == Some(b"pro")).then(|| pro.clone())
-        })
-        .layer(echo(Arc::default()));
+    let svc = RateLimitLayer::new(
+        limiter(Strategy::FixedWindow, "1/minute", &clock),
+        HeaderKey::new("x-user"),
+    )
+    .select_rule(move |p: &http::request::Parts| {
+        (p.headers.get("x-plan").map(|v| v.as_bytes()) == Some(b"pro")).then(|| pro.clone())
+    })
+    .layer(echo(Arc::default()));
     let req = |user: &str, plan: &str| {
-        Request::get("/").header("x-user", user).header("x-plan", plan).body(Body::default()).unwrap()
+        Request::get("/")
+            .header("x-user", user)
+            .header("x-plan", plan)
+            .body(Body::default())
+            .unwrap()
     };
     let res = svc.clone().oneshot(req("a", "pro")).await.unwrap();
     assert_eq!(res.headers()["x-ratelimit-limit"], "5");
     let res = svc.clone().oneshot(req("b", "free")).await.unwrap();
     assert_eq!(res.headers()["x-ratelimit-limit"], "1");
-    assert_eq!(svc.clone().oneshot(req("b", "free")).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(svc.clone().oneshot(req("a", "pro")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone()
+            .oneshot(req("b", "free"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        svc.clone().oneshot(req("a", "pro")).await.unwrap().status(),
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
 async fn custom_rejections_get_the_headers_too() {
     let clock = ManualClock::new(T0);
-    let svc = RateLimitLayer::new(limiter::<()>(Strategy::FixedWindow, "1/minute", &clock), GlobalKey)
-        .on_rejected(|d: &Decision| {
-            let mut res = Response::new(Body::from(format!("{{\"wait\":{}}}", d.retry_after_secs().unwrap_or(0))));
-            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-            res.headers_mut().insert("content-type", "application/json".parse().unwrap());
-            res
-        })
-        .layer(echo(Arc::default()));
+    let svc = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "1/minute", &clock),
+        GlobalKey,
+    )
+    .on_rejected(|d: &Decision| {
+        let mut res = Response::new(Body::from(format!(
+            "{{\"wait\":{}}}",
+            d.retry_after_secs().unwrap_or(0)
+        )));
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        res.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        res
+    })
+    .layer(echo(Arc::default()));
     svc.clone().oneshot(get()).await.unwrap();
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.headers()["retry-after"], "60");
@@ -177,13 +226,43 @@ async fn marked_responses_are_refunded() {
     });
     let svc = RateLimitLayer::new(lim.clone(), GlobalKey).layer(inner);
     for _ in 0..5 {
-        let res = svc.clone().oneshot(Request::get("/ok").body(Body::default()).unwrap()).await.unwrap();
+        let res = svc
+            .clone()
+            .oneshot(Request::get("/ok").body(Body::default()).unwrap())
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()["x-ratelimit-remaining"], "3");
     }
-    let res = svc.clone().oneshot(Request::get("/fail").body(Body::default()).unwrap()).await.unwrap();
+    let res = svc
+        .clone()
+        .oneshot(Request::get("/fail").body(Body::default()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
     assert_eq!(lim.peek_now(&()).remaining(), 2);
+}
+
+/// Regression (found by the login tests): an outer layer's allowed-path header writing removed
+/// the Retry-After of an inner layer's 429 and replaced its fields.
+#[tokio::test]
+async fn an_inner_rejection_keeps_its_fields_under_an_outer_layer() {
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "1/minute", &clock),
+        GlobalKey,
+    );
+    let outer = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "100/day", &clock),
+        GlobalKey,
+    );
+    let svc = outer.layer(inner.layer(echo(Arc::default())));
+    svc.clone().oneshot(get()).await.unwrap();
+    let res = svc.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["retry-after"], "60");
+    assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
 }
 
 /// A store that always fails.
@@ -220,14 +299,24 @@ async fn store_failures_follow_the_policy() {
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers().get("x-ratelimit-remaining"), None);
         assert_eq!(res.headers().get("retry-after"), None);
-        assert_eq!(body(res).await, "ok, none left", "no Decision for the handler");
+        assert_eq!(
+            body(res).await,
+            "ok, none left",
+            "no Decision for the handler"
+        );
     }
     assert_eq!(lim.stats().fail_open, 3);
-    let closed = RateLimitLayer::new(lim.clone(), GlobalKey).fail_closed().layer(echo(calls.clone()));
+    let closed = RateLimitLayer::new(lim.clone(), GlobalKey)
+        .fail_closed()
+        .layer(echo(calls.clone()));
     let res = closed.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(res.extensions().get::<StoreError>().is_some());
-    assert_eq!(calls.load(Ordering::SeqCst), 3, "fail-closed never reaches the inner service");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "fail-closed never reaches the inner service"
+    );
 }
 
 /// Pacing mode waits up to the maximum delay for a slot, then rejects; waiters are counted and
@@ -260,10 +349,17 @@ async fn pacing_mode_waits_for_a_slot_then_rejects() {
     }
     out.sort_by_key(|(s, e)| (*e, s.as_u16()));
     let statuses: Vec<_> = out.iter().map(|(s, _)| s.as_u16()).collect();
-    let ok_times: Vec<_> = out.iter().filter(|(s, _)| *s == StatusCode::OK).map(|(_, e)| e.as_secs()).collect();
+    let ok_times: Vec<_> = out
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::OK)
+        .map(|(_, e)| e.as_secs())
+        .collect();
     assert_eq!(ok_times, [0, 1, 2], "one slot per second: {out:?}");
     assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 1);
-    assert!(out.iter().all(|(_, e)| *e <= Duration::from_secs(2)), "no wait beyond the max");
+    assert!(
+        out.iter().all(|(_, e)| *e <= Duration::from_secs(2)),
+        "no wait beyond the max"
+    );
     assert_eq!(layer.waiting(), 0);
 }
 
@@ -326,23 +422,39 @@ async fn cancelled_waiters_give_their_place_back() {
 #[tokio::test]
 async fn axum_body_works() {
     let clock = ManualClock::new(T0);
-    let svc = RateLimitLayer::new(limiter::<u64>(Strategy::FixedWindow, "1/minute", &clock), ExtensionKey::<u64>::new())
-        .layer(service_fn(|_req: Request<axum::body::Body>| async {
-            Ok::<_, Infallible>(Response::new(axum::body::Body::from("ok")))
-        }));
+    let svc = RateLimitLayer::new(
+        limiter::<u64>(Strategy::FixedWindow, "1/minute", &clock),
+        ExtensionKey::<u64>::new(),
+    )
+    .layer(service_fn(|_req: Request<axum::body::Body>| async {
+        Ok::<_, Infallible>(Response::new(axum::body::Body::from("ok")))
+    }));
     let req = || {
         let mut r = Request::get("/").body(axum::body::Body::empty()).unwrap();
         r.extensions_mut().insert(7u64);
         r
     };
-    assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), StatusCode::OK);
-    assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        svc.clone().oneshot(req()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.clone().oneshot(req()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
     let missing = Request::get("/").body(axum::body::Body::empty()).unwrap();
-    assert_eq!(svc.oneshot(missing).await.unwrap().status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        svc.oneshot(missing).await.unwrap().status(),
+        StatusCode::BAD_REQUEST
+    );
 }
 
 fn run<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
 }
 
 proptest! {

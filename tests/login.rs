@@ -68,14 +68,29 @@ async fn the_account_is_throttled_across_ips() {
     for i in 0..100 {
         statuses.push(app.sign_in(&ip_n(i), "alice", "guess").await.status);
     }
-    assert!(statuses[..20].iter().all(|&s| s == StatusCode::UNAUTHORIZED));
-    assert!(statuses[20..].iter().all(|&s| s == StatusCode::TOO_MANY_REQUESTS));
+    assert!(
+        statuses[..20]
+            .iter()
+            .all(|&s| s == StatusCode::UNAUTHORIZED)
+    );
+    assert!(
+        statuses[20..]
+            .iter()
+            .all(|&s| s == StatusCode::TOO_MANY_REQUESTS)
+    );
     let res = app.sign_in(&ip_n(200), "alice", "guess").await;
     assert!(res.body.contains("for this account"), "{}", res.body);
-    assert!(res.body.contains("Try again in 180 seconds"), "one slot of 20/hour: {}", res.body);
+    assert!(
+        res.body.contains("Try again in 180 seconds"),
+        "one slot of 20/hour: {}",
+        res.body
+    );
     assert_eq!(res.num("retry-after"), 180);
     // Another account is untouched.
-    assert_eq!(app.sign_in(&ip_n(0), "bob", "guess").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app.sign_in(&ip_n(0), "bob", "guess").await.status,
+        StatusCode::UNAUTHORIZED
+    );
     app.server.stop().await;
 }
 
@@ -87,7 +102,9 @@ async fn password_spraying_from_one_ip_is_blocked() {
     let mut unauthorized = 0;
     let mut limited = 0;
     for u in 0..200 {
-        let res = app.sign_in("198.51.100.7", &format!("user{u}"), "guess").await;
+        let res = app
+            .sign_in("198.51.100.7", &format!("user{u}"), "guess")
+            .await;
         match res.status {
             StatusCode::UNAUTHORIZED => unauthorized += 1,
             StatusCode::TOO_MANY_REQUESTS => {
@@ -116,7 +133,11 @@ async fn only_failures_count() {
     for left in [4, 3, 2, 1] {
         let res = app.sign_in(ip, "alice", "wrong").await;
         assert_eq!(res.status, StatusCode::UNAUTHORIZED);
-        assert!(res.body.contains(&format!("{left} attempt")), "{left}: {}", res.body);
+        assert!(
+            res.body.contains(&format!("{left} attempt")),
+            "{left}: {}",
+            res.body
+        );
     }
     for _ in 0..30 {
         let res = app.sign_in(ip, "Alice", login::PASSWORD).await;
@@ -127,12 +148,24 @@ async fn only_failures_count() {
     for left in [4, 3, 2, 1, 0] {
         let res = app.sign_in(ip, "alice", "wrong").await;
         assert_eq!(res.status, StatusCode::UNAUTHORIZED);
-        assert!(res.body.contains(&format!("{left} attempt")), "{}", res.body);
+        assert!(
+            res.body.contains(&format!("{left} attempt")),
+            "{}",
+            res.body
+        );
     }
     let res = app.sign_in(ip, "alice", "wrong").await;
     assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(res.body.contains("for this username from your address"), "{}", res.body);
-    assert!(res.body.contains("Try again in 900 seconds"), "{}", res.body);
+    assert!(
+        res.body.contains("for this username from your address"),
+        "{}",
+        res.body
+    );
+    assert!(
+        res.body.contains("Try again in 900 seconds"),
+        "{}",
+        res.body
+    );
     // 30 successes + 9 failures: far below the per-IP 100 and per-account 20: successes were free.
     let res = app.sign_in(ip, "carol", "wrong").await;
     assert_eq!(res.status, StatusCode::UNAUTHORIZED);
@@ -151,13 +184,29 @@ async fn no_enumeration_and_no_victim_lockout() {
         let unknown = app.sign_in("192.0.2.21", "mallory", "wrong").await;
         assert_eq!(known.status, unknown.status);
         assert_eq!(known.body, unknown.body);
-        for h in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after", "content-type"] {
+        for h in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "retry-after",
+            "content-type",
+        ] {
             assert_eq!(known.header(h), unknown.header(h), "{h}");
         }
     }
     // The attacker's address is blocked for alice; the owner from home is not.
-    assert_eq!(app.sign_in("192.0.2.20", "alice", login::PASSWORD).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(app.sign_in("192.0.2.99", "alice", login::PASSWORD).await.status, StatusCode::OK);
+    assert_eq!(
+        app.sign_in("192.0.2.20", "alice", login::PASSWORD)
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        app.sign_in("192.0.2.99", "alice", login::PASSWORD)
+            .await
+            .status,
+        StatusCode::OK
+    );
     // Fill the account's 20 failures from many IPs: the owner is slowed, not locked out.
     for i in 0..40 {
         app.sign_in(&ip_n(i), "alice", "wrong").await;
@@ -167,17 +216,26 @@ async fn no_enumeration_and_no_victim_lockout() {
     let wait = res.num("retry-after");
     assert!(wait <= 180, "at most one slot: {wait}");
     clock.advance(Duration::from_secs(wait));
-    assert_eq!(app.sign_in("192.0.2.99", "alice", login::PASSWORD).await.status, StatusCode::OK);
+    assert_eq!(
+        app.sign_in("192.0.2.99", "alice", login::PASSWORD)
+            .await
+            .status,
+        StatusCode::OK
+    );
     app.server.stop().await;
 }
 
 fn form(ip: &str, user: &str, password: &str) -> Request<axum::body::Body> {
     let mut req = Request::post("/login")
         .header("content-type", "application/x-www-form-urlencoded")
-        .body(axum::body::Body::from(format!("username={user}&password={}", password.replace(' ', "+"))))
+        .body(axum::body::Body::from(format!(
+            "username={user}&password={}",
+            password.replace(' ', "+")
+        )))
         .unwrap();
     let peer: SocketAddr = format!("{ip}:4000").parse().unwrap();
-    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
     req
 }
 
@@ -187,11 +245,19 @@ fn form(ip: &str, user: &str, password: &str) -> Request<axum::body::Body> {
 async fn a_throttled_account_is_paced_not_locked() {
     let app = login::app(TokioClock::new(), config(Duration::from_secs(200)));
     for i in 0..20 {
-        let res = app.clone().oneshot(form(&format!("198.51.100.{i}"), "bob", "wrong")).await.unwrap();
+        let res = app
+            .clone()
+            .oneshot(form(&format!("198.51.100.{i}"), "bob", "wrong"))
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     }
     let start = tokio::time::Instant::now();
-    let res = app.clone().oneshot(form("192.0.2.1", "bob", login::PASSWORD)).await.unwrap();
+    let res = app
+        .clone()
+        .oneshot(form("192.0.2.1", "bob", login::PASSWORD))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(start.elapsed().as_secs(), 180, "waited one slot");
 }

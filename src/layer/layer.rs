@@ -109,6 +109,7 @@ pub(crate) struct Core<K, St, C, R> {
     pub(crate) rejection: R,
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<AtomicU64>,
+    pub(crate) missing_keys: Arc<AtomicU64>,
 }
 
 /// The per-request hooks: key, cost, rule, skip.
@@ -120,7 +121,45 @@ pub(crate) struct Hooks<X, Co, Ru, Sk> {
 }
 
 /// Applies a [`RateLimiter`] to every request of the services it wraps. See the
-/// [module docs](crate::layer) for examples.
+/// [module docs](crate::layer) for the behaviour and an axum example.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response, StatusCode};
+/// use http_body_util::Full;
+/// use tollgate::{ManualClock, RateLimiter, Strategy};
+/// use tollgate::key::HeaderKey;
+/// use tollgate::layer::RateLimitLayer;
+/// use tower::{ServiceBuilder, ServiceExt, service_fn};
+///
+/// let limiter = RateLimiter::builder()
+///     .strategy(Strategy::TokenBucket)
+///     .quotas("1/second").unwrap()
+///     .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+///     .build()
+///     .unwrap();
+/// let svc = ServiceBuilder::new()
+///     .layer(RateLimitLayer::new(limiter, HeaderKey::new("x-api-key")))
+///     .service(service_fn(|_req: Request<Full<Bytes>>| async {
+///         Ok::<_, Infallible>(Response::new(Full::<Bytes>::from("hello")))
+///     }));
+/// let req = || Request::get("/").header("x-api-key", "k1").body(Full::<Bytes>::default()).unwrap();
+/// let res = svc.clone().oneshot(req()).await.unwrap();
+/// assert_eq!(res.status(), StatusCode::OK);
+/// assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+/// assert_eq!(res.headers()["x-ratelimit-reset"], "1");
+/// let res = svc.clone().oneshot(req()).await.unwrap();
+/// assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(res.headers()["retry-after"], "1");
+/// assert_eq!(res.headers()["content-type"], "text/plain; charset=utf-8");
+/// let no_key = Request::get("/").body(Full::<Bytes>::default()).unwrap();
+/// assert_eq!(svc.oneshot(no_key).await.unwrap().status(), StatusCode::BAD_REQUEST);
+/// # }
+/// ```
 ///
 /// Type parameters: the key extractor `X`, the limiter's store `St` and clock `C`, then the hooks
 /// set by the builder methods (rejection `R`, cost `Co`, rule `Ru`, skip `Sk`). Cheap to clone.
@@ -147,6 +186,7 @@ pub struct RateLimitLayer<
     pub(crate) skip: Sk,
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<AtomicU64>,
+    pub(crate) missing_keys: Arc<AtomicU64>,
 }
 
 impl<X, St, C, R, Co, Ru, Sk> Clone for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
@@ -172,6 +212,7 @@ where
             skip: self.skip.clone(),
             waiting: Arc::clone(&self.waiting),
             last_warn: Arc::clone(&self.last_warn),
+            missing_keys: Arc::clone(&self.missing_keys),
         }
     }
 }
@@ -214,6 +255,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
             skip: NoSkip,
             waiting: Arc::default(),
             last_warn: Arc::default(),
+            missing_keys: Arc::default(),
         }
     }
 }
@@ -295,6 +337,12 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self.waiting.load(Ordering::Relaxed)
     }
 
+    /// How many requests had no usable key (answered with the missing-key status, or counted
+    /// under the fallback key), over every service of this layer.
+    pub fn missing_keys(&self) -> u64 {
+        self.missing_keys.load(Ordering::Relaxed)
+    }
+
     /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)).
     pub fn on_rejected<R2>(self, f: R2) -> RateLimitLayer<X, St, C, R2, Co, Ru, Sk> {
         RateLimitLayer {
@@ -311,6 +359,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: self.skip,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 
@@ -330,6 +379,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: self.skip,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 
@@ -349,6 +399,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: self.skip,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 
@@ -369,6 +420,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             skip: f,
             waiting: self.waiting,
             last_warn: self.last_warn,
+            missing_keys: self.missing_keys,
         }
     }
 }
@@ -396,6 +448,7 @@ where
                 rejection: self.rejection.clone(),
                 waiting: Arc::clone(&self.waiting),
                 last_warn: Arc::clone(&self.last_warn),
+                missing_keys: Arc::clone(&self.missing_keys),
             }),
             Arc::new(Hooks {
                 key: self.key.clone(),

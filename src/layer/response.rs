@@ -184,7 +184,10 @@ impl<B: From<String>> OnRejected<B> for DefaultRejection {
                 d.limit()
             ),
             (_, Some(secs)) => {
-                format!("Too Many Requests: retry in {secs} second{}.\n", plural(secs))
+                format!(
+                    "Too Many Requests: retry in {secs} second{}.\n",
+                    plural(secs)
+                )
             }
             _ => "Too Many Requests.\n".to_owned(),
         };
@@ -202,4 +205,64 @@ pub(crate) fn text<B: From<String>>(status: StatusCode, body: String) -> Respons
     *res.status_mut() = status;
     res.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN.clone());
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, RateLimiter, Strategy};
+    use std::time::Duration;
+
+    #[test]
+    fn ietf_fields_and_escaping() {
+        let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+        let lim = RateLimiter::<()>::builder()
+            .strategy(Strategy::TokenBucket)
+            .quotas("10/minute")
+            .unwrap()
+            .burst(std::num::NonZeroU32::new(4).unwrap())
+            .clock(clock)
+            .build()
+            .unwrap();
+        let d = lim.check_now(&(), 1);
+        let cfg = HeaderConfig {
+            style: HeaderStyle::Ietf,
+            policy_name: Arc::from("a\"b"),
+            ..HeaderConfig::default()
+        };
+        let mut h = HeaderMap::new();
+        write_headers(&mut h, &d, lim.rule(), &cfg);
+        assert_eq!(
+            h["ratelimit-policy"], "\"a\\\"b\";q=4;w=60",
+            "q is the burst"
+        );
+        assert_eq!(h["ratelimit"], "\"a\\\"b\";r=3;t=6");
+        assert!(h.get("x-ratelimit-limit").is_none());
+        assert!(h.get("retry-after").is_none());
+    }
+
+    #[test]
+    fn default_rejection_bodies() {
+        let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+        let lim = RateLimiter::<()>::builder()
+            .strategy(Strategy::FixedWindow)
+            .quotas("1/second")
+            .unwrap()
+            .clock(clock)
+            .build()
+            .unwrap();
+        let never = lim.check_now(&(), 2);
+        let res: Response<String> = DefaultRejection.on_rejected(&never);
+        assert!(
+            res.body().contains("can never be admitted"),
+            "{}",
+            res.body()
+        );
+        lim.check_now(&(), 1);
+        let later = lim.check_now(&(), 1);
+        let res: Response<String> = DefaultRejection.on_rejected(&later);
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.body(), "Too Many Requests: retry in 1 second.\n");
+        assert_eq!(res.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+    }
 }

@@ -84,9 +84,7 @@ impl<S, X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitService<S, X, St, C, R, 
     }
 }
 
-impl<X: KeyExtractor, St: Store<X::Key>, C: Clock>
-    RateLimitService<(), X, St, C, (), (), (), ()>
-{
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C, (), (), (), ()> {
     /// The layer: `RateLimitService::layer(limiter, key)` is [`RateLimitLayer::new`].
     pub fn layer(limiter: RateLimiter<X::Key, St, C>, key: X) -> RateLimitLayer<X, St, C> {
         RateLimitLayer::new(limiter, key)
@@ -135,7 +133,13 @@ where
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }
-        let key = match hooks.key.extract(&parts) {
+        let extracted = hooks.key.extract(&parts);
+        if extracted.is_err() {
+            self.core
+                .missing_keys
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let key = match extracted {
             Ok(key) => key,
             Err(e) => match &self.core.missing {
                 MissingKey::Fallback(key) => {

@@ -1,0 +1,441 @@
+//! The examples, exercised: `server` and `hyper` as the binaries `cargo test` builds (in
+//! `target/debug/examples/`), `client` through its pacing function on tokio's paused clock.
+
+#[path = "support/http.rs"]
+mod support;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/client.rs"]
+mod client;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use http::StatusCode;
+use support::{TestClient, ip};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The example binary `name`, next to this test's binary (`cargo test` builds examples first).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test` (which builds the examples) or `cargo build --examples`",
+        path.display()
+    );
+    path
+}
+
+struct Running {
+    child: Child,
+    base: String,
+    stdout: BufReader<tokio::process::ChildStdout>,
+}
+
+/// Starts an example and waits for its `listening on http://ADDR` line.
+async fn start(name: &str, args: &[&str]) -> Running {
+    let mut child = Command::new(example(name))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line))
+        .await
+        .expect("the example did not start")
+        .unwrap();
+    let base = line
+        .trim_end()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    assert!(
+        base.starts_with("http://127.0.0.1:") && !base.ends_with(":0"),
+        "{base}"
+    );
+    Running {
+        child,
+        base,
+        stdout,
+    }
+}
+
+impl Running {
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends `signal` and checks the exit code 0 and that stdout held nothing more.
+    async fn stop_with(mut self, signal: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let code = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("no exit after the signal")
+            .unwrap();
+        assert_eq!(code.code(), Some(0), "exit code after {signal}");
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).await.unwrap();
+        assert_eq!(rest, "", "exactly one line on stdout");
+    }
+}
+
+/// Runs the server with `args`, expecting it to refuse them.
+async fn refused(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(example("server")).args(args).output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn server_limits_every_request_and_exits_cleanly_on_sigterm() {
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--strategy",
+            "moving-window",
+            "--quota",
+            "3/hour",
+        ],
+    )
+    .await;
+    let client = TestClient::new();
+    let res = client.get(&server.url("/")).await;
+    assert_eq!((res.status, res.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(
+        res.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        (
+            res.num("x-ratelimit-limit"),
+            res.num("x-ratelimit-remaining")
+        ),
+        (3, 2)
+    );
+    assert_eq!(res.num("x-ratelimit-reset"), 3600);
+    let res = client.get(&server.url("/missing")).await;
+    assert_eq!(
+        (res.status, res.num("x-ratelimit-remaining")),
+        (StatusCode::NOT_FOUND, 1),
+        "404s count"
+    );
+    client.get(&server.url("/")).await;
+    let res = client.get(&server.url("/")).await;
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!((3595..=3600).contains(&res.num("retry-after")));
+    assert_eq!(res.num("x-ratelimit-remaining"), 0);
+    server.stop_with("-TERM").await;
+}
+
+#[tokio::test]
+async fn server_exits_zero_on_sigint() {
+    let server = start("server", &["--addr=127.0.0.1:0"]).await;
+    let res = TestClient::new().get(&server.url("/")).await;
+    assert_eq!(res.num("x-ratelimit-limit"), 10, "default quota 10/minute");
+    server.stop_with("-INT").await;
+}
+
+#[tokio::test]
+async fn server_refuses_bad_flags_with_exit_code_2() {
+    let cases: &[&[&str]] = &[
+        &["--bogus"],
+        &["--quota"],
+        &["--quota", "10/fortnight"],
+        &["--strategy", "fastest"],
+        &["--burst", "0"],
+        &["--key", "header:"],
+        &["--key", "cookie"],
+        &["--addr", "nowhere"],
+        &["--store", "ftp://x"],
+        &["--max-keys", "0"],
+        &["--reset-format", "weekly"],
+        &["--forwarded-header", "via"],
+        &["--on-missing-key", "maybe"],
+        &["--trust-proxy", "10.0.0.0/33"],
+        &["--fail-closed=yes"],
+        &["--strategy", "token-bucket", "--quota", "4294967295/ms"],
+    ];
+    for args in cases {
+        let (code, stdout, stderr) = refused(args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+        assert!(
+            stderr.starts_with("server: ") && stderr.contains("usage:"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Without the Redis store in this build: a clear error and exit code 2 (once the Redis store
+    // is plugged in, an unreachable server is an error too).
+    let (code, stdout, stderr) =
+        refused(&["--addr", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"]).await;
+    assert_ne!(code, Some(0));
+    assert!(!stdout.contains("listening"), "{stdout}");
+    assert!(stderr.to_lowercase().contains("redis"), "{stderr}");
+}
+
+#[tokio::test]
+async fn server_keys_by_header_with_the_configured_missing_key_answer() {
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "header:x-api-key",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "token-bucket",
+        ],
+    )
+    .await;
+    let client = TestClient::new();
+    let res = client.get(&server.url("/")).await;
+    assert_eq!(res.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        res.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        client
+            .get_with(&server.url("/"), &[("x-api-key", "a")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client
+            .get_with(&server.url("/"), &[("x-api-key", "a")])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        client
+            .get_with(&server.url("/"), &[("x-api-key", "b")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    server.stop_with("-TERM").await;
+
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "header:x-api-key",
+            "--on-missing-key",
+            "global",
+            "--quota",
+            "1/hour",
+            "--reset-format",
+            "unix",
+        ],
+    )
+    .await;
+    let res = client.get(&server.url("/")).await;
+    assert_eq!(res.status, StatusCode::OK);
+    assert!(res.num("x-ratelimit-reset") > 1_700_000_000, "Unix seconds");
+    assert_eq!(
+        client.get(&server.url("/")).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "one shared bucket"
+    );
+    server.stop_with("-TERM").await;
+}
+
+#[tokio::test]
+async fn server_trusts_only_the_configured_proxy() {
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--trust-proxy",
+            "127.0.0.1/32",
+            "--forwarded-header",
+            "forwarded",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "moving-window",
+        ],
+    )
+    .await;
+    let proxy = TestClient::new();
+    let url = server.url("/");
+    assert_eq!(
+        proxy
+            .get_with(&url, &[("forwarded", "for=203.0.113.1")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        proxy
+            .get_with(&url, &[("forwarded", "for=203.0.113.2")])
+            .await
+            .status,
+        StatusCode::OK,
+        "another client"
+    );
+    assert_eq!(
+        proxy
+            .get_with(
+                &url,
+                &[
+                    ("x-forwarded-for", "203.0.113.3"),
+                    ("forwarded", "for=203.0.113.1")
+                ]
+            )
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "only Forwarded is read"
+    );
+    let outsider = TestClient::from_ip(ip("127.0.0.2"));
+    assert_eq!(
+        outsider
+            .get_with(&url, &[("forwarded", "for=203.0.113.9")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        outsider
+            .get_with(&url, &[("forwarded", "for=203.0.113.10")])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "spoofing from an untrusted peer shares its bucket"
+    );
+    server.stop_with("-TERM").await;
+}
+
+/// `--max-keys`: a key blocked before a flood of new keys is still blocked after it.
+#[tokio::test]
+async fn server_memory_cap_never_frees_a_blocked_key() {
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "header:x-key",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "moving-window",
+            "--max-keys",
+            "20",
+        ],
+    )
+    .await;
+    let client = TestClient::new();
+    let url = server.url("/");
+    assert_eq!(
+        client.get_with(&url, &[("x-key", "victim")]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.get_with(&url, &[("x-key", "victim")]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for i in 0..200 {
+        let k = format!("flood{i}");
+        client.get_with(&url, &[("x-key", k.as_str())]).await;
+    }
+    assert_eq!(
+        client.get_with(&url, &[("x-key", "victim")]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    server.stop_with("-TERM").await;
+}
+
+#[tokio::test]
+async fn hyper_example_limits_by_peer_address() {
+    let server = start("hyper", &["127.0.0.1:0", "2/hour"]).await;
+    let client = TestClient::new();
+    let url = server.url("/");
+    let res = client.get(&url).await;
+    assert_eq!(
+        (res.status, res.body.as_str()),
+        (StatusCode::OK, "hello from hyper\n")
+    );
+    assert_eq!(res.num("x-ratelimit-remaining"), 1);
+    client.get(&url).await;
+    let res = client.get(&url).await;
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.num("retry-after") >= 1);
+    let other = TestClient::from_ip(ip("127.0.0.2"));
+    assert_eq!(
+        other.get(&url).await.status,
+        StatusCode::OK,
+        "PeerAddr per connection"
+    );
+    server.stop_with("-INT").await;
+}
+
+/// The `client` example's pacing keeps a client at its quota: 10 calls at 4/s take 2.25 s of
+/// (paused) time, each call at least 250 ms after the previous one.
+#[tokio::test(start_paused = true)]
+async fn client_example_paces_calls() {
+    use tower::ServiceExt;
+    let inner = tower::service_fn(|_: ()| async {
+        Ok::<_, std::convert::Infallible>(tokio::time::Instant::now())
+    });
+    let paced = client::paced(inner, 4, tollgate::TokioClock::new()).unwrap();
+    let start = tokio::time::Instant::now();
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        times.push(paced.clone().oneshot(()).await.unwrap());
+    }
+    assert_eq!(times[9] - start, Duration::from_millis(2250));
+    for w in times.windows(2) {
+        assert!(
+            w[1] - w[0] >= Duration::from_millis(250),
+            "{:?}",
+            w[1] - w[0]
+        );
+    }
+    // Concurrent callers share the pace too.
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(paced.clone().oneshot(())))
+        .collect();
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap().unwrap() - start);
+    }
+    done.sort();
+    assert_eq!(
+        done.last().copied(),
+        Some(Duration::from_millis(2000)),
+        "{done:?}"
+    );
+}

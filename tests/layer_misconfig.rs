@@ -1,0 +1,204 @@
+//! Misconfiguration is loud, once (issue 6 item 7), store failures warn at most about once a
+//! second, and `tracing` events name the key only when configured.
+
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use tollgate::key::{ForwardedIp, GlobalKey, HeaderKey, PeerIp};
+use tollgate::layer::RateLimitLayer;
+use tollgate::store::Store;
+use tollgate::{Decision, ManualClock, RateLimiter, Rule, Stats, StoreError, StoreErrorKind};
+use tower::{Layer, ServiceExt, service_fn};
+
+/// Everything logged, as text.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+    fn count(&self, needle: &str) -> usize {
+        self.text().matches(needle).count()
+    }
+    fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+fn echo() -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
+    service_fn(|_req: Request<Full<Bytes>>| {
+        ready(Ok::<_, Infallible>(Response::new(Full::from("ok"))))
+    })
+}
+
+#[derive(Debug)]
+struct DownStore;
+
+impl<K> Store<K> for DownStore {
+    type Future = Ready<Result<Decision, StoreError>>;
+    fn apply(&self, _: &K, _: &Rule, _: tollgate::Op, _: u64) -> Self::Future {
+        ready(Err(StoreError::new(
+            StoreErrorKind::Timeout,
+            "no answer within 50 ms",
+        )))
+    }
+    fn stats(&self) -> Stats {
+        Stats::default()
+    }
+}
+
+/// One test (the once-flags are process-wide), one thread, one captured subscriber.
+#[test]
+fn warnings_are_logged_once_not_per_request() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+            let lim = || {
+                RateLimiter::builder()
+                    .quotas("1000/minute")
+                    .unwrap()
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap()
+            };
+
+            // Forwarded headers while keying by the peer address.
+            let svc = RateLimitLayer::new(lim(), PeerIp::default()).layer(echo());
+            for _ in 0..50 {
+                let mut req = Request::get("/")
+                    .header("x-forwarded-for", "1.2.3.4")
+                    .body(Full::default())
+                    .unwrap();
+                req.extensions_mut()
+                    .insert(tollgate::key::PeerAddr("10.0.0.1:1".parse().unwrap()));
+                assert_eq!(
+                    svc.clone().oneshot(req).await.unwrap().status(),
+                    StatusCode::OK
+                );
+            }
+            assert_eq!(
+                logs.count("requests carry forwarded headers"),
+                1,
+                "{}",
+                logs.text()
+            );
+
+            // No ConnectInfo / PeerAddr: a 400 each time, a warning once, never a 500.
+            for _ in 0..50 {
+                let res = svc
+                    .clone()
+                    .oneshot(Request::get("/").body(Full::default()).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+            }
+            assert_eq!(logs.count("found no peer address"), 1);
+
+            // Trusting every proxy: warned when configured, not per request.
+            let everyone = ForwardedIp::new(["0.0.0.0/0"]).unwrap();
+            assert_eq!(logs.count("trusts every proxy"), 1);
+            let svc = RateLimitLayer::new(lim(), everyone).layer(echo());
+            for _ in 0..20 {
+                let mut req = Request::get("/")
+                    .header("x-forwarded-for", "1.2.3.4")
+                    .body(Full::default())
+                    .unwrap();
+                req.extensions_mut()
+                    .insert(tollgate::key::PeerAddr("10.0.0.1:1".parse().unwrap()));
+                svc.clone().oneshot(req).await.unwrap();
+            }
+            assert_eq!(logs.count("trusts every proxy"), 1);
+
+            // Store failures: fail open, at most one warning per second of failures.
+            let down: RateLimiter<(), DownStore, ManualClock> = RateLimiter::builder()
+                .quotas("1/minute")
+                .unwrap()
+                .store(DownStore)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            let svc = RateLimitLayer::new(down.clone(), GlobalKey).layer(echo());
+            for _ in 0..200 {
+                assert_eq!(
+                    svc.clone()
+                        .oneshot(Request::get("/").body(Full::default()).unwrap())
+                        .await
+                        .unwrap()
+                        .status(),
+                    StatusCode::OK
+                );
+            }
+            assert_eq!(
+                logs.count("rate-limit store failed; failing open"),
+                1,
+                "{}",
+                logs.text()
+            );
+            assert!(logs.text().contains("no answer within 50 ms"));
+            assert_eq!(down.stats().fail_open, 200);
+
+            // Rejections are debug events; the key appears only with `log_keys(true)`.
+            logs.clear();
+            let lim1 = || {
+                RateLimiter::builder()
+                    .quotas("1/minute")
+                    .unwrap()
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap()
+            };
+            let quiet = RateLimitLayer::new(lim1(), HeaderKey::new("x-api-key")).layer(echo());
+            let loud = RateLimitLayer::new(lim1(), HeaderKey::new("x-api-key"))
+                .log_keys(true)
+                .layer(echo());
+            for svc in [quiet, loud] {
+                for _ in 0..2 {
+                    let req = Request::get("/")
+                        .header("x-api-key", "secret-customer-7")
+                        .body(Full::default())
+                        .unwrap();
+                    svc.clone().oneshot(req).await.unwrap();
+                }
+            }
+            assert_eq!(logs.count("rate limited"), 2, "{}", logs.text());
+            assert_eq!(
+                logs.count("secret-customer-7"),
+                1,
+                "only the configured layer names the key"
+            );
+        });
+    });
+}
