@@ -418,3 +418,29 @@ proptest! {
         }
     }
 }
+
+/// The one convention where governor and tollgate differ: governor's `Quota::per_second(N)` rounds
+/// the emission interval down (`1 s / N` in whole ns), ours rounds it up (`T = ceil(W / N)`, DESIGN.md
+/// "Time, units and rounding"), so rounding never lets us over-admit. For 3/second: governor refills
+/// one cell every 333,333,333 ns (3 cells in 999,999,999 ns), we every 333,333,334 ns.
+#[test]
+fn governor_rounds_the_interval_down_we_round_up() {
+    use governor::clock::{Clock as _, FakeRelativeClock};
+    let gclock = FakeRelativeClock::default();
+    let gov = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(nz(3)),
+        gclock.clone(),
+    );
+    let (l, _) = build(Strategy::TokenBucket, &[oracle::q("3/second")], 1_000 * S);
+    for _ in 0..3 {
+        assert!(gov.check().is_ok());
+        assert!(l.check_now(&KEY, 1).is_allowed());
+    }
+    let theirs = gov
+        .check()
+        .expect_err("burst spent")
+        .wait_time_from(gclock.now());
+    let ours = l.check_now(&KEY, 1).retry_after().expect("burst spent");
+    assert_eq!(theirs, Duration::from_nanos(333_333_333));
+    assert_eq!(ours, Duration::from_nanos(333_333_334));
+}

@@ -52,7 +52,9 @@ impl SlidingWindow {
         if cost > p.limit {
             return Verdict::exceeds(p.limit, remaining, Self::reset(w, e, cur, prev));
         }
-        if weighted + cost <= p.limit {
+        // Cost 0 is a peek and always admitted: after a clock step back `t` is clamped to the bucket
+        // start only, where the previous bucket's share is largest and `weighted` may pass the limit.
+        if cost == 0 || weighted + cost <= p.limit {
             return Verdict::allowed(
                 p.limit,
                 remaining - cost,
@@ -154,6 +156,26 @@ mod tests {
             Outcome::Rejected
         );
         assert_eq!(s.check(&p, t + v.retry_after, 1).outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn regression_cost_zero_rejected_after_a_clock_step_back() {
+        // Bug (found by time_and_numbers::t10 at 10^4 cases): a step back inside the bucket is
+        // clamped to the bucket start, where `cur + prev` may pass the limit; a cost-0 peek was
+        // then Rejected, though cost 0 must always be admitted and change nothing.
+        let p = Params::window(10, 60 * S);
+        let b = 600 * S;
+        let mut s = SlidingWindow::default();
+        assert_eq!(s.check(&p, b - S, 6).outcome, Outcome::Allowed);
+        s.commit(6);
+        let t = b + 30 * S; // share floor(6 x 0.5) = 3
+        assert_eq!(s.check(&p, t, 7).outcome, Outcome::Allowed);
+        s.commit(7);
+        let v = s.check(&p, b + S, 0); // back to 1 s into the bucket: 7 + floor(6 x 59/60) = 12
+        assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 0));
+        let v = s.check(&p, 0, 0); // before the bucket: clamped to its start, 7 + 6 = 13
+        assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 0));
+        assert_eq!(s.check(&p, 0, 1).outcome, Outcome::Rejected);
     }
 
     #[test]
