@@ -1,0 +1,116 @@
+//! The server the HTTP benchmark loads (`scripts/http_bench.sh`): an axum 0.8 hello world with no
+//! limiter, with tollgate (one strategy), with tower_governor 0.8, or a handler that answers a static
+//! 429 (the reference for the flood case). Every limiter keys by peer IP.
+//!
+//! ```text
+//! cargo run --release --example http_bench_server -- VARIANT WORKLOAD [ADDR]
+//!   VARIANT  none | static429 | tower-governor | tollgate:STRATEGY (e.g. tollgate:sliding-window)
+//!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
+//! ```
+//!
+//! Prints `listening on http://ADDR` once ready.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use tollgate::key::PeerIp;
+use tollgate::layer::RateLimitLayer;
+use tollgate::{RateLimiter, Strategy};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+async fn hello() -> &'static str {
+    "Hello, World!"
+}
+
+async fn static_429() -> (StatusCode, [(&'static str, &'static str); 4], &'static str) {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            ("x-ratelimit-limit", "1"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "86400"),
+            ("retry-after", "86400"),
+        ],
+        "Too Many Requests: retry after 86400 s\n",
+    )
+}
+
+fn app(variant: &str, reject: bool) -> Result<Router, String> {
+    let base = Router::new().route("/", get(hello));
+    Ok(match variant {
+        "none" => base,
+        "static429" => Router::new().route("/", get(static_429)),
+        "tower-governor" => {
+            let mut builder = GovernorConfigBuilder::default();
+            if reject {
+                // One cell per day, burst 1: every request after the first is rejected.
+                builder.per_second(86_400).burst_size(1);
+            } else {
+                builder.per_nanosecond(1).burst_size(1_000_000_000);
+            }
+            let config = builder.finish().ok_or("tower_governor config")?;
+            base.layer(GovernorLayer::new(Arc::new(config)))
+        }
+        v => {
+            let name = v
+                .strip_prefix("tollgate:")
+                .ok_or_else(|| format!("unknown variant {v}"))?;
+            let strategy: Strategy = name.parse().map_err(|e| format!("{e}"))?;
+            let quota = if reject { "1/day" } else { "1000000000/s" };
+            let limiter = RateLimiter::builder()
+                .strategy(strategy)
+                .quotas(quota)
+                .map_err(|e| e.to_string())?
+                .build()
+                .map_err(|e| e.to_string())?;
+            base.layer(RateLimitLayer::new(limiter, PeerIp::default()))
+        }
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(variant), Some(workload)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: http_bench_server VARIANT allow|reject [ADDR]");
+        return ExitCode::from(2);
+    };
+    let addr = args.get(2).map_or("127.0.0.1:0", String::as_str);
+    let app = match app(variant, workload == "reject") {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("http_bench_server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("http_bench_server: bind {addr}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match listener.local_addr() {
+        Ok(a) => println!("listening on http://{a}"),
+        Err(e) => {
+            eprintln!("http_bench_server: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let serve = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    tokio::select! {
+        r = serve => if let Err(e) = r { eprintln!("http_bench_server: {e}"); return ExitCode::FAILURE; },
+        _ = tokio::signal::ctrl_c() => {},
+        _ = tokio::time::sleep(Duration::from_secs(3600)) => {},
+    }
+    ExitCode::SUCCESS
+}
