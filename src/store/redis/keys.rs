@@ -18,9 +18,10 @@ pub(super) const MAX_PREFIX: usize = 64;
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
+    let digit = |n: u8| char::from(HEX.get(usize::from(n)).copied().unwrap_or(b'0'));
     for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
+        out.push(digit(b >> 4));
+        out.push(digit(b & 0xf));
     }
 }
 

@@ -241,9 +241,10 @@ async fn connect(
              tunnel, or enable a TLS feature of the redis crate"
         )));
     }
+    const CLUSTER: &str = "redis+cluster://";
     if let Some(rest) = lower
-        .strip_prefix("redis+cluster://")
-        .map(|_| &url["redis+cluster://".len()..])
+        .starts_with(CLUSTER)
+        .then(|| url.get(CLUSTER.len()..).unwrap_or_default())
     {
         let (auth, hosts) = match rest.rsplit_once('@') {
             Some((a, h)) => (format!("{a}@"), h),
@@ -308,6 +309,18 @@ impl RedisStore {
     /// Connects to `url` with the default options: `redis://host:port[/db]` for one node,
     /// `redis+cluster://host1:port1,host2:port2` for a Cluster (any reachable nodes as seeds).
     ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tollgate::StoreError> {
+    /// let single = tollgate::store::redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let cluster = tollgate::store::redis::RedisStore::connect(
+    ///     "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+    /// )
+    /// .await?;
+    /// # let _ = (single, cluster);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     /// As [`RedisStoreBuilder::build`].
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
@@ -345,6 +358,18 @@ impl RedisStore {
         quotas: usize,
     ) -> Vec<String> {
         redis_keys(&keys::base_key(&self.inner.prefix, key), strategy, quotas)
+    }
+
+    /// How many blocked keys the local cache holds now (0 without a cache).
+    pub fn cached_keys(&self) -> usize {
+        self.inner.cache.as_ref().map_or(0, BlockCache::len)
+    }
+
+    /// The Lua source of the script `strategy` runs (for benchmarks and inspection; see the
+    /// calling convention in the crate's `store::redis` sources).
+    #[doc(hidden)]
+    pub fn script_source(strategy: Strategy) -> String {
+        family(strategy).source()
     }
 
     /// Loads the scripts on every master and warns about an eviction policy that can drop keys.
@@ -562,7 +587,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
             .inner
             .cache
             .as_ref()
-            .map(|_| cache::fingerprint(&redis_keys, &args[4..]));
+            .map(|_| cache::fingerprint(&redis_keys, args.get(4..).unwrap_or_default()));
         if let (Some(cache), Some(ck)) = (&self.inner.cache, cache_key) {
             match op {
                 Op::Check(c) if c > 0 => {
@@ -641,7 +666,6 @@ impl<K: StoreKey> Store<K> for RedisStore {
             allowed: self.inner.allowed.get(),
             rejected: self.inner.rejected.get(),
             store_errors: self.inner.errors.get(),
-            keys: self.inner.cache.as_ref().map_or(0, |c| c.len() as u64),
             ..Stats::default()
         }
     }
