@@ -681,3 +681,56 @@ fn bad_urls_and_prefixes_are_refused() {
         assert_eq!(e.kind(), StoreErrorKind::Connection, "{e}");
     });
 }
+
+#[test]
+fn skewed_app_clocks_do_not_matter() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let mut limiters = Vec::new();
+        for skew in [
+            real - Duration::from_secs(3600),
+            real + Duration::from_secs(30),
+        ] {
+            let store = RedisStore::connect(&server.url()).await.unwrap();
+            limiters.push(
+                RateLimiter::builder()
+                    .strategy(Strategy::TokenBucket)
+                    .quotas("4/hour")
+                    .unwrap()
+                    .clock(tollgate::ManualClock::new(skew))
+                    .store(store)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        let key = "skewed".to_string();
+        let mut admitted = 0;
+        let mut rejections = Vec::new();
+        for i in 0..20 {
+            let d = limiters[i % 2].check(&key, 1).await.unwrap();
+            if d.is_allowed() {
+                admitted += 1;
+            } else {
+                rejections.push(d);
+            }
+        }
+        assert_eq!(
+            admitted, 4,
+            "burst 4 admits exactly 4 whatever the app clocks say"
+        );
+        let waits: Vec<u64> = rejections
+            .iter()
+            .map(|d| d.retry_after_secs().unwrap())
+            .collect();
+        let (lo, hi) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
+        assert!(
+            hi - lo <= 1,
+            "Retry-After from the two instances: {lo}..{hi}"
+        );
+    });
+}
