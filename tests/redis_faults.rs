@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis_support::{RedisCluster, RedisServer};
+use redis_support::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
 use tollgate::store::Store;
 use tollgate::store::redis::RedisStore;
 use tollgate::{Op, Rule, StoreErrorKind, Strategy};
@@ -383,5 +383,54 @@ fn cluster_master_killed_and_restarted() {
             "all keys decided {:?} after the restart",
             restarted.elapsed()
         );
+    });
+}
+
+#[test]
+fn an_indeterminate_failure_is_never_replayed() {
+    let _g = serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let rule = Rule::parse(Strategy::FixedWindowFirstHit, "100/hour").unwrap();
+        for mode in [ProxyMode::DropReplies, ProxyMode::ResetAfterForward] {
+            let proxy = FaultProxy::start(server.port).await;
+            let store = RedisStore::builder(proxy.url())
+                .timeout(Duration::from_millis(200))
+                .build()
+                .await
+                .unwrap();
+            let key = format!("{mode:?}");
+            store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+            server.cli(&["CONFIG", "RESETSTAT"]);
+            proxy.set(mode);
+            let e = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap_err();
+            let expected = if mode == ProxyMode::DropReplies {
+                StoreErrorKind::Timeout
+            } else {
+                StoreErrorKind::Connection
+            };
+            assert_eq!(e.kind(), expected, "{mode:?}: {e}");
+            proxy.set(ProxyMode::Pass);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert_eq!(
+                server.command_calls("evalsha"),
+                1,
+                "{mode:?}: sent once, never replayed"
+            );
+            let hash = store
+                .redis_keys(&key, Strategy::FixedWindowFirstHit, 1)
+                .remove(0);
+            assert_eq!(
+                server.cli(&["HGET", &hash, "n1"]),
+                "2",
+                "{mode:?}: counted once"
+            );
+            if mode == ProxyMode::ResetAfterForward {
+                let took = until_decided(&store, "after-reset", Duration::from_secs(2)).await;
+                assert!(took < Duration::from_secs(1), "reconnect took {took:?}");
+            }
+        }
     });
 }

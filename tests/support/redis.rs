@@ -316,3 +316,97 @@ impl RedisCluster {
         panic!("no node serves slot {slot}");
     }
 }
+
+/// What the fault proxy does with traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Forwards both ways.
+    Pass,
+    /// Forwards requests, swallows replies (the reply is lost after Redis ran the command).
+    DropReplies,
+    /// Forwards requests, then resets the client's connection instead of replying.
+    ResetAfterForward,
+}
+
+/// A loopback TCP proxy in front of a server, with switchable faults (T-27).
+pub struct FaultProxy {
+    pub port: u16,
+    mode: std::sync::Arc<std::sync::Mutex<ProxyMode>>,
+}
+
+impl FaultProxy {
+    /// Starts forwarding `127.0.0.1:<port>` to `127.0.0.1:<upstream>` on the current tokio runtime.
+    pub async fn start(upstream: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let mode = std::sync::Arc::new(std::sync::Mutex::new(ProxyMode::Pass));
+        let shared = std::sync::Arc::clone(&mode);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    continue;
+                };
+                let mode = std::sync::Arc::clone(&shared);
+                tokio::spawn(pipe(client, server, mode));
+            }
+        });
+        Self { port, mode }
+    }
+
+    pub fn set(&self, mode: ProxyMode) {
+        *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+async fn pipe(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    mode: std::sync::Arc<std::sync::Mutex<ProxyMode>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let now = move || *mode.lock().unwrap_or_else(|e| e.into_inner());
+    let reset = std::sync::Arc::new(tokio::sync::Notify::new());
+    let reset_up = std::sync::Arc::clone(&reset);
+    let now_up = now.clone();
+    let up = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let Ok(n) = cr.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+            if now_up() == ProxyMode::ResetAfterForward {
+                reset_up.notify_one();
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        tokio::select! {
+            r = sr.read(&mut buf) => {
+                let Ok(n) = r else { break };
+                if n == 0 {
+                    break;
+                }
+                if now() == ProxyMode::Pass && cw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            () = reset.notified() => break,
+        }
+    }
+    up.abort();
+    // Dropping both halves closes the client's connection.
+}
