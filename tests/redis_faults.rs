@@ -159,6 +159,14 @@ fn hung_server_never_holds_a_call_past_the_timeout() {
         assert!(during > 0, "calls failed while the server was stopped");
         let took = until_decided(&store, "after-cont", Duration::from_secs(3)).await;
         assert!(took < Duration::from_secs(1), "took {took:?}");
+        // No pile of connections from the stall: the store's one, plus redis-cli asking.
+        let clients: u32 = server
+            .cli(&["INFO", "clients"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("connected_clients:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(clients <= 3, "{clients} connections after the stall");
         // CLIENT PAUSE: the server is up but holds every client.
         let paused = server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
         assert_eq!(paused, "OK");

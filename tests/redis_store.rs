@@ -734,3 +734,57 @@ fn skewed_app_clocks_do_not_matter() {
         );
     });
 }
+
+#[test]
+fn sliding_counter_on_server_time_across_bucket_edges() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::builder(server.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap();
+        let rule = Rule::parse(Strategy::SlidingWindow, "20/500ms").unwrap();
+        let key = "edges".to_string();
+        let deadline = std::time::Instant::now() + Duration::from_millis(2600);
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (store, rule, key) = (store.clone(), rule.clone(), key.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut times = Vec::new();
+                while std::time::Instant::now() < deadline {
+                    let d = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+                    if d.is_allowed() {
+                        times.push(d.time());
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                times
+            }));
+        }
+        let mut times = Vec::new();
+        for t in tasks {
+            times.extend(t.await.unwrap());
+        }
+        times.sort();
+        let w = Duration::from_millis(500);
+        let buckets: std::collections::BTreeMap<u128, usize> =
+            times.iter().fold(Default::default(), |mut m, t| {
+                *m.entry(t.as_nanos() / w.as_nanos()).or_default() += 1;
+                m
+            });
+        assert!(buckets.len() >= 5, "crossed {} buckets", buckets.len());
+        assert!(buckets.values().all(|&n| n <= 20), "{buckets:?}");
+        for (i, t) in times.iter().enumerate() {
+            let in_window = times[..=i].iter().filter(|&&s| *t - s < w).count();
+            assert!(
+                in_window <= 40,
+                "{in_window} admitted in one trailing window"
+            );
+        }
+        let hash = store.redis_keys(&key, Strategy::SlidingWindow, 1).remove(0);
+        assert!(ttl_ms(&server, &hash) > 0);
+    });
+}

@@ -80,4 +80,22 @@ mod tests {
         assert!(check_prefix(&"p".repeat(65)).is_err());
         assert!(check_prefix("tollgate:").is_ok());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, failure_persistence: None, ..Default::default() })]
+        #[test]
+        fn distinct_keys_get_distinct_names(
+            a in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            c in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            d in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+        ) {
+            let (x, y) = ((a.clone(), b.clone()), (c.clone(), d.clone()));
+            let (kx, ky) = (base_key("p:", &x), base_key("p:", &y));
+            proptest::prop_assert_eq!(kx == ky, x == y);
+            proptest::prop_assert!(kx.len() <= 2 + 2 + 2 * MAX_RAW + 2);
+            proptest::prop_assert_eq!(kx.matches('{').count(), 1);
+            proptest::prop_assert_eq!(kx.matches('}').count(), 1);
+        }
+    }
 }
