@@ -87,10 +87,14 @@ mod tests {
         fn distinct_keys_get_distinct_names(
             a in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
             b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
-            c in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
-            d in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            split in 0usize..80,
         ) {
-            let (x, y) = ((a.clone(), b.clone()), (c.clone(), d.clone()));
+            // Moving bytes from one part to the other (separator injection) changes the name.
+            let k = split.min(b.len());
+            let mut a2 = a.clone();
+            a2.extend_from_slice(&b[..k]);
+            let y = (a2, b[k..].to_vec());
+            let x = (a, b);
             let (kx, ky) = (base_key("p:", &x), base_key("p:", &y));
             proptest::prop_assert_eq!(kx == ky, x == y);
             proptest::prop_assert!(kx.len() <= 2 + 2 + 2 * MAX_RAW + 2);
