@@ -79,7 +79,7 @@ impl StoreKey for IpAddr {
 }
 
 /// Encodes `key` with a 4-byte big-endian length prefix, so that a sequence of parts is injective.
-pub(crate) fn encode_part<K: StoreKey + ?Sized>(key: &K, out: &mut Vec<u8>) {
+pub(crate) fn encode_part<K: StoreKey>(key: &K, out: &mut Vec<u8>) {
     let at = out.len();
     out.extend_from_slice(&[0; 4]);
     key.encode(out);

@@ -6,6 +6,9 @@
 
 mod key;
 mod memory;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 
 use std::future::Future;
 

@@ -311,6 +311,19 @@ pub(crate) fn apply(
     reported.unwrap_or((0, Verdict::allowed(0, 0, 0)))
 }
 
+/// The reported quota among per-quota verdicts (index, verdict), by the same rule as [`apply`]: for
+/// stores that compute the verdicts elsewhere (the Redis scripts). `None` for no verdict.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn reported(verdicts: impl IntoIterator<Item = Verdict>) -> Option<(usize, Verdict)> {
+    let mut reported: Option<(usize, Verdict)> = None;
+    for (i, v) in verdicts.into_iter().enumerate() {
+        if reported.is_none_or(|(_, r)| reports_over(&v, &r)) {
+            reported = Some((i, v));
+        }
+    }
+    reported
+}
+
 /// Whether `a` should be reported instead of `b`: a "never" over a rejection over an allowance; among
 /// rejections the longest wait; among allowances the fewest remaining, then the later reset.
 fn reports_over(a: &Verdict, b: &Verdict) -> bool {

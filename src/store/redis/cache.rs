@@ -1,0 +1,155 @@
+//! The local blocked-key cache: keys Redis reported blocked, answered locally until the reported
+//! wait is over.
+//!
+//! Deadlines are on this process's monotonic clock (`Instant` at reply time + `retry_after`), never
+//! Redis time compared with the app's clock. Only rejections of cost 1 are cached, and a request of
+//! any cost >= 1 is answered from the entry: no strategy admits cost `c` before it admits cost 1, so
+//! a cached key is never rejected locally when Redis would admit it. Bounded: when full, expired
+//! entries are dropped; if none has expired, new entries are not cached.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::decision::Decision;
+
+/// How often a full cache may scan itself for expired entries.
+const PURGE_EVERY: Duration = Duration::from_millis(100);
+
+pub(super) struct BlockCache {
+    cap: usize,
+    map: Mutex<Map>,
+}
+
+struct Map {
+    entries: HashMap<u64, Blocked>,
+    last_purge: Option<Instant>,
+}
+
+struct Blocked {
+    at: Instant,
+    until: Instant,
+    decision: Decision,
+}
+
+/// The cache key of a logical key under a rule (its Redis keys and quota arguments).
+pub(super) fn fingerprint(redis_keys: &[String], rule_args: &[u64]) -> u64 {
+    foldhash::fast::FixedState::with_seed(0x746f_6c6c_6761_7465).hash_one((redis_keys, rule_args))
+}
+
+impl BlockCache {
+    pub(super) fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            map: Mutex::new(Map {
+                entries: HashMap::new(),
+                last_purge: None,
+            }),
+        }
+    }
+
+    pub(super) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.map.lock().entries.len()
+    }
+
+    /// The cached rejection of `key` at `now`, with its waits shortened by the time since it was
+    /// cached; `None` (and the entry dropped) once the wait is over.
+    pub(super) fn get(&self, key: u64, now: Instant) -> Option<Decision> {
+        let mut map = self.map.lock();
+        let entry = map.entries.get(&key)?;
+        if now >= entry.until {
+            map.entries.remove(&key);
+            return None;
+        }
+        let elapsed = now.saturating_duration_since(entry.at);
+        let mut d = entry.decision;
+        d.retry_after = entry.until.saturating_duration_since(now);
+        d.reset_after = d.reset_after.saturating_sub(elapsed);
+        d.time = d
+            .time
+            .saturating_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        Some(d)
+    }
+
+    /// Caches a rejection of cost 1 received at `now`.
+    pub(super) fn insert(&self, key: u64, decision: Decision, now: Instant) {
+        let Some(until) = now.checked_add(decision.retry_after) else {
+            return;
+        };
+        let mut map = self.map.lock();
+        if map.entries.len() >= self.cap && !map.entries.contains_key(&key) {
+            let due = map
+                .last_purge
+                .is_none_or(|t| now.saturating_duration_since(t) >= PURGE_EVERY);
+            if !due {
+                return;
+            }
+            map.last_purge = Some(now);
+            map.entries.retain(|_, b| b.until > now);
+            if map.entries.len() >= self.cap {
+                return;
+            }
+        }
+        map.entries.insert(
+            key,
+            Blocked {
+                at: now,
+                until,
+                decision,
+            },
+        );
+    }
+
+    pub(super) fn remove(&self, key: u64) {
+        self.map.lock().entries.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Outcome;
+
+    fn rejected(wait_ms: u64) -> Decision {
+        Decision {
+            outcome: Outcome::Rejected,
+            limit: 5,
+            remaining: 0,
+            reset_after: Duration::from_millis(wait_ms),
+            retry_after: Duration::from_millis(wait_ms),
+            time: 1_000_000_000,
+            quota: 0,
+        }
+    }
+
+    #[test]
+    fn answers_until_the_deadline_then_forgets() {
+        let c = BlockCache::new(4);
+        let t0 = Instant::now();
+        c.insert(1, rejected(100), t0);
+        let d = c.get(1, t0 + Duration::from_millis(40)).unwrap();
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(60)));
+        assert_eq!(d.time(), Duration::from_millis(1040));
+        assert!(c.get(1, t0 + Duration::from_millis(100)).is_none());
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn stays_within_its_capacity() {
+        let c = BlockCache::new(3);
+        let t0 = Instant::now();
+        for k in 0..100 {
+            c.insert(k, rejected(1000), t0 + Duration::from_millis(k));
+            assert!(c.len() <= 3);
+        }
+        // Once entries expire, room is made again.
+        c.insert(500, rejected(10), t0 + Duration::from_secs(5));
+        assert!(c.get(500, t0 + Duration::from_secs(5)).is_some());
+    }
+}

@@ -1,0 +1,444 @@
+//! Redis faults (TESTING.md D, T-36 short variant): kill -9 and restart, a hung server (SIGSTOP,
+//! CLIENT PAUSE), SCRIPT FLUSH mid-run, out of memory, a wrong value type, a Cluster master killed
+//! and restarted. Run one at a time (a process-wide lock), each on its own server(s), with the
+//! store's default 50 ms timeout.
+
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis_support::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
+use tollgate::store::Store;
+use tollgate::store::redis::RedisStore;
+use tollgate::{Op, Rule, StoreErrorKind, Strategy};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A call never takes longer than the timeout plus this much scheduling slack (TESTING.md: CI asserts
+/// timeout + 1 s).
+const SLACK: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_millis(50);
+
+#[derive(Default)]
+struct Load {
+    ok: AtomicU64,
+    errors: AtomicU64,
+    slowest_us: AtomicU64,
+}
+
+/// Four tasks deciding on their own keys about every 2 ms each, until `stop`.
+fn spawn_load(
+    store: &RedisStore,
+    stop: &Arc<AtomicBool>,
+) -> (Arc<Load>, Vec<tokio::task::JoinHandle<()>>) {
+    let load = Arc::new(Load::default());
+    let rule = Rule::parse(Strategy::SlidingWindow, "1000000/hour").unwrap();
+    let tasks = (0..4)
+        .map(|i| {
+            let (store, stop, load, rule) = (
+                store.clone(),
+                Arc::clone(stop),
+                Arc::clone(&load),
+                rule.clone(),
+            );
+            tokio::spawn(async move {
+                let key = format!("load-{i}");
+                while !stop.load(Ordering::Relaxed) {
+                    let start = Instant::now();
+                    let r = store.apply(&key, &rule, Op::Check(1), 0).await;
+                    let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    load.slowest_us.fetch_max(us, Ordering::Relaxed);
+                    match r {
+                        Ok(_) => load.ok.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => load.errors.fetch_add(1, Ordering::Relaxed),
+                    };
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        })
+        .collect();
+    (load, tasks)
+}
+
+fn assert_bounded(load: &Load, what: &str) {
+    let slowest = Duration::from_micros(load.slowest_us.load(Ordering::Relaxed));
+    assert!(
+        slowest <= TIMEOUT + SLACK,
+        "{what}: a call took {slowest:?}"
+    );
+}
+
+/// Calls until one decides correctly; returns how long that took.
+async fn until_decided(store: &RedisStore, key: &str, within: Duration) -> Duration {
+    let rule = Rule::parse(Strategy::FixedWindowFirstHit, "10/hour").unwrap();
+    let start = Instant::now();
+    loop {
+        match store.apply(&key.to_string(), &rule, Op::Check(1), 0).await {
+            Ok(d) => {
+                assert!(d.is_allowed(), "a fresh key after the outage: {d:?}");
+                return start.elapsed();
+            }
+            Err(e) => {
+                assert!(
+                    start.elapsed() < within,
+                    "no decision within {within:?}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+#[test]
+fn kill_9_then_restart_recovers_within_a_second() {
+    let _g = serial();
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (load, tasks) = spawn_load(&store, &stop);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(load.ok.load(Ordering::Relaxed) > 0);
+        server.kill9();
+        let errors_before = load.errors.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            load.errors.load(Ordering::Relaxed) > errors_before,
+            "the outage is seen"
+        );
+        let stats = <RedisStore as Store<String>>::stats(&store);
+        assert!(stats.store_errors > 0);
+        let restarted = tokio::task::block_in_place(|| server.restart());
+        let took = until_decided(&store, "after-restart", Duration::from_secs(3)).await;
+        eprintln!("first correct decision {took:?} after PING answered");
+        assert!(took < Duration::from_secs(1), "recovery took {took:?}");
+        let _ = restarted;
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_bounded(&load, "kill -9");
+    });
+}
+
+#[test]
+fn hung_server_never_holds_a_call_past_the_timeout() {
+    let _g = serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (load, tasks) = spawn_load(&store, &stop);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // SIGSTOP: sockets stay open, nothing answers.
+        server.pause();
+        let errors_before = load.errors.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let during = load.errors.load(Ordering::Relaxed) - errors_before;
+        server.resume();
+        assert!(during > 0, "calls failed while the server was stopped");
+        let took = until_decided(&store, "after-cont", Duration::from_secs(3)).await;
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        // No pile of connections from the stall: the store's one, plus redis-cli asking.
+        let clients: u32 = server
+            .cli(&["INFO", "clients"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("connected_clients:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(clients <= 3, "{clients} connections after the stall");
+        // CLIENT PAUSE: the server is up but holds every client.
+        let paused = server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+        assert_eq!(paused, "OK");
+        let rule = Rule::parse(Strategy::TokenBucket, "10/second").unwrap();
+        let start = Instant::now();
+        let e = store
+            .apply(&"paused".to_string(), &rule, Op::Check(1), 0)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Timeout, "{e}");
+        assert!(start.elapsed() <= TIMEOUT + SLACK);
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        until_decided(&store, "after-pause", Duration::from_secs(2)).await;
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_bounded(&load, "SIGSTOP");
+    });
+}
+
+#[test]
+fn script_flush_mid_run_is_invisible() {
+    let _g = serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::builder(server.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap();
+        let rule = Rule::parse(Strategy::FixedWindowFirstHit, "1000000/hour").unwrap();
+        let key = "flushed".to_string();
+        let errors = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..64 {
+            let (store, rule, key, errors) = (
+                store.clone(),
+                rule.clone(),
+                key.clone(),
+                Arc::clone(&errors),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..100 {
+                    if store.apply(&key, &rule, Op::Check(1), 0).await.is_err() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(errors.load(Ordering::Relaxed), 0);
+        let hash = store
+            .redis_keys(&key, Strategy::FixedWindowFirstHit, 1)
+            .remove(0);
+        assert_eq!(
+            server.cli(&["HGET", &hash, "n1"]),
+            "6400",
+            "one increment per decision"
+        );
+    });
+}
+
+#[test]
+fn out_of_memory_and_wrong_types_are_store_errors() {
+    let _g = serial();
+    let Some(server) =
+        RedisServer::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"])
+    else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let rule = Rule::parse(Strategy::FixedWindow, "5/second").unwrap();
+        // WRONGTYPE: a string where the store keeps a hash, a hash where it keeps a list.
+        let key = "typed".to_string();
+        let hash = store.redis_keys(&key, Strategy::FixedWindow, 1).remove(0);
+        server.cli(&["SET", &hash, "not a hash"]);
+        let e = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
+        assert!(e.message().contains("WRONGTYPE"), "{e}");
+        let moving = Rule::parse(Strategy::MovingWindow, "5/second").unwrap();
+        let list = store.redis_keys(&key, Strategy::MovingWindow, 1).remove(0);
+        server.cli(&["HSET", &list, "a", "b"]);
+        let e = store
+            .apply(&key, &moving, Op::Check(1), 0)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
+        // A non-numeric field reads as 0: still a decision, never a panic.
+        let other = "garbled".to_string();
+        let h = store.redis_keys(&other, Strategy::FixedWindow, 1).remove(0);
+        server.cli(&["HSET", &h, "n1", "abc", "s1", "x"]);
+        store.apply(&other, &rule, Op::Check(1), 0).await.unwrap();
+        // Fill memory, then decide: OOM is a server error.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let blob = "x".repeat(1024);
+        for i in 0..20_000 {
+            let r: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(format!("fill{i}"))
+                .arg(&blob)
+                .query_async(&mut conn)
+                .await;
+            if r.is_err() {
+                break;
+            }
+        }
+        // OOM is checked when a script starts: the first write after the fill may still pass.
+        let mut oom = None;
+        for i in 0..3 {
+            if let Err(e) = store
+                .apply(&format!("new-{i}"), &rule, Op::Check(1), 0)
+                .await
+            {
+                oom = Some(e);
+                break;
+            }
+        }
+        let e = oom.expect("an OOM error once memory is full");
+        assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
+        assert!(e.message().contains("OOM"), "{e}");
+        let stats = <RedisStore as Store<String>>::stats(&store);
+        assert_eq!(stats.store_errors, 3);
+    });
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn an_allkeys_eviction_policy_is_warned_about() {
+    let _g = serial();
+    let Some(server) = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]) else {
+        return;
+    };
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async { RedisStore::connect(&server.url()).await.unwrap() });
+    });
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(text.contains("allkeys-lru"), "{text}");
+}
+
+#[test]
+fn cluster_master_killed_and_restarted() {
+    let _g = serial();
+    let Some(mut cluster) = RedisCluster::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::connect(&cluster.url()).await.unwrap();
+        let rule = Rule::parse(Strategy::TokenBucket, "100/second").unwrap();
+        let keys: Vec<String> = (0..30).map(|i| format!("c{i}")).collect();
+        for k in &keys {
+            store.apply(k, &rule, Op::Check(1), 0).await.unwrap();
+        }
+        tokio::task::block_in_place(|| cluster.nodes[1].kill9());
+        // While the node is gone, every call still returns within the timeout.
+        let until = Instant::now() + Duration::from_millis(1500);
+        let mut failed = 0;
+        while Instant::now() < until {
+            for k in &keys {
+                let start = Instant::now();
+                if store.apply(k, &rule, Op::Check(1), 0).await.is_err() {
+                    failed += 1;
+                }
+                assert!(
+                    start.elapsed() <= TIMEOUT + SLACK,
+                    "call took {:?}",
+                    start.elapsed()
+                );
+            }
+        }
+        assert!(failed > 0, "the dead master's keys fail");
+        let restarted = Instant::now();
+        tokio::task::block_in_place(|| cluster.nodes[1].restart());
+        // Decisions on every key resume within node-timeout (2 s) + 5 s of the restart.
+        let deadline = restarted + Duration::from_secs(7);
+        for k in &keys {
+            loop {
+                match store.apply(k, &rule, Op::Check(1), 0).await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        assert!(Instant::now() < deadline, "key {k} still failing: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "all keys decided {:?} after the restart",
+            restarted.elapsed()
+        );
+    });
+}
+
+#[test]
+fn an_indeterminate_failure_is_never_replayed() {
+    let _g = serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let rule = Rule::parse(Strategy::FixedWindowFirstHit, "100/hour").unwrap();
+        for mode in [ProxyMode::DropReplies, ProxyMode::ResetAfterForward] {
+            let proxy = FaultProxy::start(server.port).await;
+            let store = RedisStore::builder(proxy.url())
+                .timeout(Duration::from_millis(200))
+                .build()
+                .await
+                .unwrap();
+            let key = format!("{mode:?}");
+            store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+            server.cli(&["CONFIG", "RESETSTAT"]);
+            proxy.set(mode);
+            let e = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap_err();
+            let expected = if mode == ProxyMode::DropReplies {
+                StoreErrorKind::Timeout
+            } else {
+                StoreErrorKind::Connection
+            };
+            assert_eq!(e.kind(), expected, "{mode:?}: {e}");
+            proxy.set(ProxyMode::Pass);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert_eq!(
+                server.command_calls("evalsha"),
+                1,
+                "{mode:?}: sent once, never replayed"
+            );
+            let hash = store
+                .redis_keys(&key, Strategy::FixedWindowFirstHit, 1)
+                .remove(0);
+            assert_eq!(
+                server.cli(&["HGET", &hash, "n1"]),
+                "2",
+                "{mode:?}: counted once"
+            );
+            if mode == ProxyMode::ResetAfterForward {
+                let took = until_decided(&store, "after-reset", Duration::from_secs(2)).await;
+                assert!(took < Duration::from_secs(1), "reconnect took {took:?}");
+            }
+        }
+    });
+}
