@@ -371,15 +371,30 @@ async fn main() -> ExitCode {
                 Err(e) => usage_error(&e.to_string()),
             }
         }
-        StoreChoice::Redis(url) => {
-            // The Redis store plugs in here once it exists (feature `redis`):
-            // `let store = tollgate::store::redis::RedisStore::connect(url).await?;`
-            // `serve(builder.store(store).build()?, &o).await`
-            let _ = &builder;
-            usage_error(&format!(
-                "--store {url}: the Redis store is not available in this build \
-                 (build with `--features redis` once the Redis store is merged)"
-            ))
-        }
+        StoreChoice::Redis(url) => serve_redis(builder, url, &o).await,
     }
+}
+
+/// `--store redis://...` or `redis+cluster://...`: the limiter on the Redis store.
+#[cfg(feature = "redis")]
+async fn serve_redis(builder: tollgate::Builder<Vec<u8>>, url: &str, o: &Options) -> ExitCode {
+    let store = match tollgate::store::redis::RedisStore::connect(url).await {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("server: --store {url}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match builder.store(store).build() {
+        Ok(limiter) => serve(limiter, o).await,
+        Err(e) => usage_error(&e.to_string()),
+    }
+}
+
+/// Without the `redis` feature there is no Redis store: say so and exit 2.
+#[cfg(not(feature = "redis"))]
+async fn serve_redis(_builder: tollgate::Builder<Vec<u8>>, url: &str, _o: &Options) -> ExitCode {
+    usage_error(&format!(
+        "--store {url}: this build has no Redis store (build with `--features redis` or `--all-features`)"
+    ))
 }
