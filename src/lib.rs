@@ -40,7 +40,7 @@ mod stats;
 pub mod store;
 mod strategy;
 
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use limiter::{Builder, Given, IntoStore, RateLimiter, WaitError};
