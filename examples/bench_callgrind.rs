@@ -20,14 +20,18 @@ use tollgate::{Clock, CoarseClock, ManualClock, RateLimiter, Strategy, SystemClo
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, imp, mode, keys, n] = &args[..] else {
-        eprintln!("usage: bench_callgrind IMPL allow_all|reject_all KEYS N");
-        std::process::exit(2);
+    let (imp, mode, keys, n, threads) = match &args[..] {
+        [_, imp, mode, keys, n] => (imp, mode, keys, n, 1),
+        [_, imp, mode, keys, n, t] => (imp, mode, keys, n, t.parse().expect("THREADS")),
+        _ => {
+            eprintln!("usage: bench_callgrind IMPL allow_all|reject_all KEYS N [THREADS]");
+            std::process::exit(2);
+        }
     };
     let allow = mode == "allow_all";
     let keys: u64 = keys.parse().expect("KEYS");
     let n: u64 = n.parse().expect("N");
-    let check: Box<dyn Fn(u64) -> bool> = if let Some(rest) = imp.strip_prefix("tollgate/") {
+    let check: Box<dyn Fn(u64) -> bool + Sync> = if let Some(rest) = imp.strip_prefix("tollgate/") {
         let (strategy, clock) = rest.rsplit_once('/').expect("tollgate/<strategy>/<clock>");
         let strategy: Strategy = strategy.parse().expect("strategy");
         let quota = match (allow, strategy) {
@@ -72,24 +76,50 @@ fn main() {
             Box::new(move |k| g.check_key(&k).is_ok())
         }
     };
-    let start = std::time::Instant::now();
-    let mut x = 0x9E37_79B9_7F4A_7C15_u64;
-    let mut admitted = 0u64;
-    for _ in 0..n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let k = if keys == 1 {
-            0
-        } else {
-            ((u128::from(x) * u128::from(keys)) >> 64) as u64
-        };
-        admitted += u64::from(check(black_box(k)));
+    // Every thread runs n / threads checks; the time is the wall time of all (aggregate rate).
+    let per_thread = n / threads;
+    let barrier = std::sync::Barrier::new(threads as usize);
+    let check = &*check;
+    let (elapsed, admitted) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ t.wrapping_mul(0xA076_1D64_78BD_642F);
+                    let mut admitted = 0u64;
+                    barrier.wait();
+                    let start = std::time::Instant::now();
+                    for _ in 0..per_thread {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let k = if keys == 1 {
+                            0
+                        } else {
+                            ((u128::from(x) * u128::from(keys)) >> 64) as u64
+                        };
+                        admitted += u64::from(check(black_box(k)));
+                    }
+                    (start, std::time::Instant::now(), admitted)
+                })
+            })
+            .collect();
+        let runs: Vec<_> = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect();
+        let first = runs.iter().map(|r| r.0).min().expect("a thread");
+        let last = runs.iter().map(|r| r.1).max().expect("a thread");
+        (last - first, runs.iter().map(|r| r.2).sum::<u64>())
+    });
+    let total = per_thread * threads;
+    if allow {
+        assert_eq!(admitted, total, "workload broken");
+    } else {
+        assert_eq!(admitted, 0, "workload broken");
     }
-    let elapsed = start.elapsed();
-    assert_eq!(admitted, if allow { n } else { 0 }, "workload broken");
-    // Wall time too, for quick side-by-side runs outside valgrind.
-    println!("{:.2} ns/check", elapsed.as_nanos() as f64 / n as f64);
+    // Wall time too, for side-by-side rounds outside valgrind (scripts/bench_rounds.sh).
+    println!("{:.2} ns/check", elapsed.as_nanos() as f64 / total as f64);
 }
 
 fn populate_with(keys: u64, f: impl Fn(u64) -> bool) {
@@ -104,7 +134,7 @@ fn tollgate<C: Clock>(
     clock: C,
     keys: u64,
     cost: u32,
-) -> Box<dyn Fn(u64) -> bool> {
+) -> Box<dyn Fn(u64) -> bool + Sync> {
     let l: RateLimiter<u64, _, C> = RateLimiter::builder()
         .strategy(strategy)
         .quotas(quota)
