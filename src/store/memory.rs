@@ -147,7 +147,7 @@ impl KeyState {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
         let params = rule.nanos();
         let strategy = rule.strategy();
