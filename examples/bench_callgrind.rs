@@ -7,8 +7,10 @@
 //! ```
 //! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `tollgate/<strategy>/<clock>`
 //! with clock `coarse`, `system` or `manual`), `allow_all` or `reject_all`, the number of keys, the
-//! number of timed checks. Instructions per check = (total at 2n - total at n) / n, which cancels
-//! the set-up (see `scripts/bench_callgrind.sh`).
+//! number of timed checks, and optionally the number of threads (default 1) that share them. It
+//! prints the wall time per check (aggregate over the threads), used by `scripts/bench_rounds.sh`.
+//! Instructions per check = (total at 2n - total at n) / n, which cancels the set-up (see
+//! `scripts/bench_callgrind.sh`).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
