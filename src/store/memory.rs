@@ -24,8 +24,8 @@ const SEGMENTS: usize = 64;
 /// Shards per segment map.
 const SHARDS_PER_SEGMENT: usize = 4;
 /// While traffic flows, one segment is swept every this many nanoseconds (the whole store every
-/// 8 s). Paced by time, not by calls: at 10^6 keys a step scans ~16 k entries (about a millisecond), so
-/// the sweep costs a fraction of a percent of a core whatever the request rate.
+/// 8 s). Paced by time, not by calls: at 10^6 keys a step scans ~16 k entries (about a
+/// millisecond), so the sweep costs a fraction of a percent of a core whatever the request rate.
 const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: u64 = 10_000_000_000;
