@@ -140,6 +140,105 @@ impl Clock for ManualClock {
     }
 }
 
+/// A cheap clock: reads a cached time that a background thread refreshes every `resolution`
+/// (1 ms by default), the way nginx caches its time once per event-loop turn.
+///
+/// A read is one atomic load (about 1 ns) instead of a monotonic clock read (`Instant::now()`, some
+/// 20-30 ns on a VM). The cost is resolution: the time read lags real time by up to `resolution`
+/// plus the updater thread's scheduling delay (more on an overloaded machine). A lagging clock only
+/// makes the limiter stricter (a window ends, or a bucket refills, up to that much later); it never
+/// admits more. Use it when quotas are much coarser than a millisecond (per second, per minute).
+///
+/// The time is Unix time like [`SystemClock`]'s, monotonic (it never goes back), and starts at the
+/// current time. Clones share one cached time and one updater thread, which ends soon after the last
+/// clone is dropped. If the thread cannot be started the clock reads [`SystemClock`] directly.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, CoarseClock};
+///
+/// let clock = CoarseClock::new();
+/// assert_eq!(clock.resolution(), Duration::from_millis(1));
+/// let a = clock.now();
+/// std::thread::sleep(Duration::from_millis(20));
+/// assert!(clock.now() > a);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CoarseClock {
+    inner: Arc<CoarseInner>,
+}
+
+#[derive(Debug)]
+struct CoarseInner {
+    nanos: AtomicU64,
+    source: SystemClock,
+    resolution: Duration,
+    /// `false` when the updater thread could not be started: read `source` instead.
+    cached: bool,
+}
+
+impl CoarseInner {
+    fn refresh(&self) {
+        self.nanos.fetch_max(self.source.now(), Ordering::Relaxed);
+    }
+}
+
+impl CoarseClock {
+    /// A clock refreshed every millisecond.
+    pub fn new() -> Self {
+        Self::with_resolution(Duration::from_millis(1))
+    }
+
+    /// A clock refreshed every `resolution` (at least 50 µs).
+    pub fn with_resolution(resolution: Duration) -> Self {
+        let resolution = resolution.max(Duration::from_micros(50));
+        let source = SystemClock::new();
+        let make = |cached| {
+            Arc::new(CoarseInner {
+                nanos: AtomicU64::new(source.now()),
+                source,
+                resolution,
+                cached,
+            })
+        };
+        let inner = make(true);
+        let weak = Arc::downgrade(&inner);
+        let spawned = std::thread::Builder::new()
+            .name("tollgate-clock".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(resolution);
+                    let Some(inner) = weak.upgrade() else { break };
+                    inner.refresh();
+                }
+            });
+        let inner = if spawned.is_ok() { inner } else { make(false) };
+        Self { inner }
+    }
+
+    /// How often the cached time is refreshed.
+    pub fn resolution(&self) -> Duration {
+        self.inner.resolution
+    }
+}
+
+impl Default for CoarseClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        if self.inner.cached {
+            self.inner.nanos.load(Ordering::Relaxed)
+        } else {
+            self.inner.source.now()
+        }
+    }
+}
+
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> u64 {
         (**self).now()
@@ -165,6 +264,35 @@ mod tests {
         assert!(a.abs_diff(wall) < 1_000_000_000);
         let b = c.now();
         assert!(b >= a);
+    }
+
+    #[test]
+    fn coarse_clock_follows_system_time_within_its_resolution() {
+        let c = CoarseClock::with_resolution(Duration::from_millis(2));
+        let a = c.now();
+        let wall = SystemClock::new().now();
+        assert!(a <= wall + 1_000_000 && wall - a < 1_000_000_000);
+        let mut last = a;
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(3));
+            let n = c.now();
+            assert!(n >= last, "monotonic");
+            last = n;
+        }
+        assert!(last > a, "refreshed by the updater thread");
+        assert!(SystemClock::new().now() - last < 1_000_000_000);
+    }
+
+    #[test]
+    fn coarse_clock_updater_ends_with_the_last_clone() {
+        let c = CoarseClock::with_resolution(Duration::from_millis(1));
+        let weak = Arc::downgrade(&c.inner);
+        let d = c.clone();
+        drop(c);
+        assert!(weak.upgrade().is_some());
+        drop(d);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(weak.upgrade().is_none());
     }
 
     #[test]

@@ -42,7 +42,7 @@ mod stats;
 pub mod store;
 mod strategy;
 
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use layer::{RateLimitLayer, RateLimitService};

@@ -1,9 +1,15 @@
 //! Counters that many threads bump without fighting over one cache line.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-const STRIPES: usize = 16;
+use parking_lot::Mutex;
+
+/// Stripes a thread may own: its owner bumps it with a plain load and store (no atomic
+/// read-modify-write on the hot path).
+const OWNED: usize = 15;
+/// The stripe that threads without one of their own share, bumped with `fetch_add`.
+const SHARED: usize = OWNED;
+const STRIPES: usize = OWNED + 1;
 
 /// A counter split into cache-line-sized stripes; each thread bumps its own stripe.
 #[derive(Debug, Default)]
@@ -15,24 +21,52 @@ pub(crate) struct Counter {
 #[repr(align(128))]
 struct Stripe(AtomicU64);
 
-fn stripe_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    INDEX.with(|i| {
-        if i.get() == usize::MAX {
-            i.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
+/// Stripe indices given back by threads that ended.
+static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread's stripe index, owned for the thread's life and given back when it ends (through the
+/// mutex, so the next owner sees the last value written).
+struct Owned(usize);
+
+impl Owned {
+    fn acquire() -> Self {
+        if let Some(i) = FREE.lock().pop() {
+            return Self(i);
         }
-        i.get()
-    })
+        let next = NEXT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < OWNED).then_some(n + 1)
+        });
+        Self(next.unwrap_or(SHARED))
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if self.0 < OWNED {
+            FREE.lock().push(self.0);
+        }
+    }
+}
+
+thread_local! {
+    static STRIPE: Owned = Owned::acquire();
 }
 
 impl Counter {
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        if let Some(s) = self.stripes.get(stripe_index()) {
-            s.0.fetch_add(n, Ordering::Relaxed);
+        let i = STRIPE.try_with(|o| o.0).unwrap_or(SHARED);
+        match self.stripes.get(i) {
+            // Only this thread writes stripe `i`: a load and a store cannot lose an update.
+            Some(s) if i < OWNED => s.0.store(
+                s.0.load(Ordering::Relaxed).wrapping_add(n),
+                Ordering::Relaxed,
+            ),
+            Some(s) => {
+                s.0.fetch_add(n, Ordering::Relaxed);
+            }
+            None => {}
         }
     }
 
@@ -40,10 +74,9 @@ impl Counter {
         self.stripes
             .iter()
             .map(|s| s.0.load(Ordering::Relaxed))
-            .sum()
+            .fold(0, u64::wrapping_add)
     }
 }
-
 /// A snapshot of a limiter's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -62,4 +95,31 @@ pub struct Stats {
     pub overflow_hits: u64,
     /// Keys held now (in-process stores).
     pub keys: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_every_add_from_more_threads_than_stripes() {
+        let c = Counter::default();
+        std::thread::scope(|s| {
+            for _ in 0..40 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        c.add(1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.get(), 40_000);
+        // Stripes of ended threads are reused, and keep their counts.
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| c.add(2));
+            }
+        });
+        assert_eq!(c.get(), 40_016);
+    }
 }

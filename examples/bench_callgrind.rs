@@ -1,0 +1,151 @@
+//! A fixed number of checks, for instruction counts under callgrind (stable on a noisy machine).
+//!
+//! ```text
+//! cargo build --release --example bench_callgrind
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/bench_callgrind tollgate/token-bucket/coarse allow_all 1 200000
+//! ```
+//! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `tollgate/<strategy>/<clock>`
+//! with clock `coarse`, `system` or `manual`), `allow_all` or `reject_all`, the number of keys, the
+//! number of timed checks, and optionally the number of threads (default 1) that share them. It
+//! prints the wall time per check (aggregate over the threads), used by `scripts/bench_rounds.sh`.
+//! Instructions per check = (total at 2n - total at n) / n, which cancels the set-up (see
+//! `scripts/bench_callgrind.sh`).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::Quota;
+use governor::clock::MonotonicClock;
+use tollgate::{Clock, CoarseClock, ManualClock, RateLimiter, Strategy, SystemClock};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (imp, mode, keys, n, threads) = match &args[..] {
+        [_, imp, mode, keys, n] => (imp, mode, keys, n, 1),
+        [_, imp, mode, keys, n, t] => (imp, mode, keys, n, t.parse().expect("THREADS")),
+        _ => {
+            eprintln!("usage: bench_callgrind IMPL allow_all|reject_all KEYS N [THREADS]");
+            std::process::exit(2);
+        }
+    };
+    let allow = mode == "allow_all";
+    let keys: u64 = keys.parse().expect("KEYS");
+    let n: u64 = n.parse().expect("N");
+    let check: Box<dyn Fn(u64) -> bool + Sync> = if let Some(rest) = imp.strip_prefix("tollgate/") {
+        let (strategy, clock) = rest.rsplit_once('/').expect("tollgate/<strategy>/<clock>");
+        let strategy: Strategy = strategy.parse().expect("strategy");
+        let quota = match (allow, strategy) {
+            (false, _) => "1/day",
+            (true, Strategy::MovingWindow) if keys == 1 => "1048576/20ms",
+            (true, Strategy::MovingWindow) => "1048576/day",
+            (true, _) => "4294967295/day",
+        };
+        let cost = if allow && strategy.is_bucket() {
+            1 << 31
+        } else {
+            1
+        };
+        match clock {
+            "coarse" => tollgate(strategy, quota, CoarseClock::new(), keys, cost),
+            "system" => tollgate(strategy, quota, SystemClock::new(), keys, cost),
+            _ => tollgate(
+                strategy,
+                quota,
+                ManualClock::new(Duration::from_secs(1_700_000_000)),
+                keys,
+                cost,
+            ),
+        }
+    } else {
+        let quota = if allow {
+            Quota::with_period(Duration::from_nanos(
+                86_400_000_000_000 / u64::from(u32::MAX),
+            ))
+            .expect("period")
+            .allow_burst(NonZeroU32::MAX)
+        } else {
+            Quota::with_period(Duration::from_secs(86_400)).expect("period")
+        };
+        if imp == "governor/monotonic" {
+            let g = governor::RateLimiter::dashmap_with_clock(quota, MonotonicClock);
+            populate_with(keys, |k| g.check_key(&k).is_ok());
+            Box::new(move |k| g.check_key(&k).is_ok())
+        } else {
+            let g = governor::RateLimiter::<u64, _, _>::keyed(quota);
+            populate_with(keys, |k| g.check_key(&k).is_ok());
+            Box::new(move |k| g.check_key(&k).is_ok())
+        }
+    };
+    // Every thread runs n / threads checks; the time is the wall time of all (aggregate rate).
+    let per_thread = n / threads;
+    let barrier = std::sync::Barrier::new(threads as usize);
+    let check = &*check;
+    let (elapsed, admitted) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ t.wrapping_mul(0xA076_1D64_78BD_642F);
+                    let mut admitted = 0u64;
+                    barrier.wait();
+                    let start = std::time::Instant::now();
+                    for _ in 0..per_thread {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let k = if keys == 1 {
+                            0
+                        } else {
+                            ((u128::from(x) * u128::from(keys)) >> 64) as u64
+                        };
+                        admitted += u64::from(check(black_box(k)));
+                    }
+                    (start, std::time::Instant::now(), admitted)
+                })
+            })
+            .collect();
+        let runs: Vec<_> = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect();
+        let first = runs.iter().map(|r| r.0).min().expect("a thread");
+        let last = runs.iter().map(|r| r.1).max().expect("a thread");
+        (last - first, runs.iter().map(|r| r.2).sum::<u64>())
+    });
+    let total = per_thread * threads;
+    if allow {
+        assert_eq!(admitted, total, "workload broken");
+    } else {
+        assert_eq!(admitted, 0, "workload broken");
+    }
+    // Wall time too, for side-by-side rounds outside valgrind (scripts/bench_rounds.sh).
+    println!("{:.2} ns/check", elapsed.as_nanos() as f64 / total as f64);
+}
+
+fn populate_with(keys: u64, f: impl Fn(u64) -> bool) {
+    for k in 0..keys {
+        f(k);
+    }
+}
+
+fn tollgate<C: Clock>(
+    strategy: Strategy,
+    quota: &str,
+    clock: C,
+    keys: u64,
+    cost: u32,
+) -> Box<dyn Fn(u64) -> bool + Sync> {
+    let l: RateLimiter<u64, _, C> = RateLimiter::builder()
+        .strategy(strategy)
+        .quotas(quota)
+        .expect("quota")
+        .clock(clock)
+        .build()
+        .expect("rule");
+    for k in 0..keys {
+        l.check_now(&k, cost);
+    }
+    Box::new(move |k| l.check_now(&k, 1).is_allowed())
+}
