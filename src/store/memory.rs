@@ -178,6 +178,12 @@ impl KeyState {
         (index, v)
     }
 
+    /// Whether the state equals a new key's at `now`. A `fresh_at` saturated at the end of time
+    /// (`u64::MAX`) never becomes fresh: dropping it would reset a live key.
+    fn is_fresh(&self, now: u64) -> bool {
+        self.fresh_at <= now && self.fresh_at != u64::MAX
+    }
+
     #[inline]
     fn set_blocked(&mut self, v: &Verdict, now: u64) {
         self.blocked_until = if v.remaining == 0 {
@@ -348,7 +354,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         }
     }
 
-    /// After enough inserts (a sixteenth of the keys held), sweep one segment: amortised, each
+    /// After enough inserts (one segment's share of the keys held), sweep one segment: amortised, each
     /// insert pays for about one entry examined.
     fn after_insert(&self, now: u64) {
         let inserts = self.inserts.fetch_add(1, Ordering::Relaxed) + 1;
@@ -372,7 +378,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     fn sweep_segment(&self, segment: &DashMap<K, Entry, RandomState>, now: u64) {
         let mut removed = 0;
         segment.retain(|_, e| {
-            let keep = e.state.fresh_at > now;
+            let keep = !e.state.is_fresh(now);
             removed += usize::from(!keep);
             keep
         });
@@ -410,7 +416,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 }
                 let used = &mut e.used;
                 let st = &e.state;
-                let drop = if st.fresh_at <= now {
+                let drop = if st.is_fresh(now) {
                     true
                 } else if st.blocked_until > now {
                     soonest_room = soonest_room.min(st.blocked_until);
@@ -501,6 +507,34 @@ mod tests {
         store.sweep_all(101 * S);
         assert_eq!(store.len(), 0);
         assert!(store.segments.iter().all(|s| s.capacity() < 1024));
+    }
+
+    #[test]
+    fn regression_a_sweep_at_the_end_of_time_kept_blocked_keys() {
+        // Bug (found by the core tests): at now == u64::MAX a state whose fresh_at saturated to
+        // u64::MAX was swept as fresh, so `sweep()` reset a blocked key.
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::FixedWindowFirstHit,
+            Strategy::MovingWindow,
+            Strategy::SlidingWindow,
+        ] {
+            let rule = Rule::parse(strategy, "1/second").unwrap();
+            let store = MemoryStore::<u64>::new();
+            assert!(
+                store.decide(&7, &rule, Op::Check(1), u64::MAX).is_allowed(),
+                "{strategy}"
+            );
+            assert!(
+                !store.decide(&7, &rule, Op::Check(1), u64::MAX).is_allowed(),
+                "{strategy}"
+            );
+            store.sweep_all(u64::MAX);
+            assert!(
+                !store.decide(&7, &rule, Op::Check(1), u64::MAX).is_allowed(),
+                "{strategy}"
+            );
+        }
     }
 
     #[test]
