@@ -24,8 +24,11 @@ pub struct Decision {
     pub(crate) outcome: Outcome,
     pub(crate) limit: u32,
     pub(crate) remaining: u32,
-    pub(crate) reset_after: Duration,
-    pub(crate) retry_after: Duration,
+    /// Nanoseconds (kept as integers: the hot path builds no `Duration`).
+    pub(crate) reset_after: u64,
+    /// Nanoseconds.
+    pub(crate) retry_after: u64,
+    /// Nanoseconds since the Unix epoch.
     pub(crate) time: u64,
     pub(crate) quota: u16,
 }
@@ -55,13 +58,13 @@ impl Decision {
     /// How long until `remaining` is back at `limit` if no more requests come (zero when it is
     /// already there). `x-ratelimit-reset` is this, rounded up to whole seconds.
     pub fn reset_after(&self) -> Duration {
-        self.reset_after
+        Duration::from_nanos(self.reset_after)
     }
 
     /// For a rejected request: how long until a request of the same cost is admitted, if no other
     /// request comes first. `None` when allowed, and when the cost can never be admitted.
     pub fn retry_after(&self) -> Option<Duration> {
-        (self.outcome == Outcome::Rejected).then_some(self.retry_after)
+        (self.outcome == Outcome::Rejected).then(|| Duration::from_nanos(self.retry_after))
     }
 
     /// The store's time when the decision was taken, since the Unix epoch (the Redis server's time
@@ -77,24 +80,24 @@ impl Decision {
 
     /// `reset_after` in whole seconds, rounded up (the `x-ratelimit-reset` delta value).
     pub fn reset_secs(&self) -> u64 {
-        ceil_secs(self.reset_after)
+        ceil_nanos_to_secs(self.reset_after)
     }
 
     /// The reset as Unix time in whole seconds, rounded up.
     pub fn reset_unix_secs(&self) -> u64 {
-        ceil_secs(self.time().saturating_add(self.reset_after))
+        ceil_nanos_to_secs(self.time.saturating_add(self.reset_after))
     }
 
     /// The `Retry-After` value in whole seconds: the wait rounded up, and at least 1. `None` when
     /// allowed or never admissible.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after().map(|d| ceil_secs(d).max(1))
+        (self.outcome == Outcome::Rejected).then(|| ceil_nanos_to_secs(self.retry_after).max(1))
     }
 }
 
-/// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+/// Whole seconds, rounded up, from nanoseconds.
+pub(crate) fn ceil_nanos_to_secs(nanos: u64) -> u64 {
+    nanos.div_ceil(1_000_000_000)
 }
 
 #[cfg(test)]
@@ -106,8 +109,8 @@ mod tests {
             outcome,
             limit: 10,
             remaining: 0,
-            reset_after: reset,
-            retry_after: retry,
+            reset_after: reset.as_nanos() as u64,
+            retry_after: retry.as_nanos() as u64,
             time: 1_000_000_000,
             quota: 0,
         }

@@ -163,7 +163,7 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
                 Outcome::Rejected => {}
             }
             // Never spin: a clock that does not move would otherwise keep answering "now".
-            let wait = d.retry_after.max(Duration::from_micros(1));
+            let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
             if waited + wait > max_wait {
                 return Err(WaitError::TooLong(d));
             }
@@ -259,7 +259,7 @@ impl fmt::Display for WaitError {
             Self::TooLong(d) => write!(
                 f,
                 "rate limited: no slot within the maximum wait (next in {:?})",
-                d.retry_after
+                Duration::from_nanos(d.retry_after)
             ),
             Self::Never(_) => {
                 f.write_str("rate limited: the cost exceeds what the quota can ever admit")

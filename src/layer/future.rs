@@ -255,7 +255,8 @@ where
                             });
                         }
                         Outcome::Rejected => {
-                            let wait = d.retry_after.max(Duration::from_micros(1));
+                            let wait =
+                                Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
                             match ctx.core.pacing {
                                 Some(max) if ctx.waited.saturating_add(wait) <= max => {
                                     this.state.set(State::Pacing {

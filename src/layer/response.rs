@@ -121,7 +121,8 @@ pub(crate) fn write_headers(
             } else {
                 q.limit()
             };
-            let window = crate::decision::ceil_secs(q.period()).max(1);
+            let window = q.period().as_secs() + u64::from(q.period().subsec_nanos() > 0);
+            let window = window.max(1);
             let _ = write!(policy, "\"{}\";q={limit};w={window}", label(i));
         }
         let current = format!(

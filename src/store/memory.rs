@@ -6,7 +6,6 @@
 use std::future::{Ready, ready};
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
@@ -459,13 +458,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 #[inline]
 pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: u64) -> Decision {
     let limit = u32::try_from(v.limit).unwrap_or(u32::MAX);
-    let ticks = |t: u64| Duration::from_nanos(t.saturating_mul(tick_nanos));
     Decision {
         outcome: v.outcome,
         limit,
         remaining: u32::try_from(v.remaining).unwrap_or(u32::MAX).min(limit),
-        reset_after: ticks(v.reset_after),
-        retry_after: ticks(v.retry_after),
+        reset_after: v.reset_after.saturating_mul(tick_nanos),
+        retry_after: v.retry_after.saturating_mul(tick_nanos),
         time: now_ticks.saturating_mul(tick_nanos),
         quota: u16::try_from(index).unwrap_or(u16::MAX),
     }

@@ -15,6 +15,7 @@ pub(crate) struct FixedWindow {
 
 impl FixedWindow {
     /// Rolls the window to `now` and says whether `cost` fits, without consuming it.
+    #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) -> Verdict {
         let t = now.max(self.start);
         if aligned {
@@ -49,6 +50,7 @@ impl FixedWindow {
     }
 
     /// Consumes `cost` after a successful [`check`](Self::check) at the same `now`.
+    #[inline]
     pub(crate) fn commit(&mut self, now: u64, cost: u64, aligned: bool) {
         if self.count == 0 && !aligned {
             self.start = now.max(self.start);
@@ -63,6 +65,7 @@ impl FixedWindow {
     }
 
     /// When the state becomes equivalent to a new key's.
+    #[inline]
     pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
         if self.count == 0 {
             0

@@ -15,6 +15,7 @@ pub(crate) struct Gcra {
 
 impl Gcra {
     /// Says whether `cost` fits at `now`, without consuming it.
+    #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let tau = p.tau();
         // Time never runs backwards for a key: before TAT - tau nothing about the state changes.
@@ -38,6 +39,7 @@ impl Gcra {
     }
 
     /// Moves TAT after a successful [`check`](Self::check) at the same `now`.
+    #[inline]
     pub(crate) fn commit(&mut self, p: &Params, now: u64, cost: u64) {
         let t = now.max(self.tat.saturating_sub(p.tau()));
         self.tat = self
@@ -55,6 +57,7 @@ impl Gcra {
     }
 
     /// When the state becomes equivalent to a new key's.
+    #[inline]
     pub(crate) fn fresh_at(&self) -> u64 {
         self.tat
     }

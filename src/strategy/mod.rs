@@ -203,6 +203,7 @@ impl QuotaState {
     }
 
     /// Whether this state belongs to `strategy` (a rule may change between calls, e.g. tiers).
+    #[inline]
     pub(crate) fn fits(&self, strategy: Strategy) -> bool {
         matches!(
             (self, strategy),
@@ -218,6 +219,7 @@ impl QuotaState {
         )
     }
 
+    #[inline]
     pub(crate) fn check(&mut self, strategy: Strategy, p: &Params, now: u64, cost: u64) -> Verdict {
         match self {
             QuotaState::Fixed(s) => s.check(p, now, cost, strategy == Strategy::FixedWindow),
@@ -227,6 +229,7 @@ impl QuotaState {
         }
     }
 
+    #[inline]
     pub(crate) fn commit(&mut self, strategy: Strategy, p: &Params, now: u64, cost: u64) {
         match self {
             QuotaState::Fixed(s) => s.commit(now, cost, strategy == Strategy::FixedWindow),
@@ -245,6 +248,7 @@ impl QuotaState {
         }
     }
 
+    #[inline]
     pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
         match self {
             QuotaState::Fixed(s) => s.fresh_at(p),

@@ -18,6 +18,7 @@ pub(crate) struct MovingWindow {
 
 impl MovingWindow {
     /// Drops expired entries and says whether `cost` fits, without consuming it.
+    #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let t = self.now(now);
         // Ages, not expiry times: `t >= ts` for every entry (see `now`), and `ts + W` would saturate
@@ -41,6 +42,7 @@ impl MovingWindow {
     }
 
     /// Appends `cost` entries at `now` after a successful [`check`](Self::check).
+    #[inline]
     pub(crate) fn commit(&mut self, p: &Params, now: u64, cost: u64) {
         let t = self.now(now);
         let needed = self.log.len() + cost as usize;
@@ -64,6 +66,7 @@ impl MovingWindow {
     }
 
     /// When the state becomes equivalent to a new key's.
+    #[inline]
     pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
         self.log.back().map_or(0, |&ts| ts.saturating_add(p.window))
     }

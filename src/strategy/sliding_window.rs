@@ -32,6 +32,7 @@ fn earliest_offset(count: u64, w: u64, room: u64) -> u64 {
 
 impl SlidingWindow {
     /// Rolls the buckets to `now` and says whether `cost` fits, without consuming it.
+    #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let t = now.max(self.bucket);
         let w = p.window;
@@ -80,6 +81,7 @@ impl SlidingWindow {
     }
 
     /// Counts `cost` in the current bucket after a successful [`check`](Self::check).
+    #[inline]
     pub(crate) fn commit(&mut self, cost: u64) {
         // check() admitted it, so cur + cost <= limit <= u32::MAX.
         self.cur = self
@@ -96,6 +98,7 @@ impl SlidingWindow {
     }
 
     /// When the state becomes equivalent to a new key's.
+    #[inline]
     pub(crate) fn fresh_at(&self, p: &Params) -> u64 {
         match (self.cur, self.prev) {
             (0, 0) => 0,

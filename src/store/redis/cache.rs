@@ -69,17 +69,16 @@ impl BlockCache {
         }
         let elapsed = now.saturating_duration_since(entry.at);
         let mut d = entry.decision;
-        d.retry_after = entry.until.saturating_duration_since(now);
-        d.reset_after = d.reset_after.saturating_sub(elapsed);
-        d.time = d
-            .time
-            .saturating_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        d.retry_after = nanos(entry.until.saturating_duration_since(now));
+        d.reset_after = d.reset_after.saturating_sub(nanos(elapsed));
+        d.time = d.time.saturating_add(nanos(elapsed));
         Some(d)
     }
 
     /// Caches a rejection of cost 1 received at `now`.
     pub(super) fn insert(&self, key: u64, decision: Decision, now: Instant) {
-        let Some(until) = now.checked_add(decision.retry_after) else {
+        let Some(until) = now.checked_add(Duration::from_nanos(decision.retry_after)) else {
             return;
         };
         let mut map = self.map.lock();
