@@ -25,6 +25,35 @@
 //! assert!(limiter.check_now(&"203.0.113.9", 1).is_allowed());
 //! ```
 //!
+//! On an axum router, the layer answers `429` with the headers once a client's quota is spent (see
+//! [`layer`] for every option, [`key`] for the key extractors and their trust rules):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::net::SocketAddr;
+//! use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
+//! use http::{Request, StatusCode};
+//! use tollgate::{RateLimitLayer, RateLimiter, key::PeerIp};
+//! use tower::ServiceExt;
+//!
+//! let limiter = RateLimiter::builder().quotas("1/minute").unwrap().build().unwrap();
+//! let app = Router::new()
+//!     .route("/", get(|| async { "ok" }))
+//!     .layer(RateLimitLayer::new(limiter, PeerIp::default()));
+//! let request = || {
+//!     let peer: SocketAddr = "203.0.113.9:5000".parse().unwrap();
+//!     // axum's `into_make_service_with_connect_info::<SocketAddr>()` inserts this per connection.
+//!     Request::get("/").extension(ConnectInfo(peer)).body(Body::empty()).unwrap()
+//! };
+//! assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), StatusCode::OK);
+//! let res = app.oneshot(request()).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+//! assert!(res.headers().contains_key("retry-after"));
+//! # }
+//! ```
+//!
 //! # Features
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
 //! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
