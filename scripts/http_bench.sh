@@ -24,7 +24,7 @@ run() { # variant workload -> requests/s
   local variant=$1 workload=$2 log=$out/server.log
   TOKIO_WORKER_THREADS=1 $pin_server "$BIN" "$variant" "$workload" 127.0.0.1:0 >"$out/addr" 2>"$log" &
   local pid=$!
-  for _ in $(seq 100); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 600); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done
   local url; url=$(sed -n 's/listening on //p' "$out/addr")
   local rps; rps=$($pin_wrk wrk -t1 -c"$CONNS" -d"$DURATION" "$url/" | awk '/Requests\/sec/ {print $2}')
   kill "$pid"; wait "$pid" 2>/dev/null || true
@@ -42,18 +42,20 @@ done
 
 python3 - "$out/results" <<'PY'
 import sys, statistics, collections
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 4]  # a failed run has no figure
 by = collections.defaultdict(dict)
 for w, r, v, rps in rows:
     by[(w, int(r))][v] = float(rps)
 for w, ref in (("allow", "none"), ("reject", "static429")):
     rounds = [d for (ww, _), d in sorted(by.items()) if ww == w]
-    variants = list(rounds[0].keys())
+    variants = list(dict.fromkeys(v for d in rounds for v in d))
     print(f"\n{w}: reference {ref}; median req/s and median of per-round ratios ({len(rounds)} rounds)")
     print("| variant | median req/s | ratio to " + ref + " (median) | min | max |")
     print("| --- | --- | --- | --- | --- |")
     for v in variants:
-        rps = [d[v] for d in rounds]
-        ratios = [d[v] / d[ref] for d in rounds if d.get(ref)]
+        rps = [d[v] for d in rounds if v in d]
+        ratios = [d[v] / d[ref] for d in rounds if v in d and d.get(ref)]
+        if not rps or not ratios:
+            continue
         print(f"| {v} | {statistics.median(rps):.0f} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} |")
 PY
