@@ -1,6 +1,7 @@
 //! [`RateLimitService`].
 
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -91,18 +92,40 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C
     }
 }
 
-/// The limiters and keys a request was counted under, so stacked layers count it once.
-#[derive(Clone, Debug, Default)]
-struct Counted(Vec<(usize, Vec<u8>)>);
+/// The limiters and keys a request was counted under, so stacked layers count it once. Kept
+/// inline (no allocation per request); past [`Counted::MAX`] layers a request is counted again.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counted {
+    ids: [(usize, u64); Counted::MAX],
+    len: usize,
+}
 
+impl Counted {
+    const MAX: usize = 4;
+
+    fn contains(&self, id: (usize, u64)) -> bool {
+        self.ids.iter().take(self.len).any(|&x| x == id)
+    }
+
+    fn push(&mut self, id: (usize, u64)) {
+        if let Some(slot) = self.ids.get_mut(self.len) {
+            *slot = id;
+            self.len += 1;
+        }
+    }
+}
+
+/// A request's identity under one limiter: the limiter's address and a hash of the key (SipHash
+/// with a per-process random key, so an attacker cannot aim a collision).
 fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     limiter: &RateLimiter<K, St, C>,
     key: &K,
-) -> (usize, Vec<u8>) {
-    let mut bytes = Vec::new();
-    key.encode(&mut bytes);
+) -> (usize, u64) {
+    static HASHER: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let hash = HASHER.get_or_init(Default::default).hash_one(key);
     // The store lives inside the limiter's shared allocation: its address names the limiter.
-    (std::ptr::from_ref(limiter.store()) as usize, bytes)
+    (std::ptr::from_ref(limiter.store()) as usize, hash)
 }
 
 impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
@@ -159,13 +182,15 @@ where
         let id = counted_id(&self.core.limiter, &key);
         let counted = parts.extensions.get_mut::<Counted>();
         match counted {
-            Some(c) if c.0.contains(&id) => {
+            Some(c) if c.contains(id) => {
                 let fut = self.inner.call(Request::from_parts(parts, body));
                 return ResponseFuture::passthrough(fut);
             }
-            Some(c) => c.0.push(id),
+            Some(c) => c.push(id),
             None => {
-                parts.extensions.insert(Counted(vec![id]));
+                let mut c = Counted::default();
+                c.push(id);
+                parts.extensions.insert(c);
             }
         }
         let cost = hooks.cost.cost(&parts);
