@@ -129,6 +129,25 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
         self.apply_rule(rule, key, Op::Refund(cost))
     }
 
+    /// Gives back `cost` that the check answered by `checked` consumed, only from the window or
+    /// bucket it was counted in (the moving window drops only entries not older than the check):
+    /// a refund that comes after a window edge never frees room in the new window. This is what
+    /// the layer's refund hook uses.
+    pub fn refund_checked(&self, key: &K, cost: u32, checked: &Decision) -> S::Future {
+        self.apply_rule(&self.inner.rule, key, Op::RefundAt(cost, checked.time))
+    }
+
+    /// [`refund_checked`](Self::refund_checked) under another rule.
+    pub fn refund_checked_rule(
+        &self,
+        rule: &Rule,
+        key: &K,
+        cost: u32,
+        checked: &Decision,
+    ) -> S::Future {
+        self.apply_rule(rule, key, Op::RefundAt(cost, checked.time))
+    }
+
     /// Forgets `key`'s state: its next request is treated as a new key's.
     pub fn reset(&self, key: &K) -> S::Future {
         self.apply_rule(&self.inner.rule, key, Op::Reset)
@@ -227,6 +246,11 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
     /// [`refund`](Self::refund) without a future.
     pub fn refund_now(&self, key: &K, cost: u32) -> Decision {
         self.decide_now(&self.inner.rule, key, Op::Refund(cost))
+    }
+
+    /// [`refund_checked`](Self::refund_checked) without a future.
+    pub fn refund_checked_now(&self, key: &K, cost: u32, checked: &Decision) -> Decision {
+        self.decide_now(&self.inner.rule, key, Op::RefundAt(cost, checked.time))
     }
 
     /// [`reset`](Self::reset) without a future.

@@ -298,6 +298,8 @@ enum TraceOp {
     Check(u32),
     Peek,
     Refund(u32),
+    /// A refund of the check made this many µs ago.
+    RefundAt(u32, u64),
     Reset,
 }
 
@@ -306,6 +308,7 @@ fn trace_op() -> impl proptest::strategy::Strategy<Value = TraceOp> {
         8 => (0u32..5).prop_map(TraceOp::Check),
         1 => Just(TraceOp::Peek),
         1 => (1u32..4).prop_map(TraceOp::Refund),
+        1 => (1u32..4, 0u64..3_000_000).prop_map(|(c, back)| TraceOp::RefundAt(c, back)),
         1 => Just(TraceOp::Reset),
     ]
 }
@@ -348,6 +351,7 @@ fn random_traces_give_identical_decisions() {
                 TraceOp::Check(c) => Op::Check(c),
                 TraceOp::Peek => Op::Peek,
                 TraceOp::Refund(c) => Op::Refund(c),
+                TraceOp::RefundAt(c, back) => Op::RefundAt(c, t.saturating_sub(back * 1000)),
                 TraceOp::Reset => Op::Reset,
             };
             let (m, r) = rt.block_on(run_both(&memory, &redis, &key, &rule, op, t));

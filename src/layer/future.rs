@@ -64,11 +64,15 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         }
     }
 
-    fn refund(&self) -> St::Future {
-        match &self.rule {
-            Some(r) => self.core.limiter.refund_rule(r, &self.key, self.cost),
-            None => self.core.limiter.refund(&self.key, self.cost),
-        }
+    /// Gives back what the check answered by `checked` consumed, from the window it counted in.
+    fn refund(&self, checked: &Decision) -> St::Future {
+        let rule = self
+            .rule
+            .as_deref()
+            .unwrap_or_else(|| self.core.limiter.rule());
+        self.core
+            .limiter
+            .refund_checked_rule(rule, &self.key, self.cost, checked)
     }
 
     fn key_text(&self) -> Option<String> {
@@ -304,7 +308,7 @@ where
                         return Poll::Ready(Ok(res));
                     };
                     if res.extensions().get::<Refund>().is_some() && ctx.cost > 0 {
-                        let refund = ctx.refund();
+                        let refund = ctx.refund(&d);
                         this.state.set(State::Refunding {
                             refund,
                             response: Some(res),

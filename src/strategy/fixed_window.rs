@@ -33,7 +33,7 @@ impl FixedWindow {
         let left_in_window = |start: u64| p.window.saturating_sub(t - start);
         if cost > p.limit {
             let reset = if n > 0 { left_in_window(self.start) } else { 0 };
-            return Verdict::exceeds(p.limit, p.limit - n, reset);
+            return Verdict::exceeds(p.limit, p.limit.saturating_sub(n), reset);
         }
         if n + cost <= p.limit {
             let after = n + cost;
@@ -45,7 +45,7 @@ impl FixedWindow {
             Verdict::allowed(p.limit, p.limit - after, reset)
         } else {
             let wait = left_in_window(self.start);
-            Verdict::rejected(p.limit, p.limit - n, wait, wait)
+            Verdict::rejected(p.limit, p.limit.saturating_sub(n), wait, wait)
         }
     }
 
@@ -59,9 +59,20 @@ impl FixedWindow {
     }
 
     /// Gives back `cost` in the same window.
-    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) {
+    /// Gives back `cost` consumed at `at` (`None`: in the current window), only if `at` lies in
+    /// the current window: a refund never frees room in a later window.
+    pub(crate) fn refund(
+        &mut self,
+        p: &Params,
+        now: u64,
+        cost: u64,
+        aligned: bool,
+        at: Option<u64>,
+    ) {
         let _ = self.check(p, now, 0, aligned);
-        self.count = self.count.saturating_sub(cost);
+        if at.is_none_or(|at| at >= self.start) {
+            self.count = self.count.saturating_sub(cost);
+        }
     }
 
     /// When the state becomes equivalent to a new key's.

@@ -239,11 +239,18 @@ impl QuotaState {
         }
     }
 
-    pub(crate) fn refund(&mut self, strategy: Strategy, p: &Params, now: u64, cost: u64) {
+    pub(crate) fn refund(
+        &mut self,
+        strategy: Strategy,
+        p: &Params,
+        now: u64,
+        cost: u64,
+        at: Option<u64>,
+    ) {
         match self {
-            QuotaState::Fixed(s) => s.refund(p, now, cost, strategy == Strategy::FixedWindow),
-            QuotaState::Moving(s) => s.refund(p, now, cost),
-            QuotaState::Sliding(s) => s.refund(p, now, cost),
+            QuotaState::Fixed(s) => s.refund(p, now, cost, strategy == Strategy::FixedWindow, at),
+            QuotaState::Moving(s) => s.refund(p, now, cost, at),
+            QuotaState::Sliding(s) => s.refund(p, now, cost, at),
             QuotaState::Gcra(s) => s.refund(p, now, cost),
         }
     }
@@ -267,8 +274,15 @@ pub enum Op {
     Check(u32),
     /// Report the state without consuming (a check of cost 0).
     Peek,
-    /// Give back `cost` that an earlier check consumed.
+    /// Give back `cost` that an earlier check consumed, taken from the current window (the newest
+    /// entries of a moving window).
     Refund(u32),
+    /// Give back `cost` that the check at time `at` (the store's time, as in [`Decision::time`],
+    /// in nanoseconds since the Unix epoch) consumed: only from the window or bucket it was
+    /// counted in, so a refund never frees room in a later window.
+    ///
+    /// [`Decision::time`]: crate::Decision::time
+    RefundAt(u32, u64),
     /// Forget the key's state.
     Reset,
 }
@@ -287,7 +301,13 @@ pub(crate) fn apply(
         Op::Peek => 0,
         Op::Refund(c) => {
             for (s, p) in states.iter_mut().zip(params) {
-                s.refund(strategy, p, now, u64::from(c));
+                s.refund(strategy, p, now, u64::from(c), None);
+            }
+            0
+        }
+        Op::RefundAt(c, at) => {
+            for (s, p) in states.iter_mut().zip(params) {
+                s.refund(strategy, p, now, u64::from(c), Some(at));
             }
             0
         }

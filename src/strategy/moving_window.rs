@@ -59,10 +59,19 @@ impl MovingWindow {
     }
 
     /// Drops the newest `cost` entries.
-    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
+    /// Drops the newest `cost` entries that are not older than `at` (the time the refunded units
+    /// were admitted; `None`: any), so a refund never removes older, unrelated entries.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64, at: Option<u64>) {
         let _ = self.check(p, now, 0);
-        let keep = self.log.len().saturating_sub(cost as usize);
-        self.log.truncate(keep);
+        let since = at.unwrap_or(0);
+        let newer = self
+            .log
+            .iter()
+            .rev()
+            .take(cost as usize)
+            .take_while(|&&ts| ts >= since)
+            .count();
+        self.log.truncate(self.log.len() - newer);
     }
 
     /// When the state becomes equivalent to a new key's.

@@ -90,11 +90,16 @@ impl SlidingWindow {
     }
 
     /// Gives back `cost` in the same bucket.
-    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
+    /// Gives back `cost` consumed at `at` (`None`: in the current bucket) from the bucket it was
+    /// counted in: the current one, or the previous one if the buckets rolled once since.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64, at: Option<u64>) {
         let _ = self.check(p, now, 0);
-        self.cur = self
-            .cur
-            .saturating_sub(u32::try_from(cost).unwrap_or(u32::MAX));
+        let cost = u32::try_from(cost).unwrap_or(u32::MAX);
+        match at {
+            Some(at) if at < self.bucket.saturating_sub(p.window) => {}
+            Some(at) if at < self.bucket => self.prev = self.prev.saturating_sub(cost),
+            _ => self.cur = self.cur.saturating_sub(cost),
+        }
     }
 
     /// When the state becomes equivalent to a new key's.

@@ -464,11 +464,13 @@ fn redis_keys(base: &str, strategy: Strategy, quotas: usize) -> Vec<String> {
 
 /// The script's arguments for `rule`, checked against the 2^53 bound.
 fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Vec<u64>, String> {
-    let (code, cost) = match op {
-        Op::Check(c) => (0, u64::from(c)),
-        Op::Peek => (1, 0),
-        Op::Refund(c) => (2, u64::from(c)),
-        Op::Reset => (3, 0),
+    let (code, cost, at_us) = match op {
+        Op::Check(c) => (0, u64::from(c), 0),
+        Op::Peek => (1, 0, 0),
+        Op::Refund(c) => (2, u64::from(c), 0),
+        // The check's time came from the same clock (server time), in µs; 0 means "current window".
+        Op::RefundAt(c, at) => (2, u64::from(c), (at / 1000).max(1)),
+        Op::Reset => (3, 0, 0),
     };
     let horizon = params
         .iter()
@@ -494,6 +496,7 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
             "time {now_us} µs is beyond what Lua computes exactly"
         ));
     }
+    args.push(at_us.min(MAX_SAFE / 2));
     Ok(args)
 }
 

@@ -10,7 +10,8 @@
 //! - `KEYS`: the hash holding the key's state (fixed, sliding, GCRA), or one list per quota (moving).
 //! - `ARGV`: `op` (0 check, 1 peek, 2 refund, 3 reset), `cost`, `now_us` (0: use the server's `TIME`),
 //!   `ttl_ms`, `aligned` (fixed window: 1 for clock-aligned), `n`, then `limit, window, emission, burst`
-//!   per quota (in µs).
+//!   per quota (in µs), then `at_us` (refund: the time of the check whose cost is given back, so
+//!   only its own window or bucket is refunded; 0: the current one).
 //! - Reply: `now_us`, then `outcome, limit, remaining, reset_after, retry_after` per quota (outcome 0
 //!   allowed, 1 rejected, 2 never admissible); integers only.
 
@@ -68,6 +69,7 @@ for i = 1, n do
   Q[i] = {lim = tonumber(ARGV[b + 1]), w = tonumber(ARGV[b + 2]),
           T = tonumber(ARGV[b + 3]), B = tonumber(ARGV[b + 4])}
 end
+local at = tonumber(ARGV[6 + n * 4 + 1]) or 0
 local cost = 0
 if op == 0 then cost = arg_cost end
 local consuming = op == 0 and cost > 0
@@ -154,7 +156,7 @@ local function commit(st, q, now, c)
 end
 local function refund(st, q, now, c)
   check(st, q, now, 0)
-  st.n = max(st.n - c, 0)
+  if at == 0 or at >= st.s then st.n = max(st.n - c, 0) end
 end
 "#;
 
@@ -215,7 +217,11 @@ local function commit(st, q, now, c)
 end
 local function refund(st, q, now, c)
   check(st, q, now, 0)
-  st.c = max(st.c - c, 0)
+  if at == 0 or at >= st.b then
+    st.c = max(st.c - c, 0)
+  elseif at >= st.b - q.w then
+    st.p = max(st.p - c, 0)
+  end
 end
 "#;
 
@@ -302,7 +308,12 @@ elseif op == 2 then
   for i = 1, n do
     check(KEYS[i], Q[i], 0)
     local len = redis.call('LLEN', KEYS[i])
-    local keep = max(len - arg_cost, 0)
+    -- Drop the newest entries not older than `at`, at most the refunded cost.
+    local drop = 0
+    while drop < arg_cost and drop < len and tonumber(redis.call('LINDEX', KEYS[i], len - 1 - drop)) >= at do
+      drop = drop + 1
+    end
+    local keep = len - drop
     if keep == 0 then redis.call('DEL', KEYS[i]) else redis.call('LTRIM', KEYS[i], 0, keep - 1) end
   end
 end
