@@ -26,6 +26,8 @@ const SHARDS_PER_SEGMENT: usize = 4;
 /// 8 s). Paced by time, not by calls: at 10^6 keys a step scans ~16 k entries (about a
 /// millisecond), so the sweep costs a fraction of a percent of a core whatever the request rate.
 const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
+/// Segments a new key may examine to make room at the cap: bounds the work one request causes.
+const SEGMENTS_PER_ROOM_CALL: usize = 2;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: u64 = 10_000_000_000;
 
@@ -54,6 +56,10 @@ pub struct MemoryStore<K> {
     /// When the next timed sweep step is due (see [`SWEEP_STEP_EVERY`]).
     next_step_at: AtomicU64,
     full_until: AtomicU64,
+    /// Segments examined at the cap since room was last found, and the soonest time a blocked key
+    /// among them frees up: after two rotations without room, `full_until` takes that time.
+    fruitless: AtomicUsize,
+    soonest_room: AtomicU64,
     overflow: Mutex<KeyState>,
     last_overflow_warn: AtomicU64,
     allowed: Counter,
@@ -230,6 +236,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             inserts: AtomicUsize::new(0),
             next_step_at: AtomicU64::new(0),
             full_until: AtomicU64::new(0),
+            fruitless: AtomicUsize::new(0),
+            soonest_room: AtomicU64::new(u64::MAX),
             overflow: Mutex::new(KeyState::new()),
             last_overflow_warn: AtomicU64::new(0),
             allowed: Counter::default(),
@@ -272,6 +280,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let mut inserted = false;
         let mut entry = segment.entry(key.clone()).or_insert_with(|| {
             inserted = true;
+            // Counted under the shard lock: a sweep cannot remove it (and decrement) first.
+            self.keys.fetch_add(1, Ordering::Relaxed);
             Entry {
                 state: KeyState::new(),
                 used: true,
@@ -280,7 +290,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let decision = self.run(&mut entry, rule, op, now);
         drop(entry);
         if inserted {
-            self.keys.fetch_add(1, Ordering::Relaxed);
             self.after_insert(now);
         }
         decision
@@ -397,7 +406,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         }
     }
 
-    /// Makes room for one key at the cap. Returns `false` when every held key is blocked.
+    /// Makes room for one key at the cap, examining at most [`SEGMENTS_PER_ROOM_CALL`] segments
+    /// (the cursor carries on from there next time). Returns `false` when they held no room; after
+    /// two whole rotations without room (every key blocked), new keys go straight to the overflow
+    /// state until the soonest blocked key frees up.
     fn make_room(&self, now: u64) -> bool {
         if now < self.full_until.load(Ordering::Relaxed) {
             return false;
@@ -406,8 +418,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let mut freed = 0;
         let mut evicted = 0;
         let mut soonest_room = u64::MAX;
-        // Two passes at most: the first clears second-chance bits that the second then honours.
-        for _ in 0..2 * SEGMENTS {
+        for _ in 0..SEGMENTS_PER_ROOM_CALL {
             let segment = self.next_segment();
             segment.retain(|_, e| {
                 if freed >= batch {
@@ -434,12 +445,37 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 break;
             }
         }
+        if freed == 0 {
+            // Every key with room here was used since the last pass: evict one of them anyway
+            // (the second-chance order is a preference, not a reason to turn a new client away).
+            let segment = self.next_segment();
+            segment.retain(|_, e| {
+                let drop = freed == 0 && e.state.blocked_until <= now;
+                if e.state.blocked_until > now {
+                    soonest_room = soonest_room.min(e.state.blocked_until);
+                }
+                freed += usize::from(drop);
+                evicted += u64::from(drop && !e.state.is_fresh(now));
+                !drop
+            });
+        }
         self.keys.fetch_sub(freed, Ordering::Relaxed);
         self.evictions.add(evicted);
-        if freed == 0 {
-            self.full_until.store(soonest_room, Ordering::Relaxed);
+        if freed > 0 {
+            self.fruitless.store(0, Ordering::Relaxed);
+            return true;
         }
-        freed > 0
+        // Two rotations: the first clears second-chance bits that the second honours.
+        self.soonest_room.fetch_min(soonest_room, Ordering::Relaxed);
+        let scanned = self
+            .fruitless
+            .fetch_add(SEGMENTS_PER_ROOM_CALL, Ordering::Relaxed);
+        if scanned + SEGMENTS_PER_ROOM_CALL >= 2 * SEGMENTS {
+            self.fruitless.store(0, Ordering::Relaxed);
+            let until = self.soonest_room.swap(u64::MAX, Ordering::Relaxed);
+            self.full_until.store(until, Ordering::Relaxed);
+        }
+        false
     }
 
     fn counters(&self) -> Stats {
