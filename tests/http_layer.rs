@@ -566,3 +566,30 @@ async fn per_route_limits_and_unknown_routes() {
     );
     server.stop().await;
 }
+
+/// Regression (review): the stacked-layer de-duplication ignored the rule, so a route layer with its
+/// own, stricter rule (`select_rule`) on the same limiter and key was never checked.
+#[tokio::test]
+async fn a_route_layer_with_its_own_rule_still_applies_under_a_router_layer() {
+    let clock = ManualClock::new(T0);
+    let shared = limiter::<()>(Strategy::FixedWindow, "100/minute", &clock);
+    // Both layers count the same key in one store: the strict rule sees the router's counts too.
+    let strict =
+        std::sync::Arc::new(tollgate::Rule::parse(Strategy::FixedWindow, "2/minute").unwrap());
+    let route_layer = RateLimitLayer::new(shared.clone(), GlobalKey)
+        .select_rule(move |_: &http::request::Parts| Some(strict.clone()));
+    let app = Router::new()
+        .route("/login", get(|| async { "ok" }).route_layer(route_layer))
+        .layer(RateLimitLayer::new(shared.clone(), GlobalKey));
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let url = server.url("/login");
+    let first = client.get(&url).await;
+    assert_eq!(first.status, StatusCode::OK, "{first:?}");
+    assert_eq!(
+        client.get(&url).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the strict rule applies"
+    );
+    server.stop().await;
+}

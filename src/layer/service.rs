@@ -96,18 +96,18 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C
 /// inline (no allocation per request); past [`Counted::MAX`] layers a request is counted again.
 #[derive(Clone, Copy, Debug, Default)]
 struct Counted {
-    ids: [(usize, u64); Counted::MAX],
+    ids: [CountId; Counted::MAX],
     len: usize,
 }
 
 impl Counted {
     const MAX: usize = 4;
 
-    fn contains(&self, id: (usize, u64)) -> bool {
+    fn contains(&self, id: CountId) -> bool {
         self.ids.iter().take(self.len).any(|&x| x == id)
     }
 
-    fn push(&mut self, id: (usize, u64)) {
+    fn push(&mut self, id: CountId) {
         if let Some(slot) = self.ids.get_mut(self.len) {
             *slot = id;
             self.len += 1;
@@ -115,17 +115,25 @@ impl Counted {
     }
 }
 
-/// A request's identity under one limiter: the limiter's address and a hash of the key (SipHash
-/// with a per-process random key, so an attacker cannot aim a collision).
+/// A request's identity under one limiter and rule: the store's address, the rule's address and a
+/// hash of the key (SipHash with a per-process random key, so an attacker cannot aim a collision).
+type CountId = (usize, usize, u64);
+
 fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     limiter: &RateLimiter<K, St, C>,
+    rule: &crate::rule::Rule,
     key: &K,
-) -> (usize, u64) {
+) -> CountId {
     static HASHER: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
     let hash = HASHER.get_or_init(Default::default).hash_one(key);
-    // The store lives inside the limiter's shared allocation: its address names the limiter.
-    (std::ptr::from_ref(limiter.store()) as usize, hash)
+    // The store lives inside the limiter's shared allocation: its address names the limiter. The
+    // rule's address tells a route's own rule (`select_rule`) from the limiter's.
+    (
+        std::ptr::from_ref(limiter.store()) as usize,
+        std::ptr::from_ref(rule) as usize,
+        hash,
+    )
 }
 
 impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
@@ -179,7 +187,9 @@ where
         };
         // One request, one count: a second layer on the same limiter and key lets it through.
         let mut parts = parts;
-        let id = counted_id(&self.core.limiter, &key);
+        let rule = hooks.rule.rule(&parts);
+        let rule_ref = rule.as_deref().unwrap_or_else(|| self.core.limiter.rule());
+        let id = counted_id(&self.core.limiter, rule_ref, &key);
         let counted = parts.extensions.get_mut::<Counted>();
         match counted {
             Some(c) if c.contains(id) => {
@@ -194,7 +204,6 @@ where
             }
         }
         let cost = hooks.cost.cost(&parts);
-        let rule = hooks.rule.rule(&parts);
         let check = match &rule {
             Some(r) => self.core.limiter.check_rule(r, &key, cost),
             None => self.core.limiter.check(&key, cost),
