@@ -62,6 +62,8 @@
 mod clock;
 mod decision;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod key;
 pub mod layer;
 mod limiter;

@@ -567,6 +567,21 @@ fn decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
     Ok(to_decision(index, v, now, TICK_NANOS))
 }
 
+/// [`decode`], for the fuzz targets (`crate::fuzzing`).
+pub(crate) fn fuzz_decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
+    decode(v, quotas)
+}
+
+/// The Redis keys of `key` under `prefix`, for the fuzz targets (`crate::fuzzing`).
+pub(crate) fn fuzz_key_names<K: StoreKey>(
+    prefix: &str,
+    key: &K,
+    strategy: Strategy,
+    quotas: usize,
+) -> Vec<String> {
+    redis_keys(&keys::base_key(prefix, key), strategy, quotas)
+}
+
 impl<K: StoreKey> Store<K> for RedisStore {
     type Future = RedisFuture;
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# T-56, the longer tier: cargo-fuzz on every fuzz target (bodies in src/fuzzing.rs; the PR tier replays
+# the same targets in tests/fuzz_replay.rs). One fuzzer at a time, one process each.
+#
+#   bash scripts/fuzz.sh                         # 30 minutes per target
+#   FUZZ_SECONDS=60 bash scripts/fuzz.sh         # a short run
+#   FUZZ_SECONDS=300 bash scripts/fuzz.sh strategy quota   # some targets only
+#
+# New inputs go to fuzz/target/corpus-work/<target> (not checked in), seeded from fuzz/corpus/<target>.
+# A crash leaves its input in fuzz/artifacts/<target>/ and makes the script exit 1 after all targets
+# ran; replay one with `cargo fuzz run <target> <file>` inside fuzz/, then add the minimized input to
+# fuzz/corpus/<target>/ once fixed (tests/fuzz_replay.rs replays every corpus file in CI).
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+SECS=${FUZZ_SECONDS:-1800}
+ALL="forwarded quota ip_mask strategy redis_reply key_encoding"
+TARGETS=${*:-$ALL}
+
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+# cargo-fuzz passes nightly-only flags (-Zsanitizer=address, ...); the stable toolchain takes them
+# with RUSTC_BOOTSTRAP=1 (harmless on nightly).
+export RUSTC_BOOTSTRAP=1
+cargo fuzz build
+
+failed=""
+mkdir -p target/fuzz-logs
+for t in $TARGETS; do
+  work=target/corpus-work/$t
+  log=target/fuzz-logs/$t.log
+  mkdir -p "$work"
+  echo "== $t: ${SECS}s (log: fuzz/$log)"
+  set +e
+  cargo fuzz run "$t" "$work" "corpus/$t" -- \
+    -max_total_time="$SECS" -print_final_stats=1 -rss_limit_mb=2048 -max_len=4096 >"$log" 2>&1
+  rc=$?
+  set -e
+  grep -E 'INITED|DONE|stat::number_of_executed_units|stat::average_exec_per_sec|panicked|SUMMARY|Test unit written' "$log" | tail -8 || true
+  if [ "$rc" -ne 0 ]; then failed="$failed $t"; fi
+done
+if [ -n "$failed" ]; then
+  echo "fuzz: crashes in:$failed (inputs in fuzz/artifacts/)" >&2
+  exit 1
+fi
+echo "fuzz: 0 crashes in: $TARGETS (${SECS}s each)"
