@@ -69,6 +69,14 @@ impl Cidr {
     /// # Errors
     /// [`InvalidCidr`] when `prefix` exceeds the address width (32 or 128).
     pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, InvalidCidr> {
+        // An IPv4-mapped range (`::ffff:10.0.0.0/104`) is the IPv4 range it maps: addresses are
+        // compared in their IPv4 form, so the mapped form would otherwise match nothing.
+        let (addr, prefix) = match addr {
+            IpAddr::V6(a) if (96..=128).contains(&prefix) && a.to_ipv4_mapped().is_some() => {
+                (a.to_ipv4_mapped().map_or(addr, IpAddr::V4), prefix - 96)
+            }
+            _ => (addr, prefix),
+        };
         let (addr, max) = match addr {
             IpAddr::V4(a) => (IpAddr::V4(mask_v4(a, prefix)), 32),
             IpAddr::V6(a) => (IpAddr::V6(mask_v6(a, prefix)), 128),
@@ -96,9 +104,11 @@ impl Cidr {
 
     /// Whether `ip` lies in the range.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
+        // An IPv4 range also holds the IPv4-mapped forms of its addresses; an IPv6 range compares
+        // addresses as written.
+        let ip = match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V6(a)) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            _ => ip,
         };
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(a)) => mask_v4(a, self.prefix) == net,
@@ -222,6 +232,17 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn regression_a_mapped_range_holds_its_addresses() {
+        // Found by the ip_mask fuzz target: `::ffff:10.0.0.0/104` contained nothing, not even
+        // `::ffff:10.0.0.1`, so a proxy configured that way was silently never trusted.
+        let range: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!((range.addr(), range.prefix()), (ip("10.0.0.0"), 8));
+        assert!(range.contains(ip("::ffff:10.0.0.1")));
+        assert!(range.contains(ip("10.200.0.1")));
+        assert!(!range.contains(ip("11.0.0.1")));
     }
 
     #[test]

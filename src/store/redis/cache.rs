@@ -120,8 +120,8 @@ mod tests {
             outcome: Outcome::Rejected,
             limit: 5,
             remaining: 0,
-            reset_after: Duration::from_millis(wait_ms),
-            retry_after: Duration::from_millis(wait_ms),
+            reset_after: wait_ms * 1_000_000,
+            retry_after: wait_ms * 1_000_000,
             time: 1_000_000_000,
             quota: 0,
         }
