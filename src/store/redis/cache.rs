@@ -34,9 +34,12 @@ struct Blocked {
     decision: Decision,
 }
 
-/// The cache key of a logical key under a rule (its Redis keys and quota arguments).
+/// The cache key of a logical key under a rule (its Redis keys and quota arguments): SipHash with a
+/// per-process random key, so nobody can aim a collision at another client's cached rejection.
 pub(super) fn fingerprint(redis_keys: &[String], rule_args: &[u64]) -> u64 {
-    foldhash::fast::FixedState::with_seed(0x746f_6c6c_6761_7465).hash_one((redis_keys, rule_args))
+    static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    STATE.get_or_init(Default::default).hash_one((redis_keys, rule_args))
 }
 
 impl BlockCache {
