@@ -618,7 +618,6 @@ fn t32_t43_redis_down_five_seconds_over_http() {
     use tollgate::layer::RateLimitLayer;
 
     #[path = "support/http.rs"]
-    #[allow(dead_code)]
     mod http_support;
     use http_support::{TestClient, TestServer};
 

@@ -1,10 +1,8 @@
 //! The `server` example on the Redis store: two processes share one Redis, so together they admit
 //! exactly the limit (issue 4: "two server processes sharing one Redis").
 
-#[allow(dead_code, unreachable_pub)]
 #[path = "support/http.rs"]
 mod http_support;
-#[allow(dead_code, unreachable_pub)]
 #[path = "support/redis.rs"]
 mod redis_support;
 
