@@ -439,3 +439,106 @@ async fn client_example_paces_calls() {
         "{done:?}"
     );
 }
+
+/// VmRSS of process `pid` in KiB (Linux `/proc`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+/// Issue 6 item 2 from outside (TESTING.md T-52, PR scale): `server --max-keys 2000` behind a trusted
+/// loopback proxy receives 20,000 distinct client IPs (forged `X-Forwarded-For` from the trusted
+/// peer). A client blocked before the flood is still blocked after it, and the server's resident
+/// memory after the second half of the flood is not materially above its level after the first half
+/// (the store stopped growing at the cap). Figures are printed (`-- --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_key_flood_of_20000_ips_keeps_the_cap_and_the_block() {
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--quota",
+            "1/hour",
+            "--strategy",
+            "moving-window",
+            "--trust-proxy",
+            "127.0.0.1/32",
+            "--max-keys",
+            "2000",
+        ],
+    )
+    .await;
+    let pid = server.child.id().unwrap();
+    let url = server.url("/");
+    let client = TestClient::new();
+    let victim = [("x-forwarded-for", "203.0.113.7")];
+    assert_eq!(client.get_with(&url, &victim).await.status, StatusCode::OK);
+    assert_eq!(
+        client.get_with(&url, &victim).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let rss_start = rss_kib(pid);
+    const FLOOD: u32 = 20_000;
+    const TASKS: u32 = 8;
+    let mut rss_half = 0;
+    let mut admitted = 0;
+    for half in 0..2u32 {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (client, url) = (client.clone(), url.clone());
+                tokio::spawn(async move {
+                    let mut admitted = 0u32;
+                    let per_half = FLOOD / 2;
+                    let mut i = half * per_half + t;
+                    while i < (half + 1) * per_half {
+                        // 10.0.0.0/8 addresses, one per request: every request is a new key.
+                        let xff = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff);
+                        let res = client
+                            .get_with(&url, &[("x-forwarded-for", xff.as_str())])
+                            .await;
+                        if res.status == StatusCode::OK {
+                            admitted += 1;
+                        }
+                        i += TASKS;
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        if half == 0 {
+            rss_half = rss_kib(pid);
+        }
+    }
+    let rss_end = rss_kib(pid);
+    eprintln!(
+        "server --max-keys 2000, 20000 distinct IPs: {admitted} admitted; VmRSS {rss_start} KiB before, \
+         {rss_half} KiB after 10000, {rss_end} KiB after 20000"
+    );
+    // At 1/hour every flood key is blocked after its first request, so none can be evicted: once
+    // 2000 are held, new keys share one overflow quota (1 more admission). Concurrent inserts may
+    // overshoot the cap by the number of server threads.
+    assert!(
+        (2000..=2000 + 1 + 64).contains(&admitted),
+        "{admitted} flood requests admitted"
+    );
+    assert!(
+        rss_end <= rss_half + 4 * 1024,
+        "resident memory kept growing past the cap: {rss_half} KiB -> {rss_end} KiB"
+    );
+    let res = client.get_with(&url, &victim).await;
+    assert_eq!(
+        res.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the flood reset a blocked client"
+    );
+    assert!(res.num("retry-after") >= 1);
+    server.stop_with("-TERM").await;
+}

@@ -123,3 +123,157 @@ fn cluster_spreads_keys_and_stays_exact() {
         }
     });
 }
+
+/// CRC16/XMODEM, Redis Cluster's key hash.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The Cluster slot of a Redis key (hash tag rules).
+fn slot_of(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
+        let rest = &b[open + 1..];
+        rest.iter()
+            .position(|&c| c == b'}')
+            .filter(|&len| len > 0)
+            .map(|len| &rest[..len])
+    });
+    crc16(tagged.unwrap_or(b)) % 16384
+}
+
+/// TESTING.md T-35 (PR variant): 100 slots move from one master to another with
+/// `redis-cli --cluster reshard` while 8 keys living in those slots are hammered by 16 tasks. No
+/// error reaches the caller (MOVED / ASK / TRYAGAIN are retried inside the client) and every key
+/// admits exactly its limit.
+#[test]
+fn t35_resharding_100_slots_under_load_stays_exact() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    const LIMIT: u32 = 200;
+    const KEYS: usize = 8;
+    let rule = Rule::parse(Strategy::SlidingWindow, &format!("{LIMIT}/hour")).unwrap();
+    let from = cluster.node_of_slot(0);
+    let to = (from + 1) % cluster.nodes.len();
+    rt.block_on(async {
+        let store = RedisStore::builder(cluster.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .expect("connect to the cluster");
+        // Keys whose slots are among the 100 lowest of `from` (redis-cli moves the lowest first).
+        let keys: Vec<String> = (0..)
+            .map(|i| format!("reshard-{i}"))
+            .filter(|k| {
+                let names = store.redis_keys(k, Strategy::SlidingWindow, 1);
+                names.iter().all(|n| slot_of(n) < 100)
+            })
+            .take(KEYS)
+            .collect();
+        let sample = &store.redis_keys(&keys[0], Strategy::SlidingWindow, 1)[0];
+        assert_eq!(cluster.keyslot(sample), slot_of(sample), "local CRC16");
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let admitted: Arc<Vec<AtomicU64>> =
+            Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+        let attempts = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..16)
+            .map(|t| {
+                let (store, rule, keys) = (store.clone(), rule.clone(), keys.clone());
+                let (done, admitted, attempts) = (
+                    Arc::clone(&done),
+                    Arc::clone(&admitted),
+                    Arc::clone(&attempts),
+                );
+                tokio::spawn(async move {
+                    let mut n = 0usize;
+                    // Until the reshard is over, and at least LIMIT attempts per task (16 tasks over
+                    // 8 keys: 2 x LIMIT per key in all).
+                    while !done.load(Ordering::Relaxed) || n < LIMIT as usize {
+                        let k = (t + n) % KEYS;
+                        let d = store
+                            .apply(&keys[k], &rule, Op::Check(1), 0)
+                            .await
+                            .unwrap_or_else(|e| panic!("error surfaced during the reshard: {e}"));
+                        if d.is_allowed() {
+                            admitted[k].fetch_add(1, Ordering::Relaxed);
+                        }
+                        attempts.fetch_add(1, Ordering::Relaxed);
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        let from_id = cluster.nodes[from].cli(&["CLUSTER", "MYID"]);
+        let to_id = cluster.nodes[to].cli(&["CLUSTER", "MYID"]);
+        let entry = format!(
+            "127.0.0.1:{}",
+            cluster
+                .url()
+                .rsplit(',')
+                .next()
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+        );
+        let before = attempts.load(Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("redis-cli")
+                .args(["--cluster", "reshard", &entry])
+                .args(["--cluster-from", &from_id, "--cluster-to", &to_id])
+                .args(["--cluster-slots", "100", "--cluster-yes"])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("redis-cli --cluster reshard")
+        })
+        .await
+        .unwrap();
+        let took = started.elapsed();
+        let during = attempts.load(Ordering::Relaxed) - before;
+        assert!(
+            out.status.success(),
+            "reshard failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        done.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let moved: Vec<usize> = keys
+            .iter()
+            .map(|k| {
+                cluster.node_of_slot(slot_of(&store.redis_keys(k, Strategy::SlidingWindow, 1)[0]))
+            })
+            .collect();
+        assert!(
+            moved.iter().all(|&n| n == to),
+            "the keys' slots moved: {moved:?}"
+        );
+        let counts: Vec<u64> = admitted.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        eprintln!(
+            "T-35: reshard of 100 slots took {took:?} with {during} decisions during it; \
+             {} decisions in all; admitted per key {counts:?}",
+            attempts.load(Ordering::Relaxed)
+        );
+        assert!(during > 0, "the load overlapped the reshard");
+        assert!(counts.iter().all(|&c| c == u64::from(LIMIT)), "{counts:?}");
+    });
+}

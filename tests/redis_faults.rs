@@ -442,3 +442,296 @@ fn an_indeterminate_failure_is_never_replayed() {
         }
     });
 }
+
+/// TESTING.md T-23: a restart of a Redis without persistence (`--save '' --appendonly no`) forgets
+/// every counter, so a key may be admitted up to N more times per restart (documented bound), and
+/// never more; after the reconnect no call errors.
+#[test]
+fn t23_restart_without_persistence_over_admits_at_most_n() {
+    let _g = serial();
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    const N: u32 = 5;
+    rt().block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let rule = Rule::parse(Strategy::MovingWindow, "5/hour").unwrap();
+        let key = "t23".to_string();
+        let mut admitted = 0;
+        for _ in 0..N + 3 {
+            let d = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+            admitted += u32::from(d.is_allowed());
+        }
+        assert_eq!(admitted, N, "before the restart");
+        tokio::task::block_in_place(|| server.restart());
+        let pinged = Instant::now();
+        // Until the store reconnects, calls may fail (bounded); they count for nothing.
+        let first = loop {
+            match store.apply(&key, &rule, Op::Check(1), 0).await {
+                Ok(d) => break d,
+                Err(e) => {
+                    assert!(
+                        pinged.elapsed() < Duration::from_secs(3),
+                        "no reconnect: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        let took = pinged.elapsed();
+        let mut after = u32::from(first.is_allowed());
+        for i in 0..2 * N {
+            let d = store
+                .apply(&key, &rule, Op::Check(1), 0)
+                .await
+                .unwrap_or_else(|e| panic!("call {i} after the reconnect failed: {e}"));
+            after += u32::from(d.is_allowed());
+        }
+        eprintln!(
+            "T-23: first decision {took:?} after PING; admitted after the restart {after} (N = {N})"
+        );
+        assert!(after <= N, "over-admission {after} > N after one restart");
+        assert_eq!(
+            after, N,
+            "without persistence the counter restarts from zero (the documented bound is reached)"
+        );
+        assert!(took < Duration::from_secs(1), "recovery took {took:?}");
+    });
+}
+
+fn redis_cli_auth(port: u16, password: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["--no-auth-warning", "-a", password])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// TESTING.md T-30 (credentials): a wrong or missing password is a store error at connect time, and
+/// a password changed under a running store (its connections killed, the reconnect refused) makes
+/// every decision a store error (no panic, within the timeout); behind the layer, fail-closed
+/// answers 503 and never admits.
+#[test]
+fn t30_wrong_password_is_a_store_error_and_fail_closed_never_admits() {
+    use tollgate::RateLimiter;
+    use tollgate::key::GlobalKey;
+    use tollgate::layer::RateLimitLayer;
+    use tower::{Layer, ServiceExt};
+
+    let _g = serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    // Set after start: the harness waits for an unauthenticated PING.
+    assert_eq!(server.cli(&["CONFIG", "SET", "requirepass", "right"]), "OK");
+    let port: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+    rt().block_on(async {
+        for url in [
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}"),
+        ] {
+            let e = RedisStore::connect(&url)
+                .await
+                .expect_err("connecting without the right password must fail");
+            eprintln!("T-30: connect with a bad password: {:?}: {e}", e.kind());
+            // Bug fixed: the message used to quote the URL with its password.
+            assert!(
+                !e.message().contains("wrong"),
+                "credentials in the message: {e}"
+            );
+        }
+        let store = RedisStore::connect(&format!("redis://:right@127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let lim: RateLimiter<(), RedisStore> = RateLimiter::builder()
+            .quotas("1000/hour")
+            .unwrap()
+            .store(store.clone())
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicU64::new(0));
+        let inner = {
+            let calls = Arc::clone(&calls);
+            tower::service_fn(move |_: http::Request<String>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, std::convert::Infallible>(http::Response::new(String::new())) }
+            })
+        };
+        let closed = RateLimitLayer::new(lim.clone(), GlobalKey)
+            .fail_closed()
+            .layer(inner);
+        let get = || http::Request::new(String::new());
+        let res = closed.clone().oneshot(get()).await.unwrap();
+        assert_eq!(
+            res.status(),
+            http::StatusCode::OK,
+            "the right password works"
+        );
+        // The password changes and the store's connections are dropped: every reconnect is refused.
+        assert_eq!(
+            redis_cli_auth(port, "right", &["CONFIG", "SET", "requirepass", "changed"]),
+            "OK"
+        );
+        redis_cli_auth(port, "changed", &["CLIENT", "KILL", "TYPE", "normal"]);
+        let before = calls.load(Ordering::SeqCst);
+        let mut kinds = Vec::new();
+        for _ in 0..20 {
+            let start = Instant::now();
+            let res = closed.clone().oneshot(get()).await.unwrap();
+            assert!(start.elapsed() <= TIMEOUT + SLACK, "{:?}", start.elapsed());
+            assert_eq!(res.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+            let start = Instant::now();
+            let e = store
+                .apply(&"k".to_string(), lim.rule(), Op::Check(1), 0)
+                .await
+                .expect_err("a refused reconnect is a store error");
+            assert!(start.elapsed() <= TIMEOUT + SLACK, "{:?}", start.elapsed());
+            kinds.push(e.kind());
+        }
+        eprintln!(
+            "T-30: error kinds after the password change: {:?}",
+            kinds[0]
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            before,
+            "fail-closed never reached the inner service"
+        );
+        assert!(<RedisStore as Store<()>>::stats(&store).store_errors >= 40);
+    });
+}
+
+/// TESTING.md T-32 (PR variant, 5 s) and T-43 against a real failure, over HTTP: Redis is killed
+/// for 5 s under ~100 requests/s through two axum apps sharing one Redis-backed limiter (fail-open
+/// and fail-closed). Fail-open answers 200 without `x-ratelimit-*` headers, fail-closed 503, every
+/// response within the timeout + slack; the store's warning is logged at most once per second; the
+/// counters say exactly how many decisions failed and how many were let through. After the restart
+/// the first response carrying limiter headers comes within 1 s.
+#[test]
+fn t32_t43_redis_down_five_seconds_over_http() {
+    use axum::Router;
+    use axum::routing::get;
+    use tollgate::RateLimiter;
+    use tollgate::key::GlobalKey;
+    use tollgate::layer::RateLimitLayer;
+
+    #[path = "support/http.rs"]
+    mod http_support;
+    use http_support::{TestClient, TestServer};
+
+    let _g = serial();
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (open_n, closed_n, stats, took) = tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let store = RedisStore::connect(&server.url()).await.unwrap();
+            let lim: RateLimiter<(), RedisStore> = RateLimiter::builder()
+                .quotas("1000000/hour")
+                .unwrap()
+                .store(store)
+                .build()
+                .unwrap();
+            let app = |closed: bool| {
+                let layer = RateLimitLayer::new(lim.clone(), GlobalKey);
+                let layer = if closed { layer.fail_closed() } else { layer };
+                Router::new()
+                    .route("/", get(|| async { "ok" }))
+                    .layer(layer)
+            };
+            let open = TestServer::start(app(false)).await;
+            let closed = TestServer::start(app(true)).await;
+            let client = TestClient::new();
+            let (open_url, closed_url) = (open.url("/"), closed.url("/"));
+            let res = client.get(&open_url).await;
+            assert_eq!(res.status, http::StatusCode::OK);
+            assert!(res.header("x-ratelimit-remaining").is_some());
+            // A current-thread runtime: these blocking calls take milliseconds.
+            server.kill9();
+            let down = Instant::now();
+            let (mut open_n, mut closed_n) = (0u64, 0u64);
+            while down.elapsed() < Duration::from_secs(5) {
+                let start = Instant::now();
+                let res = client.get(&open_url).await;
+                assert!(start.elapsed() <= TIMEOUT + SLACK, "{:?}", start.elapsed());
+                assert_eq!(res.status, http::StatusCode::OK, "fail-open");
+                for h in [
+                    "x-ratelimit-limit",
+                    "x-ratelimit-remaining",
+                    "x-ratelimit-reset",
+                ] {
+                    assert!(res.header(h).is_none(), "fail-open claimed {h}");
+                }
+                open_n += 1;
+                let start = Instant::now();
+                let res = client.get(&closed_url).await;
+                assert!(start.elapsed() <= TIMEOUT + SLACK, "{:?}", start.elapsed());
+                assert_eq!(
+                    res.status,
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "fail-closed"
+                );
+                closed_n += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let stats = lim.stats();
+            server.restart();
+            let pinged = Instant::now();
+            loop {
+                let res = client.get(&open_url).await;
+                if res.header("x-ratelimit-remaining").is_some() {
+                    break;
+                }
+                assert!(pinged.elapsed() < Duration::from_secs(3), "no recovery");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let took = pinged.elapsed();
+            open.stop().await;
+            closed.stop().await;
+            (open_n, closed_n, stats, took)
+        })
+    });
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let store_warnings = text.matches("rate-limit Redis store failed").count();
+    let all_warnings = text.lines().filter(|l| l.contains("WARN")).count();
+    let open_warnings = text.matches("failing open").count();
+    let closed_warnings = text.matches("failing closed").count();
+    eprintln!(
+        "T-32/T-43: Redis down 5 s: {open_n} fail-open + {closed_n} fail-closed responses; \
+         store_errors {} fail_open {}; store warnings {store_warnings}, WARN lines {all_warnings}; \
+         first limited response {took:?} after PING",
+        stats.store_errors, stats.fail_open
+    );
+    assert!(open_n + closed_n >= 20, "the load ran");
+    assert_eq!(
+        stats.store_errors,
+        open_n + closed_n,
+        "one error counted per failed decision"
+    );
+    assert_eq!(
+        stats.fail_open, open_n,
+        "one fail-open counted per request let through"
+    );
+    assert!(
+        (1..=7).contains(&store_warnings),
+        "{store_warnings} store warnings in 5 s:\n{text}"
+    );
+    // Three sources (the store, the fail-open layer, the fail-closed layer), each at most ~1/s.
+    assert!(
+        open_warnings <= 7 && closed_warnings <= 7 && all_warnings <= 21,
+        "log storm: {all_warnings} WARN lines:\n{text}"
+    );
+    assert!(took < Duration::from_secs(1), "recovery took {took:?}");
+}

@@ -228,16 +228,41 @@ impl RedisStoreBuilder {
     }
 }
 
+/// `url` with any password replaced by `***`, for error messages and logs: a connection URL may
+/// carry credentials (`redis://:secret@host`, `redis://user:secret@host`), which must never reach a
+/// log line.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = url.get(scheme_end..).unwrap_or_default();
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = rest.get(..authority_end).unwrap_or_default();
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = authority.get(..at).unwrap_or_default();
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            format!(
+                "{}{user}:***@{}",
+                url.get(..scheme_end).unwrap_or_default(),
+                rest.get(at + 1..).unwrap_or_default()
+            )
+        }
+        None => url.to_owned(),
+    }
+}
+
 async fn connect(
     url: &str,
     timeout: Duration,
     connect_timeout: Duration,
 ) -> Result<Conn, StoreError> {
     let other = |m: String| StoreError::new(StoreErrorKind::Other, m);
+    let shown = redact(url);
     let lower = url.to_ascii_lowercase();
     if lower.starts_with("rediss") {
         return Err(other(format!(
-            "{url}: TLS (rediss://) is not compiled into this build; use redis:// behind a TLS \
+            "{shown}: TLS (rediss://) is not compiled into this build; use redis:// behind a TLS \
              tunnel, or enable a TLS feature of the redis crate"
         )));
     }
@@ -257,7 +282,7 @@ async fn connect(
             .map(|h| format!("redis://{auth}{h}"))
             .collect();
         if nodes.is_empty() {
-            return Err(other(format!("{url}: no Cluster node given")));
+            return Err(other(format!("{shown}: no Cluster node given")));
         }
         let client = ClusterClient::builder(nodes)
             .retries(3)
@@ -266,13 +291,13 @@ async fn connect(
             .connection_timeout(connect_timeout)
             .response_timeout(timeout)
             .build()
-            .map_err(|e| other(format!("{url}: {e}")))?;
+            .map_err(|e| other(format!("{shown}: {e}")))?;
         let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
             .await
             .map_err(|_| {
                 StoreError::new(
                     StoreErrorKind::Connection,
-                    format!("{url}: no Cluster node answered within {connect_timeout:?}"),
+                    format!("{shown}: no Cluster node answered within {connect_timeout:?}"),
                 )
             })?
             .map_err(|e| map_error(&e))?;
@@ -280,10 +305,10 @@ async fn connect(
     }
     if !lower.starts_with("redis://") && !lower.starts_with("redis+unix://") {
         return Err(other(format!(
-            "{url}: expected redis://host:port or redis+cluster://host1:port1,host2:port2"
+            "{shown}: expected redis://host:port or redis+cluster://host1:port1,host2:port2"
         )));
     }
-    let client = ::redis::Client::open(url).map_err(|e| other(format!("{url}: {e}")))?;
+    let client = ::redis::Client::open(url).map_err(|e| other(format!("{shown}: {e}")))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(connect_timeout)
         .set_response_timeout(timeout)
@@ -298,7 +323,7 @@ async fn connect(
     .map_err(|_| {
         StoreError::new(
             StoreErrorKind::Connection,
-            format!("{url}: no answer within {connect_timeout:?}"),
+            format!("{shown}: no answer (or authentication refused) within {connect_timeout:?}"),
         )
     })?
     .map_err(|e| map_error(&e))?;
@@ -692,6 +717,27 @@ impl<K: StoreKey> Store<K> for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bug (found by `redis_faults::t30_wrong_password_is_a_store_error_and_fail_closed_never_admits`):
+    /// connection errors quoted the URL verbatim, password included, into messages that are logged.
+    #[test]
+    fn connection_urls_are_redacted_in_messages() {
+        assert_eq!(
+            redact("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://:s3cret@h:1"), "redis://:***@h:1");
+        assert_eq!(
+            redact("redis://user:s3cret@h:1/2"),
+            "redis://user:***@h:1/2"
+        );
+        assert_eq!(redact("redis://user@h:1"), "redis://:***@h:1");
+        assert_eq!(
+            redact("redis+cluster://:p@ss@a:1,b:2"),
+            "redis+cluster://:***@a:1,b:2"
+        );
+        assert_eq!(redact("not a url"), "not a url");
+    }
 
     #[test]
     fn arguments_stay_below_two_to_the_53() {
