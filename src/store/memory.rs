@@ -274,7 +274,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             let (index, v) = KeyState::new().run(rule, op, now);
             return self.finish(index, v, now, op);
         }
-        if self.keys.load(Ordering::Relaxed) >= self.max_keys && !self.make_room(now) {
+        if self.keys.load(Ordering::Relaxed) >= self.max_keys && !self.make_room(segment, now) {
             return self.run_overflow(rule, op, now);
         }
         let mut inserted = false;
@@ -410,16 +410,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     /// (the cursor carries on from there next time). Returns `false` when they held no room; after
     /// two whole rotations without room (every key blocked), new keys go straight to the overflow
     /// state until the soonest blocked key frees up.
-    fn make_room(&self, now: u64) -> bool {
+    fn make_room(&self, home: &DashMap<K, Entry, RandomState>, now: u64) -> bool {
         if now < self.full_until.load(Ordering::Relaxed) {
             return false;
         }
-        let batch = (self.max_keys / 256).clamp(1, 4096);
+        // Small batches, taken first from the segment the new key goes to: segments stay near
+        // their share of the cap, so their tables stop growing once the cap is reached.
+        let batch = (self.max_keys / SEGMENTS / 16).clamp(1, 256);
         let mut freed = 0;
         let mut evicted = 0;
         let mut soonest_room = u64::MAX;
-        for _ in 0..SEGMENTS_PER_ROOM_CALL {
-            let segment = self.next_segment();
+        for i in 0..SEGMENTS_PER_ROOM_CALL {
+            let segment = if i == 0 { home } else { self.next_segment() };
             segment.retain(|_, e| {
                 if freed >= batch {
                     return true;
@@ -448,8 +450,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if freed == 0 {
             // Every key with room here was used since the last pass: evict one of them anyway
             // (the second-chance order is a preference, not a reason to turn a new client away).
-            let segment = self.next_segment();
-            segment.retain(|_, e| {
+            home.retain(|_, e| {
                 let drop = freed == 0 && e.state.blocked_until <= now;
                 if e.state.blocked_until > now {
                     soonest_room = soonest_room.min(e.state.blocked_until);

@@ -39,7 +39,9 @@ struct Blocked {
 pub(super) fn fingerprint(redis_keys: &[String], rule_args: &[u64]) -> u64 {
     static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
-    STATE.get_or_init(Default::default).hash_one((redis_keys, rule_args))
+    STATE
+        .get_or_init(Default::default)
+        .hash_one((redis_keys, rule_args))
 }
 
 impl BlockCache {
