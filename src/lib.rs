@@ -72,6 +72,7 @@ mod rule;
 mod stats;
 pub mod store;
 mod strategy;
+mod throttle;
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome};

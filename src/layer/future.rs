@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
@@ -84,19 +84,8 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     }
 
     fn store_error(&self, e: &StoreError) {
-        // At most about one warning a second, however many requests fail.
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        let now = u64::try_from(START.get_or_init(Instant::now).elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(1);
-        let last = self.core.last_warn.load(Ordering::Relaxed);
-        if (last == 0 || now.saturating_sub(last) >= 1000)
-            && self
-                .core
-                .last_warn
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        // At most one warning a second, however many requests fail.
+        if self.core.last_warn.ready(Duration::from_secs(1)) {
             let policy = match self.core.failure {
                 FailurePolicy::FailClosed => "failing closed (503)",
                 _ => "failing open",

@@ -108,7 +108,7 @@ pub(crate) struct Core<K, St, C, R> {
     pub(crate) log_keys: bool,
     pub(crate) rejection: R,
     pub(crate) waiting: Arc<AtomicUsize>,
-    pub(crate) last_warn: Arc<AtomicU64>,
+    pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
 }
 
@@ -185,7 +185,7 @@ pub struct RateLimitLayer<
     pub(crate) rule: Ru,
     pub(crate) skip: Sk,
     pub(crate) waiting: Arc<AtomicUsize>,
-    pub(crate) last_warn: Arc<AtomicU64>,
+    pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
 }
 

@@ -29,7 +29,7 @@ const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
 /// Segments a new key may examine to make room at the cap: bounds the work one request causes.
 const SEGMENTS_PER_ROOM_CALL: usize = 2;
 /// How often the overflow warning may repeat.
-const OVERFLOW_WARN_EVERY: u64 = 10_000_000_000;
+const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// An in-process store on [`DashMap`], the default.
 ///
@@ -61,7 +61,7 @@ pub struct MemoryStore<K> {
     fruitless: AtomicUsize,
     soonest_room: AtomicU64,
     overflow: Mutex<KeyState>,
-    last_overflow_warn: AtomicU64,
+    overflow_warn: crate::throttle::Throttle,
     allowed: Counter,
     rejected: Counter,
     evictions: Counter,
@@ -239,7 +239,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             fruitless: AtomicUsize::new(0),
             soonest_room: AtomicU64::new(u64::MAX),
             overflow: Mutex::new(KeyState::new()),
-            last_overflow_warn: AtomicU64::new(0),
+            overflow_warn: crate::throttle::Throttle::default(),
             allowed: Counter::default(),
             rejected: Counter::default(),
             evictions: Counter::default(),
@@ -309,13 +309,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     fn run_overflow(&self, rule: &Rule, op: Op, now: u64) -> Decision {
         self.overflow_hits.add(1);
-        let last = self.last_overflow_warn.load(Ordering::Relaxed);
-        if (last == 0 || now.saturating_sub(last) >= OVERFLOW_WARN_EVERY)
-            && self
-                .last_overflow_warn
-                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.overflow_warn.ready(OVERFLOW_WARN_EVERY) {
             tracing::warn!(
                 max_keys = self.max_keys,
                 overflow_hits = self.overflow_hits.get(),

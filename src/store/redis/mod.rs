@@ -45,7 +45,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -97,8 +96,7 @@ struct Inner {
     allowed: Counter,
     rejected: Counter,
     errors: Counter,
-    started: Instant,
-    last_warn_ms: AtomicU64,
+    last_warn: crate::throttle::Throttle,
 }
 
 #[derive(Clone)]
@@ -219,8 +217,7 @@ impl RedisStoreBuilder {
                 allowed: Counter::default(),
                 rejected: Counter::default(),
                 errors: Counter::default(),
-                started: Instant::now(),
-                last_warn_ms: AtomicU64::new(0),
+                last_warn: crate::throttle::Throttle::default(),
             }),
         };
         store.prepare(self.connect_timeout).await?;
@@ -428,16 +425,7 @@ impl RedisStore {
     }
 
     fn warn(&self, e: &StoreError) {
-        let now = u64::try_from(self.inner.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.inner.last_warn_ms.load(Ordering::Relaxed);
-        let every = u64::try_from(WARN_EVERY.as_millis()).unwrap_or(1000);
-        if (last == 0 || now.saturating_sub(last) >= every)
-            && self
-                .inner
-                .last_warn_ms
-                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.inner.last_warn.ready(WARN_EVERY) {
             tracing::warn!(
                 error = %e,
                 store_errors = self.inner.errors.get(),
