@@ -24,13 +24,21 @@ pub enum ForwardedHeader {
     XRealIp,
 }
 
+static X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+static X_REAL_IP: http::HeaderName = http::HeaderName::from_static("x-real-ip");
+
 impl ForwardedHeader {
     /// The header's name.
     pub fn name(self) -> &'static str {
+        self.header_name().as_str()
+    }
+
+    /// The header's name, ready for lookups (no parsing per request).
+    pub(crate) fn header_name(self) -> &'static http::HeaderName {
         match self {
-            Self::XForwardedFor => "x-forwarded-for",
-            Self::Forwarded => "forwarded",
-            Self::XRealIp => "x-real-ip",
+            Self::XForwardedFor => &X_FORWARDED_FOR,
+            Self::Forwarded => &http::header::FORWARDED,
+            Self::XRealIp => &X_REAL_IP,
         }
     }
 }
@@ -175,7 +183,7 @@ impl ForwardedIp {
                 examined: 0,
             };
         }
-        let name = self.header.name();
+        let name = self.header.header_name();
         let mut last = peer;
         let mut examined = 0;
         match self.header {

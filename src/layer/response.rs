@@ -79,7 +79,32 @@ impl Default for HeaderConfig {
     }
 }
 
+/// Numbers below this are written from a table built once: no allocation per response for them.
+const SMALL_NUMBERS: usize = 4096;
+
 fn num(n: u64) -> HeaderValue {
+    static SMALL: std::sync::OnceLock<Box<[&'static str]>> = std::sync::OnceLock::new();
+    let small = SMALL.get_or_init(|| {
+        // One string of all the numbers, kept for the life of the process (~17 KiB).
+        let mut all = String::new();
+        let mut ends = Vec::with_capacity(SMALL_NUMBERS);
+        for i in 0..SMALL_NUMBERS {
+            all.push_str(itoa::Buffer::new().format(i));
+            ends.push(all.len());
+        }
+        let all: &'static str = Box::leak(all.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let s = all.get(start..end).unwrap_or("0");
+                start = end;
+                s
+            })
+            .collect()
+    });
+    if let Some(s) = usize::try_from(n).ok().and_then(|i| small.get(i)) {
+        return HeaderValue::from_static(s);
+    }
     let mut buf = itoa::Buffer::new();
     HeaderValue::from_str(buf.format(n)).unwrap_or(HeaderValue::from_static("0"))
 }

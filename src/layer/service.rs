@@ -116,7 +116,7 @@ impl Counted {
 }
 
 /// A request's identity under one limiter and rule: the store's address, the rule's address and a
-/// hash of the key (SipHash with a per-process random key, so an attacker cannot aim a collision).
+/// hash of the key (seeded per process, so an attacker cannot aim a collision).
 type CountId = (usize, usize, u64);
 
 fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
@@ -124,8 +124,7 @@ fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     rule: &crate::rule::Rule,
     key: &K,
 ) -> CountId {
-    static HASHER: std::sync::OnceLock<std::collections::hash_map::RandomState> =
-        std::sync::OnceLock::new();
+    static HASHER: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
     let hash = HASHER.get_or_init(Default::default).hash_one(key);
     // The store lives inside the limiter's shared allocation: its address names the limiter. The
     // rule's address tells a route's own rule (`select_rule`) from the limiter's.
