@@ -540,3 +540,43 @@ proptest! {
         prop_assert!([200u16, 400, 429].contains(&status.as_u16()), "{}", status);
     }
 }
+
+/// Regression (review): a paced request kept the inner service it had polled ready while it slept,
+/// so capacity reserved by `poll_ready` (here a concurrency permit) was held for the whole wait and
+/// other keys' requests queued behind it.
+#[tokio::test(start_paused = true)]
+async fn a_paced_request_holds_no_inner_capacity_while_it_waits() {
+    let lim = RateLimiter::builder()
+        .strategy(Strategy::TokenBucket)
+        .quotas("1/second")
+        .unwrap()
+        .clock(TokioClock::new())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(lim, HeaderKey::new("x-user")).pacing(Duration::from_secs(5));
+    let inner = tower::limit::ConcurrencyLimitLayer::new(1).layer(echo(Arc::default()));
+    let svc = layer.layer(inner);
+    let as_user = |u: &str| {
+        Request::get("/")
+            .header("x-user", u)
+            .body(Body::default())
+            .unwrap()
+    };
+    assert_eq!(
+        svc.clone().oneshot(as_user("a")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    // A second request of user a waits a second for its slot...
+    let waiting = tokio::spawn(svc.clone().oneshot(as_user("a")));
+    tokio::task::yield_now().await;
+    // ...while user b, with room, gets through at once.
+    let b = tokio::time::timeout(
+        Duration::from_millis(100),
+        svc.clone().oneshot(as_user("b")),
+    )
+    .await
+    .expect("user b waited for user a's pacing")
+    .unwrap();
+    assert_eq!(b.status(), StatusCode::OK);
+    assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
+}

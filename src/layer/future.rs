@@ -20,10 +20,25 @@ use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::{Store, StoreKey};
 
-/// The request and the ready inner service, waiting for the decision.
+/// The request and the inner service, waiting for the decision.
 pub(crate) struct Pending<S, B> {
     pub(crate) request: Request<B>,
     pub(crate) inner: S,
+    /// Whether `inner` was polled ready. A paced request gives its ready service back while it
+    /// sleeps (capacity reserved by `poll_ready`, e.g. a concurrency permit, is not held for the
+    /// wait) and polls a fresh clone ready before the call.
+    pub(crate) ready: bool,
+}
+
+impl<S: Clone, B> Pending<S, B> {
+    /// Drops the ready service, keeping an unpolled clone.
+    fn unready(&mut self) {
+        if self.ready {
+            let fresh = self.inner.clone();
+            drop(std::mem::replace(&mut self.inner, fresh));
+            self.ready = false;
+        }
+    }
 }
 
 /// Counts a waiter in pacing mode for as long as it lives.
@@ -139,6 +154,7 @@ pin_project! {
             pending: Option<Pending<S, ReqB>>,
             guard: Option<WaitGuard>,
         },
+        Readying { pending: Option<Pending<S, ReqB>>, decision: Option<Decision> },
         Forwarding { #[pin] fut: S::Future, decision: Option<Decision> },
         Refunding { #[pin] refund: St::Future, response: Option<Response<ResB>>, decision: Decision },
         Done { response: Option<Response<ResB>> },
@@ -195,7 +211,7 @@ where
 
 impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
@@ -229,9 +245,8 @@ where
                                 });
                             } else {
                                 ctx.core.limiter.record_fail_open();
-                                let fut = p.inner.call(p.request);
-                                this.state.set(State::Forwarding {
-                                    fut,
+                                this.state.set(State::Readying {
+                                    pending: Some(p),
                                     decision: None,
                                 });
                             }
@@ -241,9 +256,8 @@ where
                     match d.outcome() {
                         Outcome::Allowed => {
                             p.request.extensions_mut().insert(d);
-                            let fut = p.inner.call(p.request);
-                            this.state.set(State::Forwarding {
-                                fut,
+                            this.state.set(State::Readying {
+                                pending: Some(p),
                                 decision: Some(d),
                             });
                         }
@@ -252,6 +266,7 @@ where
                                 Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
                             match ctx.core.pacing {
                                 Some(max) if ctx.waited.saturating_add(wait) <= max => {
+                                    p.unready();
                                     this.state.set(State::Pacing {
                                         sleep: tokio::time::sleep(wait),
                                         wait,
@@ -290,6 +305,19 @@ where
                     let check = ctx.check();
                     let pending = pending.take();
                     this.state.set(State::Deciding { check, pending });
+                }
+                StateProj::Readying { pending, decision } => {
+                    if let Some(p) = pending.as_mut().filter(|p| !p.ready) {
+                        ready!(p.inner.poll_ready(cx))?;
+                        p.ready = true;
+                    }
+                    let Some(p) = pending.take() else {
+                        return Poll::Pending;
+                    };
+                    let mut inner = p.inner;
+                    let fut = inner.call(p.request);
+                    let decision = *decision;
+                    this.state.set(State::Forwarding { fut, decision });
                 }
                 StateProj::Forwarding { fut, decision } => {
                     let mut res = ready!(fut.poll(cx))?;

@@ -215,6 +215,7 @@ where
             Pending {
                 request: Request::from_parts(parts, body),
                 inner,
+                ready: true,
             },
             Arc::clone(&self.core),
             key,
