@@ -42,10 +42,10 @@ impl<S: Clone, B> Pending<S, B> {
 }
 
 /// Counts a waiter in pacing mode for as long as it lives.
-struct WaitGuard(Arc<AtomicUsize>);
+pub(crate) struct WaitGuard(Arc<AtomicUsize>);
 
 impl WaitGuard {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Self {
         count.fetch_add(1, Ordering::Relaxed);
         Self(Arc::clone(count))
     }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::future::WaitGuard;
+
 use crate::clock::Clock;
 use crate::limiter::{RateLimiter, WaitError};
 use crate::store::{Store, StoreKey};
@@ -188,14 +190,6 @@ impl<E: std::error::Error + 'static> std::error::Error for PaceError<E> {
     }
 }
 
-struct Waiter(Arc<AtomicUsize>);
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// The future of a [`PaceService`] call.
 pub type PaceFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, PaceError<E>>> + Send>>;
 
@@ -217,17 +211,20 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // An unpolled clone waits for the slot and is polled ready only then: the ready service
+        // stays here, so no capacity it reserved is held for the wait.
+        let mut inner = self.inner.clone();
         let limiter = self.layer.limiter.clone();
         let key = self.layer.key.clone();
         let (cost, max_wait) = (self.layer.cost, self.layer.max_wait);
-        self.layer.waiting.fetch_add(1, Ordering::Relaxed);
-        let waiter = Waiter(Arc::clone(&self.layer.waiting));
+        let waiter = WaitGuard::new(&self.layer.waiting);
         Box::pin(async move {
             let admitted = limiter.until_ready(&key, cost, max_wait).await;
             drop(waiter);
             admitted.map_err(PaceError::Limited)?;
+            std::future::poll_fn(|cx| inner.poll_ready(cx))
+                .await
+                .map_err(PaceError::Inner)?;
             inner.call(req).await.map_err(PaceError::Inner)
         })
     }
