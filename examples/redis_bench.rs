@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sha_in = sha.clone();
     let plain = run(secs, move |k| {
         let mut conn = conn.clone();
-        let key = store.redis_keys(&k, Strategy::TokenBucket, 1).remove(0);
+        let key = store.redis_keys(&k, &rule).remove(0);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&sha_in).arg(1).arg(key);
         // op, cost, now (0: TIME), ttl ms, aligned, quotas, then limit, window µs, T µs, burst.

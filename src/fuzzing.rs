@@ -994,8 +994,8 @@ fn slot(name: &str) -> u16 {
 #[cfg(feature = "redis")]
 fn redis_names<K: StoreKey + std::fmt::Debug>(prefix: &str, a: &K, b: &K) {
     for strategy in [Strategy::MovingWindow, Strategy::SlidingWindow] {
-        let na = crate::store::redis::fuzz_key_names(prefix, a, strategy, 3);
-        let nb = crate::store::redis::fuzz_key_names(prefix, b, strategy, 3);
+        let na = crate::store::redis::fuzz_key_names(prefix, a, strategy, u64::MAX, 3);
+        let nb = crate::store::redis::fuzz_key_names(prefix, b, strategy, u64::MAX, 3);
         for names in [&na, &nb] {
             let tag = hash_tag(&names[0]).expect("every name has a hash tag");
             for n in names.iter() {
@@ -1003,7 +1003,7 @@ fn redis_names<K: StoreKey + std::fmt::Debug>(prefix: &str, a: &K, b: &K) {
                 assert_eq!(hash_tag(n), Some(tag), "{names:?}");
                 assert_eq!(slot(n), slot(&names[0]));
                 assert!(
-                    n.len() <= prefix.len() + 2 + 2 * 48 + 2 + 3,
+                    n.len() <= prefix.len() + 2 + 2 * 48 + 2 + 19,
                     "{n} is too long"
                 );
             }

@@ -108,6 +108,10 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     }
 
     /// [`check`](Self::check) under another rule, e.g. a quota chosen per request (tiers by plan).
+    ///
+    /// A key's state belongs to the rule it is used with (in every store): under another rule the
+    /// key has a state of its own, so a route's own rule counts the requests it sees, and a key
+    /// moved to another tier starts afresh there while its old state expires by itself.
     pub fn check_rule(&self, rule: &Rule, key: &K, cost: u32) -> S::Future {
         self.apply_rule(rule, key, Op::Check(cost))
     }
@@ -151,6 +155,11 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// Forgets `key`'s state: its next request is treated as a new key's.
     pub fn reset(&self, key: &K) -> S::Future {
         self.apply_rule(&self.inner.rule, key, Op::Reset)
+    }
+
+    /// [`reset`](Self::reset) of `key`'s state under another rule.
+    pub fn reset_rule(&self, rule: &Rule, key: &K) -> S::Future {
+        self.apply_rule(rule, key, Op::Reset)
     }
 
     fn apply_rule(&self, rule: &Rule, key: &K, op: Op) -> S::Future {
@@ -256,6 +265,11 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
     /// [`reset`](Self::reset) without a future.
     pub fn reset_now(&self, key: &K) -> Decision {
         self.decide_now(&self.inner.rule, key, Op::Reset)
+    }
+
+    /// [`reset_rule`](Self::reset_rule) without a future.
+    pub fn reset_rule_now(&self, rule: &Rule, key: &K) -> Decision {
+        self.decide_now(rule, key, Op::Reset)
     }
 
     fn decide_now(&self, rule: &Rule, key: &K, op: Op) -> Decision {

@@ -23,6 +23,8 @@ pub struct Rule {
     strategy: Strategy,
     quotas: Vec<Quota>,
     nanos: Vec<Params>,
+    /// A fingerprint of the strategy and quotas, the same in every process (see [`Rule::tag`]).
+    tag: u64,
 }
 
 impl Rule {
@@ -43,10 +45,12 @@ impl Rule {
             return Err(ConfigError::TooManyQuotas(quotas.len()));
         }
         let nanos = params_in(strategy, &quotas, 1)?;
+        let tag = fingerprint(strategy, &quotas);
         Ok(Self {
             strategy,
             quotas,
             nanos,
+            tag,
         })
     }
 
@@ -80,6 +84,13 @@ impl Rule {
         Duration::from_nanos(ticks)
     }
 
+    /// A fingerprint of the strategy and the quotas: a key's state belongs to one rule, so stores
+    /// keep a key's states under different rules apart by it. Stable across processes and builds
+    /// (FNV-1a), so that every instance names a key's Redis state alike.
+    pub(crate) fn tag(&self) -> u64 {
+        self.tag
+    }
+
     /// The quotas in nanoseconds (the memory store's unit).
     pub(crate) fn nanos(&self) -> &[Params] {
         &self.nanos
@@ -93,6 +104,23 @@ impl Rule {
     pub(crate) fn params_in(&self, tick_nanos: u64) -> Result<Vec<Params>, ConfigError> {
         params_in(self.strategy, &self.quotas, tick_nanos)
     }
+}
+
+/// FNV-1a over the strategy's name and each quota's limit, period and burst.
+fn fingerprint(strategy: Strategy, quotas: &[Quota]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            hash = (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(strategy.name().as_bytes());
+    for q in quotas {
+        eat(&q.limit().to_le_bytes());
+        eat(&q.period_nanos().to_le_bytes());
+        eat(&q.burst().to_le_bytes());
+    }
+    hash
 }
 
 pub(crate) fn horizon_ticks(strategy: Strategy, p: &Params) -> u64 {

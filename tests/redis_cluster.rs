@@ -51,7 +51,7 @@ fn cluster_spreads_keys_and_stays_exact() {
                 .await
                 .unwrap_or_else(|e| panic!("{strategy} key {key:?}: {e}"));
             assert!(d.is_allowed());
-            let names = store.redis_keys(&key, *strategy, 2);
+            let names = store.redis_keys(&key, &rule);
             let slots: HashSet<u16> = names.iter().map(|k| cluster.keyslot(k)).collect();
             assert_eq!(slots.len(), 1, "{names:?}");
             if i < 30 {
@@ -182,12 +182,12 @@ fn t35_resharding_100_slots_under_load_stays_exact() {
         let keys: Vec<String> = (0..)
             .map(|i| format!("reshard-{i}"))
             .filter(|k| {
-                let names = store.redis_keys(k, Strategy::SlidingWindow, 1);
+                let names = store.redis_keys(k, &rule);
                 names.iter().all(|n| slot_of(n) < 100)
             })
             .take(KEYS)
             .collect();
-        let sample = &store.redis_keys(&keys[0], Strategy::SlidingWindow, 1)[0];
+        let sample = &store.redis_keys(&keys[0], &rule)[0];
         assert_eq!(cluster.keyslot(sample), slot_of(sample), "local CRC16");
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let admitted: Arc<Vec<AtomicU64>> =
@@ -259,9 +259,7 @@ fn t35_resharding_100_slots_under_load_stays_exact() {
         }
         let moved: Vec<usize> = keys
             .iter()
-            .map(|k| {
-                cluster.node_of_slot(slot_of(&store.redis_keys(k, Strategy::SlidingWindow, 1)[0]))
-            })
+            .map(|k| cluster.node_of_slot(slot_of(&store.redis_keys(k, &rule)[0])))
             .collect();
         assert!(
             moved.iter().all(|&n| n == to),

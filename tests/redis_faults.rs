@@ -227,9 +227,7 @@ fn script_flush_mid_run_is_invisible() {
             t.await.unwrap();
         }
         assert_eq!(errors.load(Ordering::Relaxed), 0);
-        let hash = store
-            .redis_keys(&key, Strategy::FixedWindowFirstHit, 1)
-            .remove(0);
+        let hash = store.redis_keys(&key, &rule).remove(0);
         assert_eq!(
             server.cli(&["HGET", &hash, "n1"]),
             "6400",
@@ -251,13 +249,13 @@ fn out_of_memory_and_wrong_types_are_store_errors() {
         let rule = Rule::parse(Strategy::FixedWindow, "5/second").unwrap();
         // WRONGTYPE: a string where the store keeps a hash, a hash where it keeps a list.
         let key = "typed".to_string();
-        let hash = store.redis_keys(&key, Strategy::FixedWindow, 1).remove(0);
+        let hash = store.redis_keys(&key, &rule).remove(0);
         server.cli(&["SET", &hash, "not a hash"]);
         let e = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
         assert!(e.message().contains("WRONGTYPE"), "{e}");
         let moving = Rule::parse(Strategy::MovingWindow, "5/second").unwrap();
-        let list = store.redis_keys(&key, Strategy::MovingWindow, 1).remove(0);
+        let list = store.redis_keys(&key, &moving).remove(0);
         server.cli(&["HSET", &list, "a", "b"]);
         let e = store
             .apply(&key, &moving, Op::Check(1), 0)
@@ -266,7 +264,7 @@ fn out_of_memory_and_wrong_types_are_store_errors() {
         assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
         // A non-numeric field reads as 0: still a decision, never a panic.
         let other = "garbled".to_string();
-        let h = store.redis_keys(&other, Strategy::FixedWindow, 1).remove(0);
+        let h = store.redis_keys(&other, &rule).remove(0);
         server.cli(&["HSET", &h, "n1", "abc", "s1", "x"]);
         store.apply(&other, &rule, Op::Check(1), 0).await.unwrap();
         // Fill memory, then decide: OOM is a server error.
@@ -427,9 +425,7 @@ fn an_indeterminate_failure_is_never_replayed() {
                 1,
                 "{mode:?}: sent once, never replayed"
             );
-            let hash = store
-                .redis_keys(&key, Strategy::FixedWindowFirstHit, 1)
-                .remove(0);
+            let hash = store.redis_keys(&key, &rule).remove(0);
             assert_eq!(
                 server.cli(&["HGET", &hash, "n1"]),
                 "2",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::{ManualClock, RateLimiter, Rule, Strategy};
+use tollgate::{ManualClock, Outcome, RateLimiter, Rule, Strategy};
 
 const START: Duration = Duration::from_secs(1_700_000_040); // 00:00:00 of a minute boundary - 20 s
 
@@ -70,9 +70,11 @@ fn a_refund_in_the_same_window_gives_the_unit_back() {
 }
 
 #[test]
-fn regression_a_key_checked_under_a_smaller_rule_does_not_overflow() {
-    // Bug: a key with 500 used under 1000/hour, then checked under 100/hour (a tier downgrade),
-    // computed `limit - used` and panicked (debug) or reported remaining = limit (release).
+fn a_key_has_a_state_of_its_own_under_each_rule() {
+    // Regression: a key with 500 used under 1000/hour, then checked under 100/hour (a tier
+    // downgrade), computed `limit - used` and panicked (debug) or reported remaining = limit
+    // (release) when the rules shared the key's state. They no longer do: a key's state belongs to
+    // its rule, as on Redis, so the smaller rule starts afresh and the larger one keeps its count.
     for strategy in Strategy::ALL {
         let clock = ManualClock::new(START);
         let limiter = RateLimiter::builder()
@@ -85,14 +87,25 @@ fn regression_a_key_checked_under_a_smaller_rule_does_not_overflow() {
         assert!(limiter.check_now(&"k", 500).is_allowed());
         let small = Rule::parse(strategy, "100/hour").unwrap();
         let d = limiter.check_rule_now(&small, &"k", 1);
-        assert!(d.remaining() <= d.limit(), "{strategy}");
-        if strategy.is_bucket() {
-            // A bucket's state is a time (TAT): 500 units of 3.6 s are 50 units of 36 s.
-            assert_eq!((d.is_allowed(), d.remaining()), (true, 49), "{strategy}");
-        } else {
-            assert_eq!((d.is_allowed(), d.remaining()), (false, 0), "{strategy}");
-            let d = limiter.check_rule_now(&small, &"k", 101);
-            assert_eq!(d.remaining(), 0, "{strategy}");
-        }
+        assert_eq!(
+            (d.is_allowed(), d.remaining(), d.limit()),
+            (true, 99, 100),
+            "{strategy}"
+        );
+        let d = limiter.check_rule_now(&small, &"k", 101);
+        assert_eq!(
+            (d.outcome(), d.remaining()),
+            (Outcome::Exceeds, 99),
+            "{strategy}"
+        );
+        let d = limiter.check_now(&"k", 1);
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 499), "{strategy}");
+        limiter.reset_rule_now(&small, &"k");
+        assert_eq!(
+            limiter.check_rule_now(&small, &"k", 100).remaining(),
+            0,
+            "{strategy}"
+        );
+        assert_eq!(limiter.peek_now(&"k").remaining(), 499, "{strategy}");
     }
 }

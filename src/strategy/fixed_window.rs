@@ -14,6 +14,16 @@ pub(crate) struct FixedWindow {
 }
 
 impl FixedWindow {
+    /// A state from its parts (for stores that pack it).
+    pub(crate) const fn from_parts(start: u64, count: u64) -> Self {
+        Self { start, count }
+    }
+
+    /// The window start and the count in it.
+    pub(crate) const fn parts(&self) -> (u64, u64) {
+        (self.start, self.count)
+    }
+
     /// Rolls the window to `now` and says whether `cost` fits, without consuming it.
     #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) -> Verdict {

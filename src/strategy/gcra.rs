@@ -14,6 +14,16 @@ pub(crate) struct Gcra {
 }
 
 impl Gcra {
+    /// A state from its TAT (for stores that pack it).
+    pub(crate) const fn from_tat(tat: u64) -> Self {
+        Self { tat }
+    }
+
+    /// The theoretical arrival time.
+    pub(crate) const fn tat(&self) -> u64 {
+        self.tat
+    }
+
     /// Says whether `cost` fits at `now`, without consuming it.
     #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {

@@ -31,6 +31,16 @@ fn earliest_offset(count: u64, w: u64, room: u64) -> u64 {
 }
 
 impl SlidingWindow {
+    /// A state from its parts (for stores that pack it).
+    pub(crate) const fn from_parts(bucket: u64, cur: u32, prev: u32) -> Self {
+        Self { bucket, cur, prev }
+    }
+
+    /// The current bucket's start and the current and previous counts.
+    pub(crate) const fn parts(&self) -> (u64, u32, u32) {
+        (self.bucket, self.cur, self.prev)
+    }
+
     /// Rolls the buckets to `now` and says whether `cost` fits, without consuming it.
     #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {

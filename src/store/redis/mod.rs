@@ -371,15 +371,11 @@ impl RedisStore {
         self.inner.timeout
     }
 
-    /// The Redis keys holding `key`'s state under `strategy` with `quotas` quotas (for inspection
-    /// and tests; the moving window keeps one list per quota).
-    pub fn redis_keys<K: StoreKey>(
-        &self,
-        key: &K,
-        strategy: Strategy,
-        quotas: usize,
-    ) -> Vec<String> {
-        redis_keys(&keys::base_key(&self.inner.prefix, key), strategy, quotas)
+    /// The Redis keys holding `key`'s state under `rule` (for inspection and tests; the moving
+    /// window keeps one list per quota). A key's states under different rules are kept apart.
+    pub fn redis_keys<K: StoreKey>(&self, key: &K, rule: &Rule) -> Vec<String> {
+        let base = keys::base_key(&self.inner.prefix, key);
+        redis_keys(&base, rule.strategy(), rule.tag(), rule.quotas().len())
     }
 
     /// How many blocked keys the local cache holds now (0 without a cache).
@@ -463,16 +459,19 @@ fn family(strategy: Strategy) -> Family {
     }
 }
 
-fn redis_keys(base: &str, strategy: Strategy, quotas: usize) -> Vec<String> {
+/// `<base><family letter><rule tag in hex>`, and a quota number for the moving window's lists.
+fn redis_keys(base: &str, strategy: Strategy, tag: u64, quotas: usize) -> Vec<String> {
     let suffix = match family(strategy) {
         Family::Fixed => "f",
         Family::Sliding => "s",
         Family::Gcra => "g",
         Family::Moving => {
-            return (1..=quotas).map(|i| format!("{base}m{i}")).collect();
+            return (1..=quotas)
+                .map(|i| format!("{base}m{tag:016x}.{i}"))
+                .collect();
         }
     };
-    vec![format!("{base}{suffix}")]
+    vec![format!("{base}{suffix}{tag:016x}")]
 }
 
 /// The script's arguments for `rule`, checked against the 2^53 bound.
@@ -590,9 +589,10 @@ pub(crate) fn fuzz_key_names<K: StoreKey>(
     prefix: &str,
     key: &K,
     strategy: Strategy,
+    tag: u64,
     quotas: usize,
 ) -> Vec<String> {
-    redis_keys(&keys::base_key(prefix, key), strategy, quotas)
+    redis_keys(&keys::base_key(prefix, key), strategy, tag, quotas)
 }
 
 impl<K: StoreKey> Store<K> for RedisStore {
@@ -613,7 +613,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
         let base = keys::base_key(&self.inner.prefix, key);
-        let redis_keys = redis_keys(&base, rule.strategy(), params.len());
+        let redis_keys = redis_keys(&base, rule.strategy(), rule.tag(), params.len());
         let cache_key = self
             .inner
             .cache

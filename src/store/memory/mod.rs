@@ -1,27 +1,36 @@
 //! The embedded store: per-key state in [`DashMap`]s, evicted automatically.
 //!
-//! Keys are spread over [`SEGMENTS`] maps so that eviction can work one segment at a time: a sweep
-//! never holds more than one shard lock, and a concurrent check waits at most for one shard's scan.
+//! Keys are spread over [`SEGMENTS`] maps per table so that eviction can work one segment at a time:
+//! a sweep never holds more than one shard lock, and a concurrent check waits at most for one
+//! shard's scan. A one-quota rule of the fixed window, sliding window counter or buckets gets a table
+//! of packed 8-byte states updated by compare-and-swap ([`packed`]); other rules keep general
+//! entries ([`general`]).
+
+mod general;
+mod packed;
+mod table;
 
 use std::future::{Ready, ready};
 use std::hash::{BuildHasher, Hash};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use dashmap::DashMap;
+use dashmap::mapref::one::RefMut;
 use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
+use self::general::Entry;
+use self::packed::{NOW_LIMIT, PackedRule};
+use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
 use super::Store;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
-use crate::strategy::{self, Op, QuotaState, Verdict};
+use crate::strategy::{Op, Verdict};
 
-/// How many maps the keys are spread over (the unit of incremental sweeping).
-const SEGMENTS: usize = 64;
-/// Shards per segment map.
-const SHARDS_PER_SEGMENT: usize = 4;
+/// How many distinct packable rules get a packed table; keys of further rules use general entries.
+const PACKED_RULES: usize = 4;
 /// While traffic flows, one segment is swept every this many nanoseconds (the whole store every
 /// 8 s). Paced by time, not by calls: at 10^6 keys a step scans ~16 k entries (about a
 /// millisecond), so the sweep costs a fraction of a percent of a core whatever the request rate.
@@ -33,8 +42,11 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 
 /// An in-process store on [`DashMap`], the default.
 ///
-/// - Safe under many threads on one key: each key's state is updated under its shard's write lock,
-///   so updates are never lost and quotas never over-admit.
+/// - Safe under many threads on one key: each key's state is updated atomically (a compare-and-swap
+///   of its packed 8-byte state, or under its shard's write lock for general entries), so updates
+///   are never lost and quotas never over-admit.
+/// - Compact: under a one-quota rule of the clock-aligned fixed window, the sliding window counter or
+///   the buckets, a key costs its own size plus 8 bytes in the map (as governor's keyed store).
 /// - Keys whose state has become equivalent to a new key's are removed automatically and
 ///   incrementally, as traffic flows (no call from the user, no long pause), and the maps shrink.
 ///   [`RateLimiter::sweep`](crate::RateLimiter::sweep) forces a full pass.
@@ -45,9 +57,12 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 ///   every held key is blocked, new keys share one overflow state with the same quotas (counted in
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
-/// Concurrent inserts may overshoot the cap by at most the number of inserting threads.
+/// A key's state belongs to the rule it was used with: the same key under another rule (a tier
+/// change) starts afresh there. Concurrent inserts may overshoot the cap by at most the number of
+/// inserting threads.
 pub struct MemoryStore<K> {
-    segments: Box<[DashMap<K, Entry, RandomState>]>,
+    general: Table<K, Entry>,
+    packed: [OnceLock<Table<K, AtomicU64>>; PACKED_RULES],
     route: RandomState,
     max_keys: usize,
     keys: AtomicUsize,
@@ -60,7 +75,7 @@ pub struct MemoryStore<K> {
     /// among them frees up: after two rotations without room, `full_until` takes that time.
     fruitless: AtomicUsize,
     soonest_room: AtomicU64,
-    overflow: Mutex<KeyState>,
+    overflow: Mutex<Entry>,
     overflow_warn: crate::throttle::Throttle,
     allowed: Counter,
     rejected: Counter,
@@ -97,117 +112,15 @@ impl MemoryStoreBuilder {
     }
 }
 
-/// One key's entry. It is updated under its shard's write lock (`DashMap::get_mut`): two atomic
-/// operations per call, where a read lock plus a per-key mutex took four, and one word less per key.
-struct Entry {
-    state: KeyState,
-    /// Set on use, cleared by the eviction pass: the second-chance bit.
-    used: bool,
-}
-
-/// One key's state: one entry per quota, plus the times eviction needs.
-struct KeyState {
-    quotas: States,
-    /// From this time on the state equals a new key's: it may be dropped.
-    fresh_at: u64,
-    /// Until this time the key is blocked (no room for a request of cost 1): never evicted.
-    blocked_until: u64,
-}
-
-enum States {
-    Empty,
-    One(QuotaState),
-    Many(Box<[QuotaState]>),
-}
-
-impl KeyState {
-    const fn new() -> Self {
-        Self {
-            quotas: States::Empty,
-            fresh_at: 0,
-            blocked_until: 0,
-        }
-    }
-
-    /// The per-quota states for `rule`, replaced by new ones if the rule's shape changed.
-    fn states_for(&mut self, rule: &Rule) -> &mut [QuotaState] {
-        let strategy = rule.strategy();
-        let n = rule.nanos().len();
-        let fits = match &self.quotas {
-            States::Empty => false,
-            States::One(s) => n == 1 && s.fits(strategy),
-            States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
-        };
-        if !fits {
-            self.quotas = if n == 1 {
-                States::One(QuotaState::new(strategy))
-            } else {
-                States::Many(vec![QuotaState::new(strategy); n].into_boxed_slice())
-            };
-        }
-        match &mut self.quotas {
-            States::Empty => &mut [],
-            States::One(s) => std::slice::from_mut(s),
-            States::Many(v) => v,
-        }
-    }
-
-    #[inline(always)]
-    fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
-        let params = rule.nanos();
-        let strategy = rule.strategy();
-        // The common case, a check under a one-quota rule, without the general loop over quotas:
-        // what `strategy::apply` does for one quota (check, then commit if allowed and cost > 0).
-        if let (Op::Check(cost), [p], States::One(s)) = (op, params, &mut self.quotas) {
-            if s.fits(strategy) {
-                let cost = u64::from(cost);
-                let v = s.check(strategy, p, now, cost);
-                if v.outcome == Outcome::Allowed && cost > 0 {
-                    s.commit(strategy, p, now, cost);
-                }
-                self.fresh_at = s.fresh_at(p);
-                self.set_blocked(&v, now);
-                return (0, v);
-            }
-        }
-        let states = self.states_for(rule);
-        let (index, v) = strategy::apply(states, strategy, params, now, op);
-        let fresh_at = states
-            .iter()
-            .zip(params)
-            .map(|(s, p)| s.fresh_at(p))
-            .max()
-            .unwrap_or(0);
-        self.fresh_at = fresh_at;
-        self.set_blocked(&v, now);
-        (index, v)
-    }
-
-    /// Whether the state equals a new key's at `now`. A `fresh_at` saturated at the end of time
-    /// (`u64::MAX`) never becomes fresh: dropping it would reset a live key.
-    fn is_fresh(&self, now: u64) -> bool {
-        self.fresh_at <= now && self.fresh_at != u64::MAX
-    }
-
-    #[inline]
-    fn set_blocked(&mut self, v: &Verdict, now: u64) {
-        self.blocked_until = if v.remaining == 0 {
-            let wait = if v.outcome == Outcome::Rejected {
-                v.retry_after
-            } else {
-                v.reset_after
-            };
-            now.saturating_add(wait)
-        } else {
-            0
-        };
-    }
-}
-
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Default for MemoryStore<K> {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Whether `op` would create state for an unknown key.
+fn creates_state(op: Op) -> bool {
+    matches!(op, Op::Check(c) if c > 0)
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
@@ -222,13 +135,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     fn with_cap(max_keys: usize) -> Self {
-        let segments = (0..SEGMENTS)
-            .map(|_| {
-                DashMap::with_hasher_and_shard_amount(RandomState::default(), SHARDS_PER_SEGMENT)
-            })
-            .collect();
         Self {
-            segments,
+            general: Table::new(()),
+            packed: std::array::from_fn(|_| OnceLock::new()),
             route: RandomState::default(),
             max_keys,
             keys: AtomicUsize::new(0),
@@ -238,7 +147,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             full_until: AtomicU64::new(0),
             fruitless: AtomicUsize::new(0),
             soonest_room: AtomicU64::new(u64::MAX),
-            overflow: Mutex::new(KeyState::new()),
+            overflow: Mutex::new(Entry::new()),
             overflow_warn: crate::throttle::Throttle::default(),
             allowed: Counter::default(),
             rejected: Counter::default(),
@@ -263,30 +172,89 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     /// Applies `op` to `key` now; the memory store never fails.
+    #[inline]
     pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
         self.tick(now);
-        let segment = self.segment(key);
+        let i = self.route.hash_one(key) as usize % SEGMENTS;
+        if now < NOW_LIMIT {
+            if let Some(table) = self.packed_table(rule) {
+                return self.decide_packed(table, i, key, rule, op, now);
+            }
+        }
+        self.decide_general(i, key, rule, op, now)
+    }
+
+    /// The packed table of `rule`, claiming a free one for a packable rule seen for the first time.
+    #[inline]
+    fn packed_table(&self, rule: &Rule) -> Option<&Table<K, AtomicU64>> {
+        for slot in &self.packed {
+            let table = match slot.get() {
+                Some(table) => table,
+                None => self.claim(slot, rule)?,
+            };
+            if table.ctx.matches(rule) {
+                return Some(table);
+            }
+        }
+        None
+    }
+
+    #[cold]
+    fn claim<'a>(
+        &self,
+        slot: &'a OnceLock<Table<K, AtomicU64>>,
+        rule: &Rule,
+    ) -> Option<&'a Table<K, AtomicU64>> {
+        let packed = PackedRule::for_rule(rule)?;
+        // Another rule may win the race for this slot: the caller then looks at the next one.
+        Some(slot.get_or_init(|| Table::new(packed)))
+    }
+
+    #[inline]
+    fn decide_packed(
+        &self,
+        table: &Table<K, AtomicU64>,
+        i: usize,
+        key: &K,
+        rule: &Rule,
+        op: Op,
+        now: u64,
+    ) -> Decision {
+        let segment = table.segment(i);
+        // The read lock only keeps the entry in place; the state changes by compare-and-swap.
+        if let Some(cell) = segment.get(key) {
+            let v = table.ctx.apply(&*cell, op, now);
+            return self.finish(0, v, now, op);
+        }
+        if !creates_state(op) {
+            // Peeking at, refunding or resetting an unknown key changes nothing: answer as a new key.
+            let v = table.ctx.apply(&AtomicU64::new(0), op, now);
+            return self.finish(0, v, now, op);
+        }
+        let Some((cell, inserted)) = self.insert(table, i, key, || AtomicU64::new(0), now) else {
+            return self.run_overflow(rule, op, now);
+        };
+        let v = table.ctx.apply(&*cell, op, now);
+        drop(cell);
+        if inserted {
+            self.after_insert(now);
+        }
+        self.finish(0, v, now, op)
+    }
+
+    fn decide_general(&self, i: usize, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
+        let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
             return self.run(&mut entry, rule, op, now);
         }
-        if !matches!(op, Op::Check(c) if c > 0) {
-            // Peeking at, refunding or resetting an unknown key changes nothing: answer as a new key.
-            let (index, v) = KeyState::new().run(rule, op, now);
+        if !creates_state(op) {
+            let (index, v) = Entry::new().run(rule, op, now);
             return self.finish(index, v, now, op);
         }
-        if self.keys.load(Ordering::Relaxed) >= self.max_keys && !self.make_room(segment, now) {
+        let Some((mut entry, inserted)) = self.insert(&self.general, i, key, Entry::new, now)
+        else {
             return self.run_overflow(rule, op, now);
-        }
-        let mut inserted = false;
-        let mut entry = segment.entry(key.clone()).or_insert_with(|| {
-            inserted = true;
-            // Counted under the shard lock: a sweep cannot remove it (and decrement) first.
-            self.keys.fetch_add(1, Ordering::Relaxed);
-            Entry {
-                state: KeyState::new(),
-                used: true,
-            }
-        });
+        };
         let decision = self.run(&mut entry, rule, op, now);
         drop(entry);
         if inserted {
@@ -295,15 +263,35 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         decision
     }
 
-    fn segment(&self, key: &K) -> &DashMap<K, Entry, RandomState> {
-        let i = self.route.hash_one(key) as usize % SEGMENTS;
-        &self.segments[i]
+    /// The entry of a key not found a moment ago, inserted if still missing (and whether it was),
+    /// or `None` at the cap when no room could be made.
+    fn insert<'a, V: Held>(
+        &self,
+        table: &'a Table<K, V>,
+        i: usize,
+        key: &K,
+        new: impl FnOnce() -> V,
+        now: u64,
+    ) -> Option<(RefMut<'a, K, V>, bool)>
+    where
+        Table<K, V>: Segmented,
+    {
+        if self.keys.load(Ordering::Relaxed) >= self.max_keys && !self.make_room(table, i, now) {
+            return None;
+        }
+        let mut inserted = false;
+        let entry = table.segment(i).entry(key.clone()).or_insert_with(|| {
+            inserted = true;
+            // Counted under the shard lock: a sweep cannot remove it (and decrement) first.
+            self.keys.fetch_add(1, Ordering::Relaxed);
+            new()
+        });
+        Some((entry, inserted))
     }
 
     #[inline]
     fn run(&self, entry: &mut Entry, rule: &Rule, op: Op, now: u64) -> Decision {
-        let (index, v) = entry.state.run(rule, op, now);
-        entry.used = true;
+        let (index, v) = entry.run(rule, op, now);
         self.finish(index, v, now, op)
     }
 
@@ -330,6 +318,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             }
         }
         to_decision(index, v, now, 1)
+    }
+
+    /// Every table: the general entries, then the packed tables claimed so far.
+    fn tables(&self) -> impl Iterator<Item = &dyn Segmented> {
+        std::iter::once(&self.general as &dyn Segmented).chain(
+            self.packed
+                .iter()
+                .filter_map(OnceLock::get)
+                .map(|t| t as &dyn Segmented),
+        )
     }
 
     /// Sweeps one segment every [`SWEEP_STEP_EVERY`] while calls come in, so idle keys go away as
@@ -366,102 +364,70 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         }
     }
 
-    fn next_segment(&self) -> &DashMap<K, Entry, RandomState> {
-        let i = self.cursor.fetch_add(1, Ordering::Relaxed) % SEGMENTS;
-        &self.segments[i]
+    fn next_segment(&self) -> usize {
+        self.cursor.fetch_add(1, Ordering::Relaxed) % SEGMENTS
     }
 
-    /// Drops the expired keys of the next segment, then shrinks it if it is mostly empty.
+    /// Drops the expired keys of the next segment of every table.
     fn sweep_step(&self, now: u64) {
-        let segment = self.next_segment();
-        self.sweep_segment(segment, now);
+        let i = self.next_segment();
+        self.sweep_segment(i, now);
     }
 
-    fn sweep_segment(&self, segment: &DashMap<K, Entry, RandomState>, now: u64) {
-        let mut removed = 0;
-        segment.retain(|_, e| {
-            let keep = !e.state.is_fresh(now);
-            removed += usize::from(!keep);
-            keep
-        });
+    fn sweep_segment(&self, i: usize, now: u64) {
+        let removed: usize = self.tables().map(|t| t.sweep(i, now)).sum();
         if removed > 0 {
             self.keys.fetch_sub(removed, Ordering::Relaxed);
-            let len = segment.len();
-            if segment.capacity() > 4 * len + 64 {
-                segment.shrink_to_fit();
-            }
         }
     }
 
     /// Sweeps every segment.
     pub fn sweep_all(&self, now: u64) {
-        for segment in &*self.segments {
-            self.sweep_segment(segment, now);
+        for i in 0..SEGMENTS {
+            self.sweep_segment(i, now);
         }
     }
 
-    /// Makes room for one key at the cap, examining at most [`SEGMENTS_PER_ROOM_CALL`] segments
-    /// (the cursor carries on from there next time). Returns `false` when they held no room; after
-    /// two whole rotations without room (every key blocked), new keys go straight to the overflow
-    /// state until the soonest blocked key frees up.
-    fn make_room(&self, home: &DashMap<K, Entry, RandomState>, now: u64) -> bool {
+    /// Makes room for one key at the cap, examining the new key's segment `home_i` of `home` and at
+    /// most [`SEGMENTS_PER_ROOM_CALL`] segments in all (the cursor carries on from there next time).
+    /// Returns `false` when they held no room; after two whole rotations without room (every key
+    /// blocked), new keys go straight to the overflow state until the soonest blocked key frees up.
+    fn make_room(&self, home: &dyn Segmented, home_i: usize, now: u64) -> bool {
         if now < self.full_until.load(Ordering::Relaxed) {
             return false;
         }
         // Small batches, taken first from the segment the new key goes to: segments stay near
         // their share of the cap, so their tables stop growing once the cap is reached.
-        let batch = (self.max_keys / SEGMENTS / 16).clamp(1, 256);
-        let mut freed = 0;
-        let mut evicted = 0;
-        let mut soonest_room = u64::MAX;
-        for i in 0..SEGMENTS_PER_ROOM_CALL {
-            let segment = if i == 0 { home } else { self.next_segment() };
-            segment.retain(|_, e| {
-                if freed >= batch {
-                    return true;
-                }
-                let used = &mut e.used;
-                let st = &e.state;
-                let drop = if st.is_fresh(now) {
-                    true
-                } else if st.blocked_until > now {
-                    soonest_room = soonest_room.min(st.blocked_until);
-                    false
-                } else if *used {
-                    *used = false;
-                    false
-                } else {
-                    evicted += 1;
-                    true
-                };
-                freed += usize::from(drop);
-                !drop
-            });
-            if freed >= batch {
+        let mut scan = RoomScan {
+            batch: (self.max_keys / SEGMENTS / 16).clamp(1, 256),
+            freed: 0,
+            evicted: 0,
+            soonest_room: u64::MAX,
+        };
+        home.make_room(home_i, now, &mut scan);
+        for _ in 1..SEGMENTS_PER_ROOM_CALL {
+            if scan.freed >= scan.batch {
                 break;
             }
+            let i = self.next_segment();
+            for table in self.tables() {
+                table.make_room(i, now, &mut scan);
+            }
         }
-        if freed == 0 {
+        if scan.freed == 0 {
             // Every key with room here was used since the last pass: evict one of them anyway
             // (the second-chance order is a preference, not a reason to turn a new client away).
-            home.retain(|_, e| {
-                let drop = freed == 0 && e.state.blocked_until <= now;
-                if e.state.blocked_until > now {
-                    soonest_room = soonest_room.min(e.state.blocked_until);
-                }
-                freed += usize::from(drop);
-                evicted += u64::from(drop && !e.state.is_fresh(now));
-                !drop
-            });
+            home.evict_one(home_i, now, &mut scan);
         }
-        self.keys.fetch_sub(freed, Ordering::Relaxed);
-        self.evictions.add(evicted);
-        if freed > 0 {
+        self.keys.fetch_sub(scan.freed, Ordering::Relaxed);
+        self.evictions.add(scan.evicted);
+        if scan.freed > 0 {
             self.fruitless.store(0, Ordering::Relaxed);
             return true;
         }
         // Two rotations: the first clears second-chance bits that the second honours.
-        self.soonest_room.fetch_min(soonest_room, Ordering::Relaxed);
+        self.soonest_room
+            .fetch_min(scan.soonest_room, Ordering::Relaxed);
         let scanned = self
             .fruitless
             .fetch_add(SEGMENTS_PER_ROOM_CALL, Ordering::Relaxed);
@@ -519,7 +485,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Store<K> for MemoryStore<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::Strategy;
+    use crate::strategy::{self, Strategy};
 
     const S: u64 = 1_000_000_000;
 
@@ -535,7 +501,13 @@ mod tests {
         assert_eq!(store.len(), 10_000, "still inside the window");
         store.sweep_all(101 * S);
         assert_eq!(store.len(), 0);
-        assert!(store.segments.iter().all(|s| s.capacity() < 1024));
+        let capacity: usize = store
+            .packed
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(Table::capacity)
+            .sum();
+        assert!(capacity < 64 * 1024, "{capacity}");
     }
 
     #[test]

@@ -1,0 +1,154 @@
+//! The general per-key entry: any strategy, any number of quotas, with the times eviction needs
+//! kept next to the state. Updated under its shard's write lock.
+
+use crate::decision::Outcome;
+use crate::rule::Rule;
+use crate::strategy::{self, Op, QuotaState, Verdict};
+
+/// One key's entry: its state under the rule it was first used with, and under other rules (tiers,
+/// stacked layers with their own rules). It is updated under its shard's write lock
+/// (`DashMap::get_mut`): two atomic operations per call, where a read lock plus a per-key mutex
+/// took four.
+pub(super) struct Entry {
+    /// [`Rule::tag`] of `state`'s rule.
+    tag: u64,
+    state: KeyState,
+    /// States under other rules (empty for most keys: no allocation).
+    others: Vec<(u64, KeyState)>,
+    /// Set on use, cleared by eviction: the second-chance bit.
+    pub(super) used: bool,
+}
+
+impl Entry {
+    /// A new key's entry.
+    pub(super) const fn new() -> Self {
+        Self {
+            tag: 0,
+            state: KeyState::new(),
+            others: Vec::new(),
+            used: true,
+        }
+    }
+
+    /// Applies `op` to the key's state under `rule`: the index of the reported quota and its verdict.
+    pub(super) fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+        self.used = true;
+        self.state_for(rule.tag(), now).run(rule, op, now)
+    }
+
+    fn state_for(&mut self, tag: u64, now: u64) -> &mut KeyState {
+        if self.tag == tag {
+            return &mut self.state;
+        }
+        if self.state.is_fresh(now) {
+            // The old rule's state is spent: the slot is this rule's now, with a new state.
+            self.tag = tag;
+            self.state = KeyState::new();
+            return &mut self.state;
+        }
+        let others = &mut self.others;
+        others.retain(|(t, s)| *t == tag || !s.is_fresh(now));
+        let i = match others.iter().position(|(t, _)| *t == tag) {
+            Some(i) => i,
+            None => {
+                others.push((tag, KeyState::new()));
+                others.len() - 1
+            }
+        };
+        &mut others[i].1
+    }
+
+    fn states(&self) -> impl Iterator<Item = &KeyState> {
+        let others = self.others.iter().map(|(_, s)| s);
+        std::iter::once(&self.state).chain(others)
+    }
+
+    /// Whether every state equals a new key's at `now`.
+    pub(super) fn is_fresh(&self, now: u64) -> bool {
+        self.states().all(|s| s.is_fresh(now))
+    }
+
+    /// Until when some state has no room for a request of cost 1.
+    pub(super) fn blocked_until(&self) -> u64 {
+        self.states().map(|s| s.blocked_until).max().unwrap_or(0)
+    }
+}
+
+/// One key's state: one entry per quota, plus the times eviction needs.
+struct KeyState {
+    quotas: States,
+    /// From this time on the state equals a new key's: it may be dropped.
+    fresh_at: u64,
+    /// Until this time the key is blocked (no room for a request of cost 1): never evicted.
+    blocked_until: u64,
+}
+
+enum States {
+    Empty,
+    One(QuotaState),
+    Many(Box<[QuotaState]>),
+}
+
+impl KeyState {
+    const fn new() -> Self {
+        Self {
+            quotas: States::Empty,
+            fresh_at: 0,
+            blocked_until: 0,
+        }
+    }
+
+    /// The per-quota states for `rule`, replaced by new ones if the rule's shape changed.
+    fn states_for(&mut self, rule: &Rule) -> &mut [QuotaState] {
+        let strategy = rule.strategy();
+        let n = rule.nanos().len();
+        let fits = match &self.quotas {
+            States::Empty => false,
+            States::One(s) => n == 1 && s.fits(strategy),
+            States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
+        };
+        if !fits {
+            self.quotas = if n == 1 {
+                States::One(QuotaState::new(strategy))
+            } else {
+                States::Many(vec![QuotaState::new(strategy); n].into_boxed_slice())
+            };
+        }
+        match &mut self.quotas {
+            States::Empty => &mut [],
+            States::One(s) => std::slice::from_mut(s),
+            States::Many(v) => v,
+        }
+    }
+
+    /// Applies `op` under `rule`: the index of the reported quota and its verdict.
+    fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+        let states = self.states_for(rule);
+        let params = rule.nanos();
+        let (index, v) = strategy::apply(states, rule.strategy(), params, now, op);
+        let fresh_at = states
+            .iter()
+            .zip(params)
+            .map(|(s, p)| s.fresh_at(p))
+            .max()
+            .unwrap_or(0);
+        self.fresh_at = fresh_at;
+        self.blocked_until = if v.remaining == 0 {
+            let wait = if v.outcome == Outcome::Rejected {
+                v.retry_after
+            } else {
+                v.reset_after
+            };
+            now.saturating_add(wait)
+        } else {
+            0
+        };
+        (index, v)
+    }
+
+    /// Whether the state equals a new key's at `now`. A `fresh_at` saturated at the end of time
+    /// (`u64::MAX`) never becomes fresh: dropping it would reset a live key.
+    fn is_fresh(&self, now: u64) -> bool {
+        self.fresh_at <= now && self.fresh_at != u64::MAX
+    }
+}

@@ -1,0 +1,263 @@
+//! Packed per-key state: a one-quota rule of the clock-aligned fixed window, the sliding window
+//! counter or the buckets (GCRA) fits in one `u64`, read and updated by compare-and-swap.
+//!
+//! Why: a key then costs what governor's does (an 8-byte value next to the key), a check needs only
+//! the map's read lock (threads on one hot key do not queue on a write lock), and a rejection writes
+//! nothing. The arithmetic stays in `crate::strategy`: a word is unpacked into the strategy's state,
+//! stepped, and packed again.
+//!
+//! Layout: bit 63 is the second-chance bit (set on use, cleared by eviction); the rest holds the state.
+//! Window starts are stored as window indices (`start / W`, exact because windows are clock-aligned),
+//! counts in as many bits as the limit needs. A rule is packed only when every state it can reach at a
+//! time below [`NOW_LIMIT`] fits; later times use the general entries.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::decision::Outcome;
+use crate::rule::Rule;
+use crate::strategy::{
+    self, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy, Verdict,
+};
+
+/// The second-chance bit.
+pub(crate) const USED: u64 = 1 << 63;
+/// Packed state serves times below this (2^62 ns: the year 2116); a GCRA TAT stays below 2^63.
+pub(crate) const NOW_LIMIT: u64 = 1 << 62;
+
+/// Where the fields of a packed word are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// `index << count_bits | count`.
+    Fixed { count_bits: u32 },
+    /// `index << 2 * count_bits | cur << count_bits | prev`.
+    Sliding { count_bits: u32 },
+    /// The TAT.
+    Gcra,
+}
+
+/// A one-quota rule whose states fit in a word, and how they are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PackedRule {
+    strategy: Strategy,
+    params: Params,
+    layout: Layout,
+}
+
+/// A word that can be loaded and compared-and-swapped: `AtomicU64`, or a model checker's.
+pub(crate) trait Cell {
+    /// The current word.
+    fn load(&self) -> u64;
+    /// Replaces `current` by `new`; on failure returns the word found.
+    fn compare_exchange(&self, current: u64, new: u64) -> Result<u64, u64>;
+}
+
+// Relaxed is enough: the word is the whole state, nothing else is published through it, and
+// read-modify-writes of one location are totally ordered.
+impl Cell for AtomicU64 {
+    #[inline]
+    fn load(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn compare_exchange(&self, current: u64, new: u64) -> Result<u64, u64> {
+        self.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+    }
+}
+
+/// Bits needed for counts up to `limit`.
+fn bits_for(limit: u64) -> u32 {
+    u64::BITS - limit.leading_zeros()
+}
+
+impl PackedRule {
+    /// The packed form of `rule`, if it has one quota of a packable strategy and its states fit.
+    pub(crate) fn for_rule(rule: &Rule) -> Option<Self> {
+        let &[params] = rule.nanos() else {
+            return None;
+        };
+        let strategy = rule.strategy();
+        // The largest window index any time below NOW_LIMIT can have must fit in `index_bits`.
+        let fits = |index_bits: u32| {
+            index_bits >= 1 && ((NOW_LIMIT - 1) / params.window) >> index_bits.min(63) == 0
+        };
+        let layout = match strategy {
+            Strategy::FixedWindow => {
+                let count_bits = bits_for(params.limit);
+                fits(63 - count_bits).then_some(Layout::Fixed { count_bits })?
+            }
+            Strategy::SlidingWindow => {
+                let count_bits = bits_for(params.limit);
+                fits(63u32.checked_sub(2 * count_bits)?)
+                    .then_some(Layout::Sliding { count_bits })?
+            }
+            // TAT <= max(now, TAT) + tau stays below 2^63 while now < 2^62 and tau < 2^62.
+            Strategy::TokenBucket | Strategy::LeakyBucket => {
+                (params.tau() < NOW_LIMIT).then_some(Layout::Gcra)?
+            }
+            // First-hit windows start at any nanosecond and moving windows hold a log: too big.
+            _ => return None,
+        };
+        Some(Self {
+            strategy,
+            params,
+            layout,
+        })
+    }
+
+    /// Whether `rule` is the rule this was made from.
+    #[inline]
+    pub(crate) fn matches(&self, rule: &Rule) -> bool {
+        self.strategy == rule.strategy() && rule.nanos() == [self.params]
+    }
+
+    /// The state in `word` (the second-chance bit ignored).
+    #[inline]
+    fn unpack(&self, word: u64) -> QuotaState {
+        let word = word & !USED;
+        let w = self.params.window;
+        match self.layout {
+            Layout::Fixed { count_bits } => {
+                let count = word & ((1 << count_bits) - 1);
+                QuotaState::Fixed(FixedWindow::from_parts((word >> count_bits) * w, count))
+            }
+            Layout::Sliding { count_bits } => {
+                let mask = (1 << count_bits) - 1;
+                let prev = (word & mask) as u32;
+                let cur = ((word >> count_bits) & mask) as u32;
+                let bucket = (word >> (2 * count_bits)) * w;
+                QuotaState::Sliding(SlidingWindow::from_parts(bucket, cur, prev))
+            }
+            Layout::Gcra => QuotaState::Gcra(Gcra::from_tat(word)),
+        }
+    }
+
+    /// `state` as a word without the second-chance bit. Every state reachable below [`NOW_LIMIT`]
+    /// fits (see [`PackedRule::for_rule`]); a field that would not is saturated, which errs on the
+    /// side of rejecting.
+    #[inline]
+    fn pack(&self, state: &QuotaState) -> u64 {
+        let w = self.params.window;
+        let word = match (self.layout, state) {
+            (Layout::Fixed { count_bits }, QuotaState::Fixed(s)) => {
+                let (start, count) = s.parts();
+                ((start / w) << count_bits) | count.min((1 << count_bits) - 1)
+            }
+            (Layout::Sliding { count_bits }, QuotaState::Sliding(s)) => {
+                let (bucket, cur, prev) = s.parts();
+                let max = (1 << count_bits) - 1;
+                ((bucket / w) << (2 * count_bits))
+                    | (u64::from(cur).min(max) << count_bits)
+                    | u64::from(prev).min(max)
+            }
+            (Layout::Gcra, QuotaState::Gcra(s)) => s.tat(),
+            // Unreachable: `unpack` builds the variant of the layout.
+            _ => 0,
+        };
+        word.min(!USED)
+    }
+
+    /// Applies `op` to the state in `cell` at `now` (below [`NOW_LIMIT`]), retrying until its
+    /// compare-and-swap wins. Nothing is written when the state did not change (a rejection, a peek
+    /// of a key already marked used).
+    #[inline]
+    pub(crate) fn apply(&self, cell: &impl Cell, op: Op, now: u64) -> Verdict {
+        let mut word = cell.load();
+        loop {
+            let mut state = self.unpack(word);
+            let verdict = self.step(&mut state, op, now);
+            let new = self.pack(&state) | USED;
+            if new == word {
+                return verdict;
+            }
+            match cell.compare_exchange(word, new) {
+                Ok(_) => return verdict,
+                Err(found) => word = found,
+            }
+        }
+    }
+
+    /// What [`strategy::apply`] does for one quota, with a check (the common case) inline.
+    #[inline]
+    fn step(&self, state: &mut QuotaState, op: Op, now: u64) -> Verdict {
+        let p = &self.params;
+        if let Op::Check(cost) = op {
+            let cost = u64::from(cost);
+            let v = state.check(self.strategy, p, now, cost);
+            if v.outcome == Outcome::Allowed && cost > 0 {
+                state.commit(self.strategy, p, now, cost);
+            }
+            return v;
+        }
+        let states = std::slice::from_mut(state);
+        strategy::apply(states, self.strategy, std::slice::from_ref(p), now, op).1
+    }
+
+    /// Whether the state in `word` equals a new key's at `now`.
+    pub(crate) fn is_fresh(&self, word: u64, now: u64) -> bool {
+        let fresh_at = self.unpack(word).fresh_at(&self.params);
+        fresh_at <= now && fresh_at != u64::MAX
+    }
+
+    /// Until when the key in `word` has no room for a request of cost 1 (0: it has room now).
+    pub(crate) fn blocked_until(&self, word: u64, now: u64) -> u64 {
+        let mut state = self.unpack(word);
+        let v = state.check(self.strategy, &self.params, now, 1);
+        if v.outcome == Outcome::Allowed {
+            0
+        } else {
+            now.saturating_add(v.retry_after.max(1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn which_rules_pack() {
+        let packs = |s: Strategy, q: &str| PackedRule::for_rule(&Rule::parse(s, q).unwrap());
+        assert!(packs(Strategy::FixedWindow, "100/minute").is_some());
+        assert!(packs(Strategy::SlidingWindow, "100/minute").is_some());
+        assert!(packs(Strategy::TokenBucket, "10/s").is_some());
+        assert!(packs(Strategy::LeakyBucket, "10/s").is_some());
+        assert!(packs(Strategy::FixedWindowFirstHit, "10/s").is_none());
+        assert!(packs(Strategy::MovingWindow, "10/s").is_none());
+        assert!(packs(Strategy::FixedWindow, "1/s; 10/minute").is_none());
+        // 2^32 - 1 per millisecond: 32 count bits leave 31 index bits, too few for 2^62 ns / 1 ms.
+        assert!(packs(Strategy::FixedWindow, "4294967295/ms").is_none());
+        assert!(packs(Strategy::SlidingWindow, "100000/s").is_none());
+        assert!(packs(Strategy::SlidingWindow, "10000/s").is_some());
+    }
+
+    #[test]
+    fn words_round_trip_every_reachable_state() {
+        for (strategy, q) in [
+            (Strategy::FixedWindow, "3/s"),
+            (Strategy::SlidingWindow, "3/s"),
+            (Strategy::TokenBucket, "3/s"),
+            (Strategy::FixedWindow, "65535/day"),
+        ] {
+            let rule = Rule::parse(strategy, q).unwrap();
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            let mut reference = vec![QuotaState::new(strategy)];
+            let cell = AtomicU64::new(0);
+            let mut now = NOW_LIMIT - 50 * S;
+            for i in 0..2000u64 {
+                now += (i * 7919) % (S / 3);
+                let op = if i % 11 == 0 {
+                    Op::Refund(1)
+                } else {
+                    Op::Check(1)
+                };
+                let got = packed.apply(&cell, op, now);
+                let (_, want) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
+                assert_eq!(got, want, "{strategy} {q} step {i}");
+                assert_eq!(packed.unpack(cell.load(Ordering::Relaxed)), reference[0]);
+            }
+        }
+    }
+}
