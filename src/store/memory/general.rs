@@ -13,8 +13,9 @@ pub(super) struct Entry {
     /// [`Rule::tag`] of `state`'s rule.
     tag: u64,
     state: KeyState,
-    /// States under other rules (empty for most keys: no allocation).
-    others: Vec<(u64, KeyState)>,
+    /// States under other rules. Most keys have none: a thin pointer costs a word, a `Vec` three.
+    #[allow(clippy::box_collection)]
+    others: Option<Box<Vec<(u64, KeyState)>>>,
     /// Set on use, cleared by eviction: the second-chance bit.
     pub(super) used: bool,
 }
@@ -25,7 +26,7 @@ impl Entry {
         Self {
             tag: 0,
             state: KeyState::new(),
-            others: Vec::new(),
+            others: None,
             used: true,
         }
     }
@@ -46,7 +47,7 @@ impl Entry {
             self.state = KeyState::new();
             return &mut self.state;
         }
-        let others = &mut self.others;
+        let others = self.others.get_or_insert_with(Box::default);
         others.retain(|(t, s)| *t == tag || !s.is_fresh(now));
         let i = match others.iter().position(|(t, _)| *t == tag) {
             Some(i) => i,
@@ -59,7 +60,7 @@ impl Entry {
     }
 
     fn states(&self) -> impl Iterator<Item = &KeyState> {
-        let others = self.others.iter().map(|(_, s)| s);
+        let others = self.others.iter().flat_map(|v| v.iter().map(|(_, s)| s));
         std::iter::once(&self.state).chain(others)
     }
 

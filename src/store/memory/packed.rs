@@ -105,6 +105,15 @@ impl PackedRule {
         })
     }
 
+    /// The count bits of a window layout (0 for the buckets).
+    #[inline(always)]
+    fn count_bits(&self) -> u32 {
+        match self.layout {
+            Layout::Fixed { count_bits } | Layout::Sliding { count_bits } => count_bits,
+            Layout::Gcra => 0,
+        }
+    }
+
     /// Whether `rule` is the rule this was made from.
     #[inline]
     pub(crate) fn matches(&self, rule: &Rule) -> bool {
@@ -162,10 +171,49 @@ impl PackedRule {
     /// of a key already marked used).
     #[inline]
     pub(crate) fn apply(&self, cell: &impl Cell, op: Op, now: u64) -> Verdict {
+        // One loop per layout for checks, so that the hot path does not dispatch on the state's kind.
+        match (self.layout, op) {
+            (Layout::Gcra, Op::Check(cost)) => self.check_as::<Gcra>(cell, cost, now),
+            (Layout::Fixed { .. }, Op::Check(cost)) => {
+                self.check_as::<FixedWindow>(cell, cost, now)
+            }
+            (Layout::Sliding { .. }, Op::Check(cost)) => {
+                self.check_as::<SlidingWindow>(cell, cost, now)
+            }
+            _ => self.update(cell, op, now),
+        }
+    }
+
+    /// A check of `cost` on a state of kind `S`: check, then commit if admitted.
+    #[inline(always)]
+    fn check_as<S: Packable>(&self, cell: &impl Cell, cost: u32, now: u64) -> Verdict {
+        let cost = u64::from(cost);
+        let mut word = cell.load();
+        loop {
+            let mut state = S::unpack(self, word);
+            let v = state.check(self, now, cost);
+            if v.outcome == Outcome::Allowed && cost > 0 {
+                state.commit(self, now, cost);
+            }
+            let new = state.pack(self).min(!USED) | USED;
+            if new == word {
+                return v;
+            }
+            match cell.compare_exchange(word, new) {
+                Ok(_) => return v,
+                Err(found) => word = found,
+            }
+        }
+    }
+
+    /// Any other operation, through the general state (rare: peeks, refunds, resets).
+    fn update(&self, cell: &impl Cell, op: Op, now: u64) -> Verdict {
+        let params = std::slice::from_ref(&self.params);
         let mut word = cell.load();
         loop {
             let mut state = self.unpack(word);
-            let verdict = self.step(&mut state, op, now);
+            let states = std::slice::from_mut(&mut state);
+            let verdict = strategy::apply(states, self.strategy, params, now, op).1;
             let new = self.pack(&state) | USED;
             if new == word {
                 return verdict;
@@ -175,22 +223,6 @@ impl PackedRule {
                 Err(found) => word = found,
             }
         }
-    }
-
-    /// What [`strategy::apply`] does for one quota, with a check (the common case) inline.
-    #[inline]
-    fn step(&self, state: &mut QuotaState, op: Op, now: u64) -> Verdict {
-        let p = &self.params;
-        if let Op::Check(cost) = op {
-            let cost = u64::from(cost);
-            let v = state.check(self.strategy, p, now, cost);
-            if v.outcome == Outcome::Allowed && cost > 0 {
-                state.commit(self.strategy, p, now, cost);
-            }
-            return v;
-        }
-        let states = std::slice::from_mut(state);
-        strategy::apply(states, self.strategy, std::slice::from_ref(p), now, op).1
     }
 
     /// Whether the state in `word` equals a new key's at `now`.
@@ -208,6 +240,87 @@ impl PackedRule {
         } else {
             now.saturating_add(v.retry_after.max(1))
         }
+    }
+}
+
+/// A strategy state that packs into a word under a [`PackedRule`], with its check and commit.
+trait Packable: Sized {
+    fn unpack(rule: &PackedRule, word: u64) -> Self;
+    /// The word without the second-chance bit (the caller saturates it below that bit).
+    fn pack(&self, rule: &PackedRule) -> u64;
+    fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict;
+    fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64);
+}
+
+impl Packable for Gcra {
+    #[inline(always)]
+    fn unpack(_: &PackedRule, word: u64) -> Self {
+        Gcra::from_tat(word & !USED)
+    }
+
+    #[inline(always)]
+    fn pack(&self, _: &PackedRule) -> u64 {
+        self.tat()
+    }
+
+    #[inline(always)]
+    fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
+        Gcra::check(self, &rule.params, now, cost)
+    }
+
+    #[inline(always)]
+    fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64) {
+        Gcra::commit(self, &rule.params, now, cost);
+    }
+}
+
+impl Packable for FixedWindow {
+    #[inline(always)]
+    fn unpack(rule: &PackedRule, word: u64) -> Self {
+        let count_bits = rule.count_bits();
+        let word = word & !USED;
+        let count = word & ((1 << count_bits) - 1);
+        FixedWindow::from_parts((word >> count_bits) * rule.params.window, count)
+    }
+
+    #[inline(always)]
+    fn pack(&self, rule: &PackedRule) -> u64 {
+        rule.pack(&QuotaState::Fixed(*self))
+    }
+
+    #[inline(always)]
+    fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
+        FixedWindow::check(self, &rule.params, now, cost, true)
+    }
+
+    #[inline(always)]
+    fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
+        FixedWindow::commit(self, now, cost, true);
+    }
+}
+
+impl Packable for SlidingWindow {
+    #[inline(always)]
+    fn unpack(rule: &PackedRule, word: u64) -> Self {
+        match rule.unpack(word) {
+            QuotaState::Sliding(s) => s,
+            _ => SlidingWindow::default(),
+        }
+    }
+
+    #[inline(always)]
+    fn pack(&self, rule: &PackedRule) -> u64 {
+        rule.pack(&QuotaState::Sliding(*self))
+    }
+
+    #[inline(always)]
+    fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
+        SlidingWindow::check(self, &rule.params, now, cost)
+    }
+
+    #[inline(always)]
+    fn commit(&mut self, _: &PackedRule, _now: u64, cost: u64) {
+        SlidingWindow::commit(self, cost);
     }
 }
 
