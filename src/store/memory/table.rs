@@ -123,7 +123,11 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
             removed += usize::from(!keep);
             keep
         });
-        if removed > 0 && segment.capacity() > 4 * segment.len() + 64 {
+        // Past twice what its keys need, a map has either lost most of its keys or doubled over
+        // tombstones: under steady churn at a cap (one eviction per insert) hashbrown grows a table
+        // whose deleted slots use up its free ones instead of rehashing it in place. A map that has
+        // just grown sits at about twice its keys and is left alone.
+        if segment.capacity() > 2 * segment.len() + 64 {
             segment.shrink_to_fit();
         }
         removed
