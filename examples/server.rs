@@ -21,6 +21,7 @@
 //! --fail-closed               answer 503 when the store fails (default: fail open)
 //! --reset-format delta|unix   x-ratelimit-reset as seconds from now (default) or Unix time
 //! --max-keys N                cap on the keys the memory store holds
+//! --store-timeout MS          how long a Redis decision may take (default 50)
 //! ```
 //!
 //! Once listening it prints exactly one line to stdout, `listening on http://ADDR`; logs go to
@@ -42,7 +43,7 @@ use tollgate::{Clock, RateLimiter, Strategy};
 const USAGE: &str = "usage: server [--addr ADDR] [--strategy NAME] [--burst B] [--quota Q]... \
 [--key ip|header:NAME|global] [--on-missing-key reject|global] [--trust-proxy CIDR]... \
 [--forwarded-header xff|forwarded|x-real-ip] [--store memory|redis://HOST:PORT|redis+cluster://H1:P1,H2:P2] \
-[--fail-closed] [--reset-format delta|unix] [--max-keys N]";
+[--fail-closed] [--reset-format delta|unix] [--max-keys N] [--store-timeout MS]";
 
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +67,7 @@ struct Options {
     fail_closed: bool,
     reset: ResetFormat,
     max_keys: Option<usize>,
+    store_timeout: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +91,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
         fail_closed: false,
         reset: ResetFormat::Delta,
         max_keys: None,
+        store_timeout: None,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -115,6 +118,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
             "--store",
             "--reset-format",
             "--max-keys",
+            "--store-timeout",
         ];
         if !known.contains(&flag.as_str()) {
             return Err(format!("unknown argument {arg:?}"));
@@ -163,6 +167,14 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
                     .map_err(|e: tollgate::key::InvalidCidr| e.to_string())?,
             ),
             "--forwarded-header" => o.header = value.parse()?,
+            "--store-timeout" => {
+                let ms: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|&ms| ms > 0)
+                    .ok_or_else(|| bad("expected milliseconds above 0"))?;
+                o.store_timeout = Some(std::time::Duration::from_millis(ms));
+            }
             "--store" => {
                 o.store = if value == "memory" {
                     StoreChoice::Memory
@@ -378,7 +390,12 @@ async fn main() -> ExitCode {
 /// `--store redis://...` or `redis+cluster://...`: the limiter on the Redis store.
 #[cfg(feature = "redis")]
 async fn serve_redis(builder: tollgate::Builder<Vec<u8>>, url: &str, o: &Options) -> ExitCode {
-    let store = match tollgate::store::redis::RedisStore::connect(url).await {
+    let store = tollgate::store::redis::RedisStore::builder(url);
+    let store = match o.store_timeout {
+        Some(timeout) => store.timeout(timeout),
+        None => store,
+    };
+    let store = match store.build().await {
         Ok(store) => store,
         Err(e) => {
             eprintln!("server: --store {url}: {e}");

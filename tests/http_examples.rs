@@ -171,6 +171,8 @@ async fn server_refuses_bad_flags_with_exit_code_2() {
         &["--addr", "nowhere"],
         &["--store", "ftp://x"],
         &["--max-keys", "0"],
+        &["--store-timeout", "0"],
+        &["--store-timeout", "soon"],
         &["--reset-format", "weekly"],
         &["--forwarded-header", "via"],
         &["--on-missing-key", "maybe"],

@@ -69,6 +69,9 @@ async fn two_server_processes_share_one_limit_through_redis() {
         "--key",
         "global",
         "--fail-closed",
+        // Fail-closed makes a timeout a 503: give a loaded CI machine room (the default is 50 ms).
+        "--store-timeout",
+        "2000",
     ];
     let (mut a, base_a) = start_server(&args).await;
     let (mut b, base_b) = start_server(&args).await;

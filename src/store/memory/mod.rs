@@ -6,6 +6,7 @@
 //! of packed 8-byte states updated by compare-and-swap ([`packed`]); other rules keep general
 //! entries ([`general`]).
 
+mod blocked;
 mod general;
 mod packed;
 mod table;
@@ -19,6 +20,7 @@ use dashmap::mapref::one::RefMut;
 use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
+use self::blocked::BlockedCache;
 use self::general::Entry;
 use self::packed::{NOW_LIMIT, PackedRule};
 use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
@@ -63,6 +65,8 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 pub struct MemoryStore<K> {
     general: Table<K, Entry>,
     packed: [OnceLock<Table<K, AtomicU64>>; PACKED_RULES],
+    /// Keys of packed tables known to be blocked (see [`blocked`]).
+    blocked: BlockedCache,
     route: RandomState,
     max_keys: usize,
     keys: AtomicUsize,
@@ -138,6 +142,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         Self {
             general: Table::new(()),
             packed: std::array::from_fn(|_| OnceLock::new()),
+            blocked: BlockedCache::default(),
             route: RandomState::default(),
             max_keys,
             keys: AtomicUsize::new(0),
@@ -175,10 +180,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     #[inline]
     pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
         self.tick(now);
-        let i = self.route.hash_one(key) as usize % SEGMENTS;
+        let hash = self.route.hash_one(key);
+        let i = hash as usize % SEGMENTS;
         if now < NOW_LIMIT {
-            if let Some(table) = self.packed_table(rule) {
-                return self.decide_packed(table, i, key, rule, op, now);
+            if let Some((t, table)) = self.packed_table(rule) {
+                // The key's fingerprint in the blocked cache: its hash, told apart per table.
+                let fingerprint = hash ^ ((t as u64) << 58);
+                return self.decide_packed(table, i, fingerprint, key, rule, op, now);
             }
         }
         self.decide_general(i, key, rule, op, now)
@@ -186,14 +194,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// The packed table of `rule`, claiming a free one for a packable rule seen for the first time.
     #[inline]
-    fn packed_table(&self, rule: &Rule) -> Option<&Table<K, AtomicU64>> {
-        for slot in &self.packed {
+    fn packed_table(&self, rule: &Rule) -> Option<(usize, &Table<K, AtomicU64>)> {
+        for (t, slot) in self.packed.iter().enumerate() {
             let table = match slot.get() {
                 Some(table) => table,
                 None => self.claim(slot, rule)?,
             };
             if table.ctx.matches(rule) {
-                return Some(table);
+                return Some((t, table));
             }
         }
         None
@@ -211,19 +219,45 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn decide_packed(
         &self,
         table: &Table<K, AtomicU64>,
         i: usize,
+        fingerprint: u64,
         key: &K,
         rule: &Rule,
         op: Op,
         now: u64,
     ) -> Decision {
+        let packed = &table.ctx;
+        // A request of cost 1 (the layer's) from a key known to be blocked: answered here.
+        let miss = match op {
+            Op::Check(1) => match self
+                .blocked
+                .lookup(fingerprint, now, packed.reported_limit())
+            {
+                Ok(v) => return self.finish(0, v, now, op),
+                Err(miss) => Some(miss),
+            },
+            _ => None,
+        };
         let segment = table.segment(i);
         // The read lock only keeps the entry in place; the state changes by compare-and-swap.
         if let Some(cell) = segment.get(key) {
-            let v = table.ctx.apply(&*cell, op, now);
+            let v = packed.apply(&*cell, op, now);
+            match (miss, v.outcome) {
+                // Cached only when `now` is not clamped to the state's time (the clock went back):
+                // the cache answers with times relative to `now`.
+                (Some(miss), Outcome::Rejected)
+                    if packed.time_floor(cell.load(Ordering::Relaxed)) <= now =>
+                {
+                    self.blocked.insert(fingerprint, miss, now, &v);
+                }
+                // A refund or a reset may give room back before a cached rejection's time.
+                (None, _) if !matches!(op, Op::Check(_) | Op::Peek) => self.blocked.invalidate(),
+                _ => {}
+            }
             return self.finish(0, v, now, op);
         }
         if !creates_state(op) {
@@ -383,6 +417,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// Sweeps every segment.
     pub fn sweep_all(&self, now: u64) {
+        // Called with any time: a key swept as fresh then must not stay cached as blocked.
+        self.blocked.invalidate();
         for i in 0..SEGMENTS {
             self.sweep_segment(i, now);
         }
@@ -539,7 +575,7 @@ mod tests {
     }
 
     #[test]
-    fn the_one_quota_fast_path_decides_as_the_general_path() {
+    fn packed_states_and_the_blocked_cache_decide_as_the_general_path() {
         for strategy in Strategy::ALL {
             let rule = Rule::parse(strategy, "5/s").unwrap();
             let store = MemoryStore::<u64>::new();
@@ -552,7 +588,8 @@ mod tests {
                 x ^= x << 17;
                 now += x % (S / 4);
                 let op = match i % 7 {
-                    0 => Op::Refund(1),
+                    0 if i % 3 == 0 => Op::Refund(1),
+                    0 if i % 97 == 0 => Op::Reset,
                     1 => Op::Peek,
                     2 => Op::Check(u32::try_from(x % 7).unwrap()),
                     _ => Op::Check(1),
@@ -562,6 +599,38 @@ mod tests {
                 assert_eq!(got, to_decision(index, v, now, 1), "{strategy} step {i}");
             }
         }
+    }
+
+    #[test]
+    fn after_the_clock_went_back_a_cached_rejection_answers_for_its_time() {
+        // 5/s fixed window: blocked in [100 s, 101 s), a new window at 101 s, then the clock goes
+        // back to 100.5 s. The map's state clamps that time to its window (101 s) and would admit;
+        // the cache answers for 100.5 s, when the key was blocked. Either order of the two calls is
+        // a valid history, and the cache never admits what the state would not.
+        let rule = Rule::parse(Strategy::FixedWindow, "5/s").unwrap();
+        let store = MemoryStore::<u64>::new();
+        for _ in 0..5 {
+            assert!(store.decide(&1, &rule, Op::Check(1), 100 * S).is_allowed());
+        }
+        let blocked = store.decide(&1, &rule, Op::Check(1), 100 * S);
+        assert_eq!(
+            blocked.retry_after(),
+            Some(std::time::Duration::from_secs(1))
+        );
+        assert!(store.decide(&1, &rule, Op::Check(1), 101 * S).is_allowed());
+        let back = store.decide(&1, &rule, Op::Check(1), 100 * S + S / 2);
+        assert!(!back.is_allowed());
+        assert_eq!(
+            back.retry_after(),
+            Some(std::time::Duration::from_millis(500))
+        );
+        // A refund gives room back: nothing cached survives it.
+        store.decide(&1, &rule, Op::Refund(1), 101 * S);
+        assert!(
+            store
+                .decide(&1, &rule, Op::Check(1), 100 * S + S / 2)
+                .is_allowed()
+        );
     }
 
     #[test]

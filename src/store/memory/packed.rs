@@ -114,6 +114,26 @@ impl PackedRule {
         }
     }
 
+    /// The time before which the state in `word` answers as at that time (a clock that went back
+    /// is clamped to it): the window or bucket start, or `TAT - B*T`. Checks only move it forward.
+    pub(crate) fn time_floor(&self, word: u64) -> u64 {
+        match self.unpack(word) {
+            QuotaState::Fixed(s) => s.parts().0,
+            QuotaState::Sliding(s) => s.parts().0,
+            QuotaState::Gcra(s) => s.tat().saturating_sub(self.params.tau()),
+            QuotaState::Moving(_) => u64::MAX,
+        }
+    }
+
+    /// The limit a verdict reports: the burst for the buckets, `N` for the windows.
+    #[inline]
+    pub(crate) fn reported_limit(&self) -> u64 {
+        match self.layout {
+            Layout::Gcra => self.params.burst,
+            _ => self.params.limit,
+        }
+    }
+
     /// Whether `rule` is the rule this was made from.
     #[inline]
     pub(crate) fn matches(&self, rule: &Rule) -> bool {

@@ -1,0 +1,121 @@
+//! A front cache of keys known to be blocked, so that a flood against a blocked key is answered
+//! without touching the map: no hash of the key beyond the one that routes it, no shard lock, no
+//! write to memory another thread reads (two threads rejecting one hot key do not fight over a cache
+//! line, and a rejection costs no more than an admission).
+//!
+//! Each slot holds a key's fingerprint (its routing hash, keyed by a random seed, mixed with its
+//! table), the time the rejection was seen, and the absolute times the rejection's `reset_after`
+//! and `retry_after` point at. Until `retry_at` every request of cost 1 is rejected with those
+//! times: checks only ever consume, so the state can only move further from room. What gives room
+//! back early (a refund, a reset) bumps a generation that every slot carries; a slot from an older
+//! generation is a miss. Slots are written under a sequence number (a seqlock), so a reader never
+//! sees half of one write.
+
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+use crate::strategy::Verdict;
+
+/// Slots in the cache (a power of two).
+const SLOTS: usize = 4096;
+
+/// One cached rejection (48 bytes: 192 KiB for the cache).
+#[derive(Debug, Default)]
+struct Slot {
+    /// Odd while a writer fills the slot.
+    seq: AtomicU64,
+    fingerprint: AtomicU64,
+    generation: AtomicU64,
+    since: AtomicU64,
+    retry_at: AtomicU64,
+    reset_at: AtomicU64,
+}
+
+/// The cache of blocked keys of one store.
+#[derive(Debug)]
+pub(super) struct BlockedCache {
+    slots: Box<[Slot]>,
+    generation: AtomicU64,
+}
+
+/// A miss, and what a later [`BlockedCache::insert`] needs from the moment it happened.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Miss {
+    generation: u64,
+}
+
+impl Default for BlockedCache {
+    fn default() -> Self {
+        Self {
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            generation: AtomicU64::new(0),
+        }
+    }
+}
+
+impl BlockedCache {
+    #[inline]
+    fn slot(&self, fingerprint: u64) -> &Slot {
+        // The low bits route the key to its segment; the high bits pick the slot.
+        &self.slots[(fingerprint >> 48) as usize & (SLOTS - 1)]
+    }
+
+    /// The rejection of a request of cost 1 at `now` if the key is known to be blocked, with
+    /// `limit` as the reported limit; otherwise a miss to insert with.
+    #[inline]
+    pub(super) fn lookup(&self, fingerprint: u64, now: u64, limit: u64) -> Result<Verdict, Miss> {
+        // Read the generation before the state is read (by the caller, after a miss): a refund
+        // that lands after this read bumps it, so an insert from this miss is never a hit.
+        let generation = self.generation.load(Ordering::Acquire);
+        let miss = Err(Miss { generation });
+        let slot = self.slot(fingerprint);
+        let seq = slot.seq.load(Ordering::Acquire);
+        if slot.fingerprint.load(Ordering::Relaxed) != fingerprint {
+            return miss;
+        }
+        let slot_generation = slot.generation.load(Ordering::Relaxed);
+        let since = slot.since.load(Ordering::Relaxed);
+        let retry_at = slot.retry_at.load(Ordering::Relaxed);
+        let reset_at = slot.reset_at.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        let torn = seq & 1 == 1 || slot.seq.load(Ordering::Relaxed) != seq;
+        // Before `since` the clock went back: the times would not be the state's answer.
+        if torn || slot_generation != generation || now < since || now >= retry_at {
+            return miss;
+        }
+        Ok(Verdict::rejected(
+            limit,
+            0,
+            reset_at.saturating_sub(now),
+            retry_at - now,
+        ))
+    }
+
+    /// Records the rejection `v` of a request of cost 1 at `now`, seen after `miss`.
+    pub(super) fn insert(&self, fingerprint: u64, miss: Miss, now: u64, v: &Verdict) {
+        let slot = self.slot(fingerprint);
+        let seq = slot.seq.load(Ordering::Relaxed);
+        // Another writer holds the slot, or took it since: skip (a cache, not a record).
+        if seq & 1 == 1
+            || slot
+                .seq
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        slot.fingerprint.store(fingerprint, Ordering::Relaxed);
+        slot.generation.store(miss.generation, Ordering::Relaxed);
+        slot.since.store(now, Ordering::Relaxed);
+        slot.retry_at
+            .store(now.saturating_add(v.retry_after), Ordering::Relaxed);
+        slot.reset_at
+            .store(now.saturating_add(v.reset_after), Ordering::Relaxed);
+        slot.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// Forgets every cached rejection: some key got room back before its time.
+    pub(super) fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
