@@ -16,7 +16,12 @@ pub(crate) struct SlidingWindow {
 
 /// `floor(count * (w - e) / w)`: the previous bucket's share at `e` into the current bucket.
 fn share(count: u64, w: u64, e: u64) -> u64 {
-    (u128::from(count) * u128::from(w - e.min(w)) / u128::from(w)) as u64
+    let left = w - e.min(w);
+    // In 64 bits when the product fits (any real quota): a 128-bit division is a library call.
+    match count.checked_mul(left) {
+        Some(product) => product / w,
+        None => (u128::from(count) * u128::from(left) / u128::from(w)) as u64,
+    }
 }
 
 /// The earliest offset `e` in a bucket at which `share(count, w, e) <= room`.
@@ -25,8 +30,13 @@ fn earliest_offset(count: u64, w: u64, room: u64) -> u64 {
         return 0;
     }
     // share <= room  <=>  count * (w - e) <= (room + 1) * w - 1
-    let most = (u128::from(room) + 1) * u128::from(w) - 1;
-    let span = (most / u128::from(count)).min(u128::from(w)) as u64;
+    let span = match room.checked_add(1).and_then(|r| r.checked_mul(w)) {
+        Some(bound) => ((bound - 1) / count).min(w),
+        None => {
+            let most = (u128::from(room) + 1) * u128::from(w) - 1;
+            (most / u128::from(count)).min(u128::from(w)) as u64
+        }
+    };
     w - span
 }
 
@@ -126,6 +136,30 @@ impl SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_64_bit_shortcuts_agree_with_128_bit_arithmetic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |bits: u32| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x >> (64 - bits)
+        };
+        for i in 0..100_000 {
+            let w = next(1 + i % 63).max(1);
+            let count = next(1 + (i / 63) % 32);
+            let e = next(64) % (w + 1);
+            let room = next(1 + i % 32);
+            let want_share = (u128::from(count) * u128::from(w - e) / u128::from(w)) as u64;
+            assert_eq!(share(count, w, e), want_share, "{count} {w} {e}");
+            if count > 0 {
+                let most = (u128::from(room) + 1) * u128::from(w) - 1;
+                let want = w - (most / u128::from(count)).min(u128::from(w)) as u64;
+                assert_eq!(earliest_offset(count, w, room), want, "{count} {w} {room}");
+            }
+        }
+    }
     use crate::decision::Outcome;
 
     const S: u64 = 1_000_000_000;

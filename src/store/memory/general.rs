@@ -123,10 +123,26 @@ impl KeyState {
     }
 
     /// Applies `op` under `rule`: the index of the reported quota and its verdict.
+    #[inline]
     fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
-        let states = self.states_for(rule);
         let params = rule.nanos();
-        let (index, v) = strategy::apply(states, rule.strategy(), params, now, op);
+        let strategy = rule.strategy();
+        // A check under a one-quota rule without the general loop over quotas: what
+        // `strategy::apply` does for one quota (check, then commit if allowed and cost > 0).
+        if let (Op::Check(cost), [p], States::One(s)) = (op, params, &mut self.quotas) {
+            if s.fits(strategy) {
+                let cost = u64::from(cost);
+                let v = s.check(strategy, p, now, cost);
+                if v.outcome == Outcome::Allowed && cost > 0 {
+                    s.commit(strategy, p, now, cost);
+                }
+                self.fresh_at = s.fresh_at(p);
+                self.set_blocked(&v, now);
+                return (0, v);
+            }
+        }
+        let states = self.states_for(rule);
+        let (index, v) = strategy::apply(states, strategy, params, now, op);
         let fresh_at = states
             .iter()
             .zip(params)
@@ -134,6 +150,12 @@ impl KeyState {
             .max()
             .unwrap_or(0);
         self.fresh_at = fresh_at;
+        self.set_blocked(&v, now);
+        (index, v)
+    }
+
+    #[inline]
+    fn set_blocked(&mut self, v: &Verdict, now: u64) {
         self.blocked_until = if v.remaining == 0 {
             let wait = if v.outcome == Outcome::Rejected {
                 v.retry_after
@@ -144,7 +166,6 @@ impl KeyState {
         } else {
             0
         };
-        (index, v)
     }
 
     /// Whether the state equals a new key's at `now`. A `fresh_at` saturated at the end of time

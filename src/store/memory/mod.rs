@@ -65,6 +65,9 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 pub struct MemoryStore<K> {
     general: Table<K, Entry>,
     packed: [OnceLock<Table<K, AtomicU64>>; PACKED_RULES],
+    /// The tag of the last rule found not packable with every packed slot taken or unfit: its
+    /// calls skip the search (see [`MemoryStore::packed_table`]).
+    unpackable: AtomicU64,
     /// Keys of packed tables known to be blocked (see [`blocked`]).
     blocked: BlockedCache,
     route: RandomState,
@@ -142,6 +145,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         Self {
             general: Table::new(()),
             packed: std::array::from_fn(|_| OnceLock::new()),
+            unpackable: AtomicU64::new(0),
             blocked: BlockedCache::default(),
             route: RandomState::default(),
             max_keys,
@@ -195,15 +199,22 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     /// The packed table of `rule`, claiming a free one for a packable rule seen for the first time.
     #[inline]
     fn packed_table(&self, rule: &Rule) -> Option<(usize, &Table<K, AtomicU64>)> {
+        if rule.tag() == self.unpackable.load(Ordering::Relaxed) {
+            return None;
+        }
         for (t, slot) in self.packed.iter().enumerate() {
             let table = match slot.get() {
                 Some(table) => table,
-                None => self.claim(slot, rule)?,
+                None => match self.claim(slot, rule) {
+                    Some(table) => table,
+                    None => break,
+                },
             };
             if table.ctx.matches(rule) {
                 return Some((t, table));
             }
         }
+        self.unpackable.store(rule.tag(), Ordering::Relaxed);
         None
     }
 
