@@ -7,6 +7,8 @@
 //! entries ([`general`]).
 
 mod general;
+#[cfg(any(tollgate_loom, shuttle))]
+mod model;
 mod packed;
 mod table;
 
