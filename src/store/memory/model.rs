@@ -690,14 +690,15 @@ mod shuttle_models {
         }
     }
 
-    #[test]
-    fn shuttle_clock_advancer_and_two_consumers() {
+    /// Runs `explorer` (a shuttle scheduler taking the test and its iteration count) on each rule,
+    /// checking every schedule; asserts the schedules did not all admit the same number.
+    fn explore(test: &str, explorer: impl Fn(Box<dyn Fn() + Send + Sync>, usize)) {
         for model in rules_3_per("ms") {
             let model = std::sync::Arc::new(model);
             let admissions = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
             let started = std::time::Instant::now();
-            shuttle::check_random(
-                {
+            explorer(
+                Box::new({
                     let (model, admissions) = (model.clone(), admissions.clone());
                     move || {
                         let (ops, log, word) = run_once(&model);
@@ -707,7 +708,7 @@ mod shuttle_models {
                             .unwrap()
                             .push(admitted(ops.iter().map(|(_, v)| v)));
                     }
-                },
+                }),
                 ITERATIONS,
             );
             let admissions = admissions.lock().unwrap();
@@ -718,8 +719,7 @@ mod shuttle_models {
                 admissions.iter().max().unwrap(),
             );
             eprintln!(
-                "shuttle_clock_advancer_and_two_consumers {}: {ITERATIONS} schedules in {:.1?}, \
-                 admitted {min} to {max} of {}",
+                "{test} {}: {ITERATIONS} schedules in {:.1?}, admitted {min} to {max} of {}",
                 model.strategy,
                 started.elapsed(),
                 2 * CHECKS_PER_CONSUMER
@@ -730,5 +730,22 @@ mod shuttle_models {
                 model.strategy
             );
         }
+    }
+
+    /// Uniformly random scheduling (`check_random`), 1000 schedules per rule.
+    #[test]
+    fn shuttle_clock_advancer_and_two_consumers() {
+        explore("shuttle_clock_advancer_and_two_consumers", |f, n| {
+            shuttle::check_random(f, n);
+        });
+    }
+
+    /// The same under PCT (probabilistic concurrency testing, bug depth 3), which favours the few
+    /// well-placed preemptions uniform scheduling rarely draws, 1000 schedules per rule.
+    #[test]
+    fn shuttle_pct_clock_advancer_and_two_consumers() {
+        explore("shuttle_pct_clock_advancer_and_two_consumers", |f, n| {
+            shuttle::check_pct(f, n, 3);
+        });
     }
 }
