@@ -8,6 +8,8 @@
 
 mod blocked;
 mod general;
+#[cfg(any(tollgate_loom, shuttle))]
+mod model;
 mod packed;
 mod table;
 
