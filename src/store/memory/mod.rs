@@ -44,7 +44,7 @@ const SEGMENTS_PER_ROOM_CALL: usize = 2;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// An in-process store on [`DashMap`], the default.
+/// An in-process store on [`DashMap`](dashmap::DashMap), the default.
 ///
 /// - Safe under many threads on one key: each key's state is updated atomically (a compare-and-swap
 ///   of its packed 8-byte state, or under its shard's write lock for general entries), so updates
