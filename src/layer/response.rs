@@ -66,6 +66,7 @@ pub(crate) struct HeaderConfig {
     pub(crate) style: HeaderStyle,
     pub(crate) reset: ResetFormat,
     pub(crate) policy_name: Arc<str>,
+    pub(crate) numbers: Numbers,
 }
 
 impl Default for HeaderConfig {
@@ -75,8 +76,61 @@ impl Default for HeaderConfig {
             style: HeaderStyle::default(),
             reset: ResetFormat::default(),
             policy_name: Arc::from("default"),
+            numbers: Numbers::default(),
         }
     }
+}
+
+impl HeaderConfig {
+    /// The default settings, with the numbers of `rule` rendered once.
+    pub(crate) fn for_rule(rule: &Rule) -> Self {
+        Self {
+            numbers: Numbers::for_rule(rule),
+            ..Self::default()
+        }
+    }
+}
+
+/// Header values rendered once for the numbers that repeat on every response of a rule: each
+/// quota's limit (and burst), which `x-ratelimit-limit` carries, when too large for the table of
+/// small numbers. A clone is a reference count, not an allocation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Numbers {
+    values: Arc<[(u64, HeaderValue)]>,
+}
+
+impl Numbers {
+    fn for_rule(rule: &Rule) -> Self {
+        let mut values: Vec<(u64, HeaderValue)> = Vec::new();
+        for q in rule.quotas() {
+            for n in [q.limit(), q.burst()].map(u64::from) {
+                if n >= SMALL_NUMBERS as u64 && values.iter().all(|(m, _)| *m != n) {
+                    values.push((n, shared_num(n)));
+                }
+            }
+        }
+        Self {
+            values: values.into(),
+        }
+    }
+
+    /// The header value of `n`: from the table, from this cache, or rendered now.
+    fn get(&self, n: u64) -> HeaderValue {
+        if n >= SMALL_NUMBERS as u64 {
+            if let Some((_, v)) = self.values.iter().find(|(m, _)| *m == n) {
+                return v.clone();
+            }
+        }
+        num(n)
+    }
+}
+
+/// `n` rendered into shared bytes, so that clones only count references.
+fn shared_num(n: u64) -> HeaderValue {
+    let value = num(n);
+    // The first clone moves the bytes to shared storage: done here, not on a request.
+    drop(value.clone());
+    value
 }
 
 /// Numbers below this are written from a table built once: no allocation per response for them.
@@ -122,8 +176,12 @@ pub(crate) fn write_headers(
         ResetFormat::Unix => d.reset_unix_secs(),
     };
     if matches!(cfg.style, HeaderStyle::XRateLimit | HeaderStyle::Both) {
-        headers.insert(X_RATELIMIT_LIMIT.clone(), num(u64::from(d.limit())));
-        headers.insert(X_RATELIMIT_REMAINING.clone(), num(u64::from(d.remaining())));
+        let numbers = &cfg.numbers;
+        headers.insert(X_RATELIMIT_LIMIT.clone(), numbers.get(u64::from(d.limit())));
+        headers.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            numbers.get(u64::from(d.remaining())),
+        );
         headers.insert(X_RATELIMIT_RESET.clone(), num(reset));
     }
     if matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both) {
@@ -265,6 +323,40 @@ mod tests {
         assert_eq!(h["ratelimit"], "\"a\\\"b\";r=3;t=6");
         assert!(h.get("x-ratelimit-limit").is_none());
         assert!(h.get("retry-after").is_none());
+    }
+
+    #[test]
+    fn large_numbers_render_exactly_whether_cached_or_not() {
+        let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+        let lim = RateLimiter::<()>::builder()
+            .strategy(Strategy::FixedWindow)
+            .quotas("1000000000/second; 5000/minute")
+            .unwrap()
+            .clock(clock)
+            .build()
+            .unwrap();
+        let cfg = HeaderConfig::for_rule(lim.rule());
+        assert_eq!(cfg.numbers.values.len(), 2, "both limits are cached");
+        for (n, text) in [
+            (1_000_000_000, "1000000000"),
+            (5000, "5000"),
+            (4999, "4999"),
+            (4096, "4096"),
+            (4095, "4095"),
+            (0, "0"),
+            (u64::MAX, "18446744073709551615"),
+        ] {
+            assert_eq!(cfg.numbers.get(n), text);
+            assert_eq!(cfg.numbers.get(n), text, "a second use of a cached value");
+        }
+        let d = lim.check_now(&(), 1);
+        let mut h = HeaderMap::new();
+        write_headers(&mut h, &d, lim.rule(), &cfg);
+        assert_eq!(
+            h["x-ratelimit-limit"], "5000",
+            "the minute quota has fewer left"
+        );
+        assert_eq!(h["x-ratelimit-remaining"], "4999");
     }
 
     #[test]
