@@ -580,3 +580,72 @@ async fn a_paced_request_holds_no_inner_capacity_while_it_waits() {
     assert_eq!(b.status(), StatusCode::OK);
     assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
 }
+
+/// An echo service that counts its clones.
+#[derive(Debug)]
+struct CountClones(Arc<AtomicUsize>);
+
+impl Clone for CountClones {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl Service<Request<Body>> for CountClones {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<Body>) -> Self::Future {
+        ready(Ok(Response::new(Body::from("ok"))))
+    }
+}
+
+/// The memory store answers during `call`: an allowed request goes to the inner service that was
+/// polled ready and a rejection never touches it, so neither clones it (a clone per request costs
+/// an allocation behind axum's boxed routes). Guards the fast path against a change of the memory
+/// store's future type.
+#[tokio::test]
+async fn the_memory_store_path_never_clones_the_inner_service() {
+    let clock = ManualClock::new(T0);
+    let clones = Arc::new(AtomicUsize::new(0));
+    let mut svc = RateLimitLayer::new(
+        limiter(Strategy::TokenBucket, "2/minute", &clock),
+        GlobalKey,
+    )
+    .layer(CountClones(clones.clone()));
+    for status in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+        assert_eq!(res.status(), status);
+        assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+    }
+    assert_eq!(clones.load(Ordering::SeqCst), 0);
+    // With pacing, an answer at once that may need a wait still goes through the state machine.
+    let mut paced = RateLimitLayer::new(
+        limiter(Strategy::TokenBucket, "1/minute", &clock),
+        GlobalKey,
+    )
+    .pacing(Duration::from_secs(1))
+    .layer(CountClones(clones.clone()));
+    let res = paced.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = paced.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "a minute is past the bound"
+    );
+    assert_eq!(res.headers()["retry-after"], "60");
+}

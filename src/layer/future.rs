@@ -148,6 +148,11 @@ pin_project! {
         St: Store<K>,
     {
         Deciding { #[pin] check: St::Future, pending: Option<Pending<S, ReqB>> },
+        // The store answered at once, and the answer needs more than a forward or a rejection.
+        Decided {
+            result: Option<Result<Decision, StoreError>>,
+            pending: Option<Pending<S, ReqB>>,
+        },
         Pacing {
             #[pin] sleep: tokio::time::Sleep,
             wait: Duration,
@@ -209,6 +214,80 @@ where
     }
 }
 
+impl<S, ReqB, ResB, K, St, C, R> ResponseFuture<S, ReqB, ResB, K, St, C, R>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: From<String>,
+    K: StoreKey,
+    St: Store<K>,
+    C: Clock,
+    R: OnRejected<ResB>,
+{
+    /// The store answered during `call` (the memory store always does). An allowed request goes
+    /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered
+    /// without touching `inner`. The rest (pacing, store errors) goes through the state machine.
+    pub(crate) fn decided_now(
+        result: Result<Decision, StoreError>,
+        inner: &mut S,
+        mut request: Request<ReqB>,
+        core: Arc<Core<K, St, C, R>>,
+        key: K,
+        cost: u32,
+        rule: Option<Arc<Rule>>,
+    ) -> Self {
+        let ctx = Ctx {
+            core,
+            key,
+            cost,
+            rule,
+            waited: Duration::ZERO,
+        };
+        let state = match result {
+            Ok(d) if d.is_allowed() => {
+                request.extensions_mut().insert(d);
+                State::Forwarding {
+                    fut: inner.call(request),
+                    decision: Some(d),
+                }
+            }
+            Ok(d) if d.outcome() == Outcome::Exceeds || ctx.core.pacing.is_none() => State::Done {
+                response: Some(ctx.reject(d)),
+            },
+            result => {
+                // The ready-clone idiom: the service that was polled ready goes into the future.
+                let clone = inner.clone();
+                State::Decided {
+                    result: Some(result),
+                    pending: Some(Pending {
+                        request,
+                        inner: std::mem::replace(inner, clone),
+                        ready: true,
+                    }),
+                }
+            }
+        };
+        Self {
+            state,
+            ctx: Some(ctx),
+        }
+    }
+}
+
+/// The store's answer if `check` has it already: a [`std::future::Ready`] (the memory store's
+/// future) is taken at once, without a poll through the response future.
+pub(crate) fn ready_now<F>(check: &mut F) -> Option<Result<Decision, StoreError>>
+where
+    F: Future<Output = Result<Decision, StoreError>> + 'static,
+{
+    let any: &mut dyn std::any::Any = check;
+    let ready = any.downcast_mut::<std::future::Ready<Result<Decision, StoreError>>>()?;
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Pin::new(ready).poll(&mut cx) {
+        Poll::Ready(result) => Some(result),
+        Poll::Pending => None,
+    }
+}
+
 impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
@@ -226,69 +305,18 @@ where
             match this.state.as_mut().project() {
                 StateProj::Deciding { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let (Some(ctx), Some(mut p)) = (this.ctx.as_mut(), pending.take()) else {
+                    let (Some(ctx), Some(p)) = (this.ctx.as_mut(), pending.take()) else {
                         return Poll::Pending;
                     };
-                    let d = match result {
-                        Ok(d) => d,
-                        Err(e) => {
-                            ctx.store_error(&e);
-                            if ctx.core.failure == FailurePolicy::FailClosed {
-                                let mut res = text(
-                                    StatusCode::SERVICE_UNAVAILABLE,
-                                    "Service Unavailable: the rate limiter cannot decide.\n"
-                                        .to_owned(),
-                                );
-                                res.extensions_mut().insert(e);
-                                this.state.set(State::Done {
-                                    response: Some(res),
-                                });
-                            } else {
-                                ctx.core.limiter.record_fail_open();
-                                this.state.set(State::Readying {
-                                    pending: Some(p),
-                                    decision: None,
-                                });
-                            }
-                            continue;
-                        }
+                    this.state.set(after_check(ctx, result, p));
+                }
+                StateProj::Decided { result, pending } => {
+                    let (Some(ctx), Some(result), Some(p)) =
+                        (this.ctx.as_mut(), result.take(), pending.take())
+                    else {
+                        return Poll::Pending;
                     };
-                    match d.outcome() {
-                        Outcome::Allowed => {
-                            p.request.extensions_mut().insert(d);
-                            this.state.set(State::Readying {
-                                pending: Some(p),
-                                decision: Some(d),
-                            });
-                        }
-                        Outcome::Rejected => {
-                            let wait =
-                                Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
-                            match ctx.core.pacing {
-                                Some(max) if ctx.waited.saturating_add(wait) <= max => {
-                                    p.unready();
-                                    this.state.set(State::Pacing {
-                                        sleep: tokio::time::sleep(wait),
-                                        wait,
-                                        pending: Some(p),
-                                        guard: Some(WaitGuard::new(&ctx.core.waiting)),
-                                    });
-                                }
-                                _ => {
-                                    let res = ctx.reject(d);
-                                    this.state.set(State::Done {
-                                        response: Some(res),
-                                    });
-                                }
-                            }
-                        }
-                        Outcome::Exceeds => {
-                            let res = ctx.reject(d);
-                            this.state.set(State::Done {
-                                response: Some(res),
-                            });
-                        }
-                    }
+                    this.state.set(after_check(ctx, result, p));
                 }
                 StateProj::Pacing {
                     sleep,
@@ -364,6 +392,72 @@ where
                 }
             }
         }
+    }
+}
+
+/// The state after the store answered: forward, pace, reject, or fail open or closed.
+fn after_check<S, ReqB, ResB, K, St, C, R>(
+    ctx: &mut Ctx<K, St, C, R>,
+    result: Result<Decision, StoreError>,
+    mut p: Pending<S, ReqB>,
+) -> State<S, ReqB, ResB, K, St>
+where
+    S: Service<Request<ReqB>> + Clone,
+    ResB: From<String>,
+    K: StoreKey,
+    St: Store<K>,
+    C: Clock,
+    R: OnRejected<ResB>,
+{
+    let d = match result {
+        Ok(d) => d,
+        Err(e) => {
+            ctx.store_error(&e);
+            if ctx.core.failure == FailurePolicy::FailClosed {
+                let mut res = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
+                );
+                res.extensions_mut().insert(e);
+                return State::Done {
+                    response: Some(res),
+                };
+            }
+            ctx.core.limiter.record_fail_open();
+            return State::Readying {
+                pending: Some(p),
+                decision: None,
+            };
+        }
+    };
+    match d.outcome() {
+        Outcome::Allowed => {
+            p.request.extensions_mut().insert(d);
+            State::Readying {
+                pending: Some(p),
+                decision: Some(d),
+            }
+        }
+        Outcome::Rejected => {
+            let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
+            match ctx.core.pacing {
+                Some(max) if ctx.waited.saturating_add(wait) <= max => {
+                    p.unready();
+                    State::Pacing {
+                        sleep: tokio::time::sleep(wait),
+                        wait,
+                        pending: Some(p),
+                        guard: Some(WaitGuard::new(&ctx.core.waiting)),
+                    }
+                }
+                _ => State::Done {
+                    response: Some(ctx.reject(d)),
+                },
+            }
+        }
+        Outcome::Exceeds => State::Done {
+            response: Some(ctx.reject(d)),
+        },
     }
 }
 

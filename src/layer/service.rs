@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::{Pending, ResponseFuture};
+use super::future::{Pending, ResponseFuture, ready_now};
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
 use super::response::{OnRejected, text};
 use crate::clock::Clock;
@@ -203,10 +203,21 @@ where
             }
         }
         let cost = hooks.cost.cost(&parts);
-        let check = match &rule {
+        let mut check = match &rule {
             Some(r) => self.core.limiter.check_rule(r, &key, cost),
             None => self.core.limiter.check(&key, cost),
         };
+        if let Some(result) = ready_now(&mut check) {
+            return ResponseFuture::decided_now(
+                result,
+                &mut self.inner,
+                Request::from_parts(parts, body),
+                Arc::clone(&self.core),
+                key,
+                cost,
+                rule,
+            );
+        }
         // The ready-clone idiom: the service that was polled ready goes into the future.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
