@@ -3,12 +3,12 @@
 # (`examples/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
 # (instructions after WARM + N requests - after WARM requests) / N. Deterministic, unlike wrk.
 #
-#   bash scripts/http_callgrind.sh                          # every variant below, N=1000, WARM=500
+#   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
 # Needs valgrind and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=${N:-1000}
+N=${N:-3000}
 WARM=${WARM:-500}
 ALLOW=${ALLOW-"none tollgate:token-bucket tollgate:sliding-window"}
 REJECT=${REJECT-"static429 tollgate:token-bucket tollgate:sliding-window"}

@@ -14,6 +14,7 @@ use tower_service::Service;
 use super::Refund;
 use super::layer::Core;
 use super::response::{FailurePolicy, OnRejected, text, write_headers};
+use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -63,6 +64,8 @@ struct Ctx<K, St, C, R> {
     cost: u32,
     rule: Option<Arc<Rule>>,
     waited: Duration,
+    /// Marks the request as counted when it is forwarded.
+    id: CountId,
 }
 
 impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
@@ -197,6 +200,7 @@ where
         key: K,
         cost: u32,
         rule: Option<Arc<Rule>>,
+        id: CountId,
     ) -> Self {
         Self {
             state: State::Deciding {
@@ -209,6 +213,7 @@ where
                 cost,
                 rule,
                 waited: Duration::ZERO,
+                id,
             }),
         }
     }
@@ -234,6 +239,7 @@ where
         key: K,
         cost: u32,
         rule: Option<Arc<Rule>>,
+        id: CountId,
     ) -> Self {
         let ctx = Ctx {
             core,
@@ -241,9 +247,11 @@ where
             cost,
             rule,
             waited: Duration::ZERO,
+            id,
         };
         let state = match result {
             Ok(d) if d.is_allowed() => {
+                mark_counted(request.extensions_mut(), id);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
                     fut: inner.call(request),
@@ -339,9 +347,10 @@ where
                         ready!(p.inner.poll_ready(cx))?;
                         p.ready = true;
                     }
-                    let Some(p) = pending.take() else {
+                    let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
                         return Poll::Pending;
                     };
+                    mark_counted(p.request.extensions_mut(), ctx.id);
                     let mut inner = p.inner;
                     let fut = inner.call(p.request);
                     let decision = *decision;
