@@ -268,10 +268,14 @@ impl<B: From<String>> OnRejected<B> for DefaultRejection {
                 d.limit()
             ),
             (_, Some(secs)) => {
-                format!(
-                    "Too Many Requests: retry in {secs} second{}.\n",
-                    plural(secs)
-                )
+                // Pieces instead of `format!`: this is the flood path.
+                let mut body = String::with_capacity(48);
+                body.push_str("Too Many Requests: retry in ");
+                body.push_str(itoa::Buffer::new().format(secs));
+                body.push_str(" second");
+                body.push_str(plural(secs));
+                body.push_str(".\n");
+                body
             }
             _ => "Too Many Requests.\n".to_owned(),
         };
@@ -382,5 +386,15 @@ mod tests {
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(res.body(), "Too Many Requests: retry in 1 second.\n");
         assert_eq!(res.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+        let lim = RateLimiter::<()>::builder()
+            .strategy(Strategy::TokenBucket)
+            .quotas("1/minute")
+            .unwrap()
+            .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+            .build()
+            .unwrap();
+        lim.check_now(&(), 1);
+        let res: Response<String> = DefaultRejection.on_rejected(&lim.check_now(&(), 1));
+        assert_eq!(res.body(), "Too Many Requests: retry in 60 seconds.\n");
     }
 }
