@@ -58,7 +58,9 @@ impl Drop for WaitGuard {
     }
 }
 
-struct Ctx<K, St, C, R> {
+/// What the future needs besides its state: the shared settings and the request's key, cost,
+/// rule and count marker.
+pub(crate) struct Ctx<K, St, C, R> {
     core: Arc<Core<K, St, C, R>>,
     key: K,
     cost: u32,
@@ -66,6 +68,25 @@ struct Ctx<K, St, C, R> {
     waited: Duration,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
+}
+
+impl<K, St, C, R> Ctx<K, St, C, R> {
+    pub(crate) fn new(
+        core: Arc<Core<K, St, C, R>>,
+        key: K,
+        cost: u32,
+        rule: Option<Arc<Rule>>,
+        id: CountId,
+    ) -> Self {
+        Self {
+            core,
+            key,
+            cost,
+            rule,
+            waited: Duration::ZERO,
+            id,
+        }
+    }
 }
 
 impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
@@ -196,25 +217,14 @@ where
     pub(crate) fn deciding(
         check: St::Future,
         pending: Pending<S, ReqB>,
-        core: Arc<Core<K, St, C, R>>,
-        key: K,
-        cost: u32,
-        rule: Option<Arc<Rule>>,
-        id: CountId,
+        ctx: Ctx<K, St, C, R>,
     ) -> Self {
         Self {
             state: State::Deciding {
                 check,
                 pending: Some(pending),
             },
-            ctx: Some(Ctx {
-                core,
-                key,
-                cost,
-                rule,
-                waited: Duration::ZERO,
-                id,
-            }),
+            ctx: Some(ctx),
         }
     }
 }
@@ -235,23 +245,11 @@ where
         result: Result<Decision, StoreError>,
         inner: &mut S,
         mut request: Request<ReqB>,
-        core: Arc<Core<K, St, C, R>>,
-        key: K,
-        cost: u32,
-        rule: Option<Arc<Rule>>,
-        id: CountId,
+        ctx: Ctx<K, St, C, R>,
     ) -> Self {
-        let ctx = Ctx {
-            core,
-            key,
-            cost,
-            rule,
-            waited: Duration::ZERO,
-            id,
-        };
         let state = match result {
             Ok(d) if d.is_allowed() => {
-                mark_counted(request.extensions_mut(), id);
+                mark_counted(request.extensions_mut(), ctx.id);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
                     fut: inner.call(request),

@@ -127,7 +127,7 @@ impl Numbers {
 
 /// `n` rendered into shared bytes, so that clones only count references.
 fn shared_num(n: u64) -> HeaderValue {
-    let value = num(n);
+    let value = render(n);
     // The first clone moves the bytes to shared storage: done here, not on a request.
     drop(value.clone());
     value
@@ -159,8 +159,58 @@ fn num(n: u64) -> HeaderValue {
     if let Some(s) = usize::try_from(n).ok().and_then(|i| small.get(i)) {
         return HeaderValue::from_static(s);
     }
-    let mut buf = itoa::Buffer::new();
-    HeaderValue::from_str(buf.format(n)).unwrap_or(HeaderValue::from_static("0"))
+    RECENT
+        .try_with(|r| r.borrow_mut().get(n))
+        .unwrap_or_else(|_| render(n))
+}
+
+fn render(n: u64) -> HeaderValue {
+    HeaderValue::from_str(itoa::Buffer::new().format(n)).unwrap_or(HeaderValue::from_static("0"))
+}
+
+thread_local! {
+    static RECENT: std::cell::RefCell<Recent> = const {
+        std::cell::RefCell::new(Recent {
+            slots: [const { (0, 0, None) }; Recent::SLOTS],
+        })
+    };
+}
+
+/// Large numbers seen lately on this thread and their header values, like hyper's cached `Date`:
+/// under a flood, `Retry-After` and `x-ratelimit-reset` repeat for a second; a bucket's
+/// `remaining` repeats while a key stays under its rate. Keeping a value costs an allocation, so a
+/// number is kept only once it came [`Recent::KEEP_AFTER`] times in a row to its slot: numbers
+/// that change on every response (a window's `remaining`) cost a comparison more, not a copy.
+struct Recent {
+    /// Per slot: the number last seen, how many times in a row, and its value once kept.
+    slots: [(u64, u8, Option<HeaderValue>); Recent::SLOTS],
+}
+
+impl Recent {
+    const SLOTS: usize = 8;
+    const KEEP_AFTER: u8 = 4;
+
+    fn get(&mut self, n: u64) -> HeaderValue {
+        // Fibonacci hashing: the top 3 bits of the product pick one of the 8 slots.
+        let i = usize::try_from(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61).unwrap_or(0);
+        let Some(slot) = self.slots.get_mut(i) else {
+            return render(n);
+        };
+        if slot.0 != n {
+            *slot = (n, 1, None);
+            return render(n);
+        }
+        if let Some(v) = &slot.2 {
+            return v.clone();
+        }
+        slot.1 += 1;
+        let v = render(n);
+        if slot.1 >= Self::KEEP_AFTER {
+            // The clone moves the bytes to shared storage; later clones only count references.
+            slot.2 = Some(v.clone());
+        }
+        v
+    }
 }
 
 /// Writes the rate-limit fields for `d` (replacing any the inner service set, never duplicating
@@ -361,6 +411,22 @@ mod tests {
             "the minute quota has fewer left"
         );
         assert_eq!(h["x-ratelimit-remaining"], "4999");
+    }
+
+    #[test]
+    fn recent_numbers_are_kept_after_repeats_and_replaced_exactly() {
+        for n in [86_400u64, 999_999_999, 4096] {
+            for i in 0..10 {
+                assert_eq!(num(n), n.to_string().as_str(), "{n}, use {i}");
+            }
+        }
+        // A number that changes on every call, through every slot.
+        for n in 1_000_000..1_000_100u64 {
+            assert_eq!(num(n), n.to_string().as_str());
+        }
+        assert_eq!(num(86_400), "86400", "after its slot was taken");
+        let kept = RECENT.with_borrow(|r| r.slots.iter().filter(|s| s.2.is_some()).count());
+        assert!(kept <= Recent::SLOTS);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::{Pending, ResponseFuture, ready_now};
+use super::future::{Ctx, Pending, ResponseFuture, ready_now};
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
 use super::response::{OnRejected, text};
 use crate::clock::Clock;
@@ -214,17 +214,10 @@ where
             Some(r) => self.core.limiter.check_rule(r, &key, cost),
             None => self.core.limiter.check(&key, cost),
         };
+        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
         if let Some(result) = ready_now(&mut check) {
-            return ResponseFuture::decided_now(
-                result,
-                &mut self.inner,
-                Request::from_parts(parts, body),
-                Arc::clone(&self.core),
-                key,
-                cost,
-                rule,
-                id,
-            );
+            let request = Request::from_parts(parts, body);
+            return ResponseFuture::decided_now(result, &mut self.inner, request, ctx);
         }
         // The ready-clone idiom: the service that was polled ready goes into the future.
         let clone = self.inner.clone();
@@ -236,11 +229,7 @@ where
                 inner,
                 ready: true,
             },
-            Arc::clone(&self.core),
-            key,
-            cost,
-            rule,
-            id,
+            ctx,
         )
     }
 }
