@@ -241,6 +241,7 @@ where
     /// The store answered during `call` (the memory store always does). An allowed request goes
     /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered
     /// without touching `inner`. The rest (pacing, store errors) goes through the state machine.
+    #[inline]
     pub(crate) fn decided_now(
         result: Result<Decision, StoreError>,
         inner: &mut S,
