@@ -239,8 +239,8 @@ where
     R: OnRejected<ResB>,
 {
     /// The store answered during `call` (the memory store always does). An allowed request goes
-    /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered
-    /// without touching `inner`. The rest (pacing, store errors) goes through the state machine.
+    /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
+    /// once. The rest (pacing, store errors) goes through the state machine.
     #[inline]
     pub(crate) fn decided_now(
         result: Result<Decision, StoreError>,
@@ -257,9 +257,15 @@ where
                     decision: Some(d),
                 }
             }
-            Ok(d) if d.outcome() == Outcome::Exceeds || ctx.core.pacing.is_none() => State::Done {
-                response: Some(ctx.reject(d)),
-            },
+            Ok(d) if d.outcome() == Outcome::Exceeds || ctx.core.pacing.is_none() => {
+                // The request never reaches `inner`: give back what its `poll_ready` reserved
+                // (e.g. a concurrency permit) rather than hold it until the next request.
+                let fresh = inner.clone();
+                drop(std::mem::replace(inner, fresh));
+                State::Done {
+                    response: Some(ctx.reject(d)),
+                }
+            }
             result => {
                 // The ready-clone idiom: the service that was polled ready goes into the future.
                 let clone = inner.clone();
