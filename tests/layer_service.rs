@@ -668,3 +668,22 @@ async fn a_rejected_request_holds_no_inner_capacity() {
         .expect("the rejected request's service kept the permit")
         .unwrap();
 }
+
+/// Regression: a request without a key (400) kept what the inner service's `poll_ready` reserved.
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_key_holds_no_inner_capacity() {
+    let clock = ManualClock::new(T0);
+    let inner = tower::limit::ConcurrencyLimitLayer::new(1).layer(echo(Arc::default()));
+    let mut a = RateLimitLayer::new(
+        limiter(Strategy::FixedWindow, "1/minute", &clock),
+        HeaderKey::new("x-api-key"),
+    )
+    .layer(inner);
+    let mut b = a.clone();
+    let res = a.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    tokio::time::timeout(Duration::from_secs(1), b.ready())
+        .await
+        .expect("the keyless request's service kept the permit")
+        .unwrap();
+}

@@ -192,6 +192,9 @@ where
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
                     let mut res = text(*status, format!("{e}\n"));
                     res.extensions_mut().insert(e);
+                    // Gives back what the inner service's `poll_ready` reserved.
+                    let fresh = self.inner.clone();
+                    drop(std::mem::replace(&mut self.inner, fresh));
                     return ResponseFuture::ready(res);
                 }
             },
