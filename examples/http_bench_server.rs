@@ -1,10 +1,12 @@
 //! The server the HTTP benchmark loads (`scripts/http_bench.sh`): an axum 0.8 hello world with no
 //! limiter, with tollgate (one strategy), with tower_governor 0.8, or a handler that answers a static
-//! 429 (the reference for the flood case). Every limiter keys by peer IP.
+//! 429 (the reference for the flood case). Every limiter keys by peer IP. `identity` adds a layer
+//! that does nothing (`tower::layer::util::Identity`): what any `Router::layer` costs in axum (one
+//! more boxed route, cloned per request), the floor under a middleware's own work.
 //!
 //! ```text
 //! cargo run --release --example http_bench_server -- VARIANT WORKLOAD [ADDR]
-//!   VARIANT  none | static429 | tower-governor | tollgate:STRATEGY (e.g. tollgate:sliding-window)
+//!   VARIANT  none | identity | static429 | tower-governor | tollgate:STRATEGY (e.g. tollgate:sliding-window)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```
 //!
@@ -45,6 +47,7 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
     let base = Router::new().route("/", get(hello));
     Ok(match variant {
         "none" => base,
+        "identity" => base.layer(tower::layer::util::Identity::new()),
         "static429" => Router::new().route("/", get(static_429)),
         "tower-governor" => {
             let mut builder = GovernorConfigBuilder::default();

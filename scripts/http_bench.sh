@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # HTTP benchmark (issue 5, BENCHMARKS.md "HTTP"): wrk against an axum hello world with no limiter,
-# with tollgate, with tower_governor, and a static 429 handler; variants interleaved round by round,
-# server and wrk pinned to different cores; each result reported as a ratio to its reference.
+# with a layer that does nothing (identity: what any Router::layer costs), with tollgate, with
+# tower_governor, and a static 429 handler; variants interleaved round by round, server and wrk
+# pinned to different cores; each result reported as a ratio to its reference. Instruction counts,
+# which a loaded machine does not disturb: scripts/http_callgrind.sh.
 #
 #   bash scripts/http_bench.sh                  # 7 rounds x 5 s
 #   ROUNDS=9 DURATION=10s bash scripts/http_bench.sh
@@ -16,7 +18,7 @@ BIN=target/release/examples/http_bench_server
 pin_server=""; pin_wrk=""
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_wrk="taskset -c 1"; fi
 
-ALLOW=${ALLOW:-"none tollgate:sliding-window tollgate:token-bucket tollgate:fixed-window tower-governor"}
+ALLOW=${ALLOW:-"none identity tollgate:sliding-window tollgate:token-bucket tollgate:fixed-window tower-governor"}
 REJECT=${REJECT:-"static429 tollgate:sliding-window tollgate:token-bucket tollgate:fixed-window tower-governor"}
 out=$(mktemp -d)
 

@@ -580,3 +580,110 @@ async fn a_paced_request_holds_no_inner_capacity_while_it_waits() {
     assert_eq!(b.status(), StatusCode::OK);
     assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
 }
+
+/// An echo service that counts its clones.
+#[derive(Debug)]
+struct CountClones(Arc<AtomicUsize>);
+
+impl Clone for CountClones {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl Service<Request<Body>> for CountClones {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<Body>) -> Self::Future {
+        ready(Ok(Response::new(Body::from("ok"))))
+    }
+}
+
+/// The memory store answers during `call`: an allowed request goes to the inner service that was
+/// polled ready, without the ready-clone (a clone per request costs an allocation behind axum's
+/// boxed routes). Guards the fast path against a change of the memory store's future type.
+#[tokio::test]
+async fn the_memory_store_path_never_clones_the_inner_service() {
+    let clock = ManualClock::new(T0);
+    let clones = Arc::new(AtomicUsize::new(0));
+    let mut svc = RateLimitLayer::new(
+        limiter(Strategy::TokenBucket, "2/minute", &clock),
+        GlobalKey,
+    )
+    .layer(CountClones(clones.clone()));
+    for _ in 0..2 {
+        let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+    }
+    assert_eq!(clones.load(Ordering::SeqCst), 0);
+    let res = svc.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    // With pacing, an answer at once that may need a wait still goes through the state machine.
+    let mut paced = RateLimitLayer::new(
+        limiter(Strategy::TokenBucket, "1/minute", &clock),
+        GlobalKey,
+    )
+    .pacing(Duration::from_secs(1))
+    .layer(CountClones(clones.clone()));
+    let res = paced.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = paced.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "a minute is past the bound"
+    );
+    assert_eq!(res.headers()["retry-after"], "60");
+}
+
+/// A rejected request gives back what the inner service's `poll_ready` reserved: another clone of
+/// the service gets the only concurrency permit at once, though the rejected one is kept.
+#[tokio::test(start_paused = true)]
+async fn a_rejected_request_holds_no_inner_capacity() {
+    let clock = ManualClock::new(T0);
+    let inner = tower::limit::ConcurrencyLimitLayer::new(1).layer(echo(Arc::default()));
+    let mut a = RateLimitLayer::new(
+        limiter(Strategy::FixedWindow, "1/minute", &clock),
+        GlobalKey,
+    )
+    .layer(inner);
+    let mut b = a.clone();
+    let res = a.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = a.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    tokio::time::timeout(Duration::from_secs(1), b.ready())
+        .await
+        .expect("the rejected request's service kept the permit")
+        .unwrap();
+}
+
+/// Regression: a request without a key (400) kept what the inner service's `poll_ready` reserved.
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_key_holds_no_inner_capacity() {
+    let clock = ManualClock::new(T0);
+    let inner = tower::limit::ConcurrencyLimitLayer::new(1).layer(echo(Arc::default()));
+    let mut a = RateLimitLayer::new(
+        limiter(Strategy::FixedWindow, "1/minute", &clock),
+        HeaderKey::new("x-api-key"),
+    )
+    .layer(inner);
+    let mut b = a.clone();
+    let res = a.ready().await.unwrap().call(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    tokio::time::timeout(Duration::from_secs(1), b.ready())
+        .await
+        .expect("the keyless request's service kept the permit")
+        .unwrap();
+}

@@ -14,6 +14,7 @@ use tower_service::Service;
 use super::Refund;
 use super::layer::Core;
 use super::response::{FailurePolicy, OnRejected, text, write_headers};
+use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -57,12 +58,35 @@ impl Drop for WaitGuard {
     }
 }
 
-struct Ctx<K, St, C, R> {
+/// What the future needs besides its state: the shared settings and the request's key, cost,
+/// rule and count marker.
+pub(crate) struct Ctx<K, St, C, R> {
     core: Arc<Core<K, St, C, R>>,
     key: K,
     cost: u32,
     rule: Option<Arc<Rule>>,
     waited: Duration,
+    /// Marks the request as counted when it is forwarded.
+    id: CountId,
+}
+
+impl<K, St, C, R> Ctx<K, St, C, R> {
+    pub(crate) fn new(
+        core: Arc<Core<K, St, C, R>>,
+        key: K,
+        cost: u32,
+        rule: Option<Arc<Rule>>,
+        id: CountId,
+    ) -> Self {
+        Self {
+            core,
+            key,
+            cost,
+            rule,
+            waited: Duration::ZERO,
+            id,
+        }
+    }
 }
 
 impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
@@ -148,6 +172,11 @@ pin_project! {
         St: Store<K>,
     {
         Deciding { #[pin] check: St::Future, pending: Option<Pending<S, ReqB>> },
+        // The store answered at once, and the answer needs more than a forward or a rejection.
+        Decided {
+            result: Option<Result<Decision, StoreError>>,
+            pending: Option<Pending<S, ReqB>>,
+        },
         Pacing {
             #[pin] sleep: tokio::time::Sleep,
             wait: Duration,
@@ -188,24 +217,87 @@ where
     pub(crate) fn deciding(
         check: St::Future,
         pending: Pending<S, ReqB>,
-        core: Arc<Core<K, St, C, R>>,
-        key: K,
-        cost: u32,
-        rule: Option<Arc<Rule>>,
+        ctx: Ctx<K, St, C, R>,
     ) -> Self {
         Self {
             state: State::Deciding {
                 check,
                 pending: Some(pending),
             },
-            ctx: Some(Ctx {
-                core,
-                key,
-                cost,
-                rule,
-                waited: Duration::ZERO,
-            }),
+            ctx: Some(ctx),
         }
+    }
+}
+
+impl<S, ReqB, ResB, K, St, C, R> ResponseFuture<S, ReqB, ResB, K, St, C, R>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: From<String>,
+    K: StoreKey,
+    St: Store<K>,
+    C: Clock,
+    R: OnRejected<ResB>,
+{
+    /// The store answered during `call` (the memory store always does). An allowed request goes
+    /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
+    /// once. The rest (pacing, store errors) goes through the state machine.
+    #[inline]
+    pub(crate) fn decided_now(
+        result: Result<Decision, StoreError>,
+        inner: &mut S,
+        mut request: Request<ReqB>,
+        ctx: Ctx<K, St, C, R>,
+    ) -> Self {
+        let state = match result {
+            Ok(d) if d.is_allowed() => {
+                mark_counted(request.extensions_mut(), ctx.id);
+                request.extensions_mut().insert(d);
+                State::Forwarding {
+                    fut: inner.call(request),
+                    decision: Some(d),
+                }
+            }
+            Ok(d) if d.outcome() == Outcome::Exceeds || ctx.core.pacing.is_none() => {
+                // The request never reaches `inner`: give back what its `poll_ready` reserved
+                // (e.g. a concurrency permit) rather than hold it until the next request.
+                let fresh = inner.clone();
+                drop(std::mem::replace(inner, fresh));
+                State::Done {
+                    response: Some(ctx.reject(d)),
+                }
+            }
+            result => {
+                // The ready-clone idiom: the service that was polled ready goes into the future.
+                let clone = inner.clone();
+                State::Decided {
+                    result: Some(result),
+                    pending: Some(Pending {
+                        request,
+                        inner: std::mem::replace(inner, clone),
+                        ready: true,
+                    }),
+                }
+            }
+        };
+        Self {
+            state,
+            ctx: Some(ctx),
+        }
+    }
+}
+
+/// The store's answer if `check` has it already: a [`std::future::Ready`] (the memory store's
+/// future) is taken at once, without a poll through the response future.
+pub(crate) fn ready_now<F>(check: &mut F) -> Option<Result<Decision, StoreError>>
+where
+    F: Future<Output = Result<Decision, StoreError>> + 'static,
+{
+    let any: &mut dyn std::any::Any = check;
+    let ready = any.downcast_mut::<std::future::Ready<Result<Decision, StoreError>>>()?;
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Pin::new(ready).poll(&mut cx) {
+        Poll::Ready(result) => Some(result),
+        Poll::Pending => None,
     }
 }
 
@@ -226,69 +318,18 @@ where
             match this.state.as_mut().project() {
                 StateProj::Deciding { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let (Some(ctx), Some(mut p)) = (this.ctx.as_mut(), pending.take()) else {
+                    let (Some(ctx), Some(p)) = (this.ctx.as_mut(), pending.take()) else {
                         return Poll::Pending;
                     };
-                    let d = match result {
-                        Ok(d) => d,
-                        Err(e) => {
-                            ctx.store_error(&e);
-                            if ctx.core.failure == FailurePolicy::FailClosed {
-                                let mut res = text(
-                                    StatusCode::SERVICE_UNAVAILABLE,
-                                    "Service Unavailable: the rate limiter cannot decide.\n"
-                                        .to_owned(),
-                                );
-                                res.extensions_mut().insert(e);
-                                this.state.set(State::Done {
-                                    response: Some(res),
-                                });
-                            } else {
-                                ctx.core.limiter.record_fail_open();
-                                this.state.set(State::Readying {
-                                    pending: Some(p),
-                                    decision: None,
-                                });
-                            }
-                            continue;
-                        }
+                    this.state.set(after_check(ctx, result, p));
+                }
+                StateProj::Decided { result, pending } => {
+                    let (Some(ctx), Some(result), Some(p)) =
+                        (this.ctx.as_mut(), result.take(), pending.take())
+                    else {
+                        return Poll::Pending;
                     };
-                    match d.outcome() {
-                        Outcome::Allowed => {
-                            p.request.extensions_mut().insert(d);
-                            this.state.set(State::Readying {
-                                pending: Some(p),
-                                decision: Some(d),
-                            });
-                        }
-                        Outcome::Rejected => {
-                            let wait =
-                                Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
-                            match ctx.core.pacing {
-                                Some(max) if ctx.waited.saturating_add(wait) <= max => {
-                                    p.unready();
-                                    this.state.set(State::Pacing {
-                                        sleep: tokio::time::sleep(wait),
-                                        wait,
-                                        pending: Some(p),
-                                        guard: Some(WaitGuard::new(&ctx.core.waiting)),
-                                    });
-                                }
-                                _ => {
-                                    let res = ctx.reject(d);
-                                    this.state.set(State::Done {
-                                        response: Some(res),
-                                    });
-                                }
-                            }
-                        }
-                        Outcome::Exceeds => {
-                            let res = ctx.reject(d);
-                            this.state.set(State::Done {
-                                response: Some(res),
-                            });
-                        }
-                    }
+                    this.state.set(after_check(ctx, result, p));
                 }
                 StateProj::Pacing {
                     sleep,
@@ -311,9 +352,10 @@ where
                         ready!(p.inner.poll_ready(cx))?;
                         p.ready = true;
                     }
-                    let Some(p) = pending.take() else {
+                    let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
                         return Poll::Pending;
                     };
+                    mark_counted(p.request.extensions_mut(), ctx.id);
                     let mut inner = p.inner;
                     let fut = inner.call(p.request);
                     let decision = *decision;
@@ -364,6 +406,72 @@ where
                 }
             }
         }
+    }
+}
+
+/// The state after the store answered: forward, pace, reject, or fail open or closed.
+fn after_check<S, ReqB, ResB, K, St, C, R>(
+    ctx: &mut Ctx<K, St, C, R>,
+    result: Result<Decision, StoreError>,
+    mut p: Pending<S, ReqB>,
+) -> State<S, ReqB, ResB, K, St>
+where
+    S: Service<Request<ReqB>> + Clone,
+    ResB: From<String>,
+    K: StoreKey,
+    St: Store<K>,
+    C: Clock,
+    R: OnRejected<ResB>,
+{
+    let d = match result {
+        Ok(d) => d,
+        Err(e) => {
+            ctx.store_error(&e);
+            if ctx.core.failure == FailurePolicy::FailClosed {
+                let mut res = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
+                );
+                res.extensions_mut().insert(e);
+                return State::Done {
+                    response: Some(res),
+                };
+            }
+            ctx.core.limiter.record_fail_open();
+            return State::Readying {
+                pending: Some(p),
+                decision: None,
+            };
+        }
+    };
+    match d.outcome() {
+        Outcome::Allowed => {
+            p.request.extensions_mut().insert(d);
+            State::Readying {
+                pending: Some(p),
+                decision: Some(d),
+            }
+        }
+        Outcome::Rejected => {
+            let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
+            match ctx.core.pacing {
+                Some(max) if ctx.waited.saturating_add(wait) <= max => {
+                    p.unready();
+                    State::Pacing {
+                        sleep: tokio::time::sleep(wait),
+                        wait,
+                        pending: Some(p),
+                        guard: Some(WaitGuard::new(&ctx.core.waiting)),
+                    }
+                }
+                _ => State::Done {
+                    response: Some(ctx.reject(d)),
+                },
+            }
+        }
+        Outcome::Exceeds => State::Done {
+            response: Some(ctx.reject(d)),
+        },
     }
 }
 

@@ -242,9 +242,9 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
     /// Limits requests with `limiter`, keyed by `key`.
     pub fn new(limiter: RateLimiter<X::Key, St, C>, key: X) -> Self {
         Self {
+            headers: HeaderConfig::for_rule(limiter.rule()),
             limiter,
             key,
-            headers: HeaderConfig::default(),
             failure: FailurePolicy::default(),
             missing: MissingKey::Reject(StatusCode::BAD_REQUEST),
             pacing: None,

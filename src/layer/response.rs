@@ -66,6 +66,7 @@ pub(crate) struct HeaderConfig {
     pub(crate) style: HeaderStyle,
     pub(crate) reset: ResetFormat,
     pub(crate) policy_name: Arc<str>,
+    pub(crate) numbers: Numbers,
 }
 
 impl Default for HeaderConfig {
@@ -75,8 +76,61 @@ impl Default for HeaderConfig {
             style: HeaderStyle::default(),
             reset: ResetFormat::default(),
             policy_name: Arc::from("default"),
+            numbers: Numbers::default(),
         }
     }
+}
+
+impl HeaderConfig {
+    /// The default settings, with the numbers of `rule` rendered once.
+    pub(crate) fn for_rule(rule: &Rule) -> Self {
+        Self {
+            numbers: Numbers::for_rule(rule),
+            ..Self::default()
+        }
+    }
+}
+
+/// Header values rendered once for the numbers that repeat on every response of a rule: each
+/// quota's limit (and burst), which `x-ratelimit-limit` carries, when too large for the table of
+/// small numbers. A clone is a reference count, not an allocation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Numbers {
+    values: Arc<[(u64, HeaderValue)]>,
+}
+
+impl Numbers {
+    fn for_rule(rule: &Rule) -> Self {
+        let mut values: Vec<(u64, HeaderValue)> = Vec::new();
+        for q in rule.quotas() {
+            for n in [q.limit(), q.burst()].map(u64::from) {
+                if n >= SMALL_NUMBERS as u64 && values.iter().all(|(m, _)| *m != n) {
+                    values.push((n, shared_num(n)));
+                }
+            }
+        }
+        Self {
+            values: values.into(),
+        }
+    }
+
+    /// The header value of `n`: from the table, from this cache, or rendered now.
+    fn get(&self, n: u64) -> HeaderValue {
+        if n >= SMALL_NUMBERS as u64 {
+            if let Some((_, v)) = self.values.iter().find(|(m, _)| *m == n) {
+                return v.clone();
+            }
+        }
+        num(n)
+    }
+}
+
+/// `n` rendered into shared bytes, so that clones only count references.
+fn shared_num(n: u64) -> HeaderValue {
+    let value = render(n);
+    // The first clone moves the bytes to shared storage: done here, not on a request.
+    drop(value.clone());
+    value
 }
 
 /// Numbers below this are written from a table built once: no allocation per response for them.
@@ -105,8 +159,58 @@ fn num(n: u64) -> HeaderValue {
     if let Some(s) = usize::try_from(n).ok().and_then(|i| small.get(i)) {
         return HeaderValue::from_static(s);
     }
-    let mut buf = itoa::Buffer::new();
-    HeaderValue::from_str(buf.format(n)).unwrap_or(HeaderValue::from_static("0"))
+    RECENT
+        .try_with(|r| r.borrow_mut().get(n))
+        .unwrap_or_else(|_| render(n))
+}
+
+fn render(n: u64) -> HeaderValue {
+    HeaderValue::from_str(itoa::Buffer::new().format(n)).unwrap_or(HeaderValue::from_static("0"))
+}
+
+thread_local! {
+    static RECENT: std::cell::RefCell<Recent> = const {
+        std::cell::RefCell::new(Recent {
+            slots: [const { (0, 0, None) }; Recent::SLOTS],
+        })
+    };
+}
+
+/// Large numbers seen lately on this thread and their header values, like hyper's cached `Date`:
+/// under a flood, `Retry-After` and `x-ratelimit-reset` repeat for a second; a bucket's
+/// `remaining` repeats while a key stays under its rate. Keeping a value costs an allocation, so a
+/// number is kept only once it came [`Recent::KEEP_AFTER`] times in a row to its slot: numbers
+/// that change on every response (a window's `remaining`) cost a comparison more, not a copy.
+struct Recent {
+    /// Per slot: the number last seen, how many times in a row, and its value once kept.
+    slots: [(u64, u8, Option<HeaderValue>); Recent::SLOTS],
+}
+
+impl Recent {
+    const SLOTS: usize = 8;
+    const KEEP_AFTER: u8 = 4;
+
+    fn get(&mut self, n: u64) -> HeaderValue {
+        // Fibonacci hashing: the top 3 bits of the product pick one of the 8 slots.
+        let i = usize::try_from(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61).unwrap_or(0);
+        let Some(slot) = self.slots.get_mut(i) else {
+            return render(n);
+        };
+        if slot.0 != n {
+            *slot = (n, 1, None);
+            return render(n);
+        }
+        if let Some(v) = &slot.2 {
+            return v.clone();
+        }
+        slot.1 += 1;
+        let v = render(n);
+        if slot.1 >= Self::KEEP_AFTER {
+            // The clone moves the bytes to shared storage; later clones only count references.
+            slot.2 = Some(v.clone());
+        }
+        v
+    }
 }
 
 /// Writes the rate-limit fields for `d` (replacing any the inner service set, never duplicating
@@ -122,8 +226,12 @@ pub(crate) fn write_headers(
         ResetFormat::Unix => d.reset_unix_secs(),
     };
     if matches!(cfg.style, HeaderStyle::XRateLimit | HeaderStyle::Both) {
-        headers.insert(X_RATELIMIT_LIMIT.clone(), num(u64::from(d.limit())));
-        headers.insert(X_RATELIMIT_REMAINING.clone(), num(u64::from(d.remaining())));
+        let numbers = &cfg.numbers;
+        headers.insert(X_RATELIMIT_LIMIT.clone(), numbers.get(u64::from(d.limit())));
+        headers.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            numbers.get(u64::from(d.remaining())),
+        );
         headers.insert(X_RATELIMIT_RESET.clone(), num(reset));
     }
     if matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both) {
@@ -210,10 +318,14 @@ impl<B: From<String>> OnRejected<B> for DefaultRejection {
                 d.limit()
             ),
             (_, Some(secs)) => {
-                format!(
-                    "Too Many Requests: retry in {secs} second{}.\n",
-                    plural(secs)
-                )
+                // Pieces instead of `format!`: this is the flood path.
+                let mut body = String::with_capacity(48);
+                body.push_str("Too Many Requests: retry in ");
+                body.push_str(itoa::Buffer::new().format(secs));
+                body.push_str(" second");
+                body.push_str(plural(secs));
+                body.push_str(".\n");
+                body
             }
             _ => "Too Many Requests.\n".to_owned(),
         };
@@ -268,6 +380,56 @@ mod tests {
     }
 
     #[test]
+    fn large_numbers_render_exactly_whether_cached_or_not() {
+        let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+        let lim = RateLimiter::<()>::builder()
+            .strategy(Strategy::FixedWindow)
+            .quotas("1000000000/second; 5000/minute")
+            .unwrap()
+            .clock(clock)
+            .build()
+            .unwrap();
+        let cfg = HeaderConfig::for_rule(lim.rule());
+        assert_eq!(cfg.numbers.values.len(), 2, "both limits are cached");
+        for (n, text) in [
+            (1_000_000_000, "1000000000"),
+            (5000, "5000"),
+            (4999, "4999"),
+            (4096, "4096"),
+            (4095, "4095"),
+            (0, "0"),
+            (u64::MAX, "18446744073709551615"),
+        ] {
+            assert_eq!(cfg.numbers.get(n), text);
+            assert_eq!(cfg.numbers.get(n), text, "a second use of a cached value");
+        }
+        let d = lim.check_now(&(), 1);
+        let mut h = HeaderMap::new();
+        write_headers(&mut h, &d, lim.rule(), &cfg);
+        assert_eq!(
+            h["x-ratelimit-limit"], "5000",
+            "the minute quota has fewer left"
+        );
+        assert_eq!(h["x-ratelimit-remaining"], "4999");
+    }
+
+    #[test]
+    fn recent_numbers_are_kept_after_repeats_and_replaced_exactly() {
+        for n in [86_400u64, 999_999_999, 4096] {
+            for i in 0..10 {
+                assert_eq!(num(n), n.to_string().as_str(), "{n}, use {i}");
+            }
+        }
+        // A number that changes on every call, through every slot.
+        for n in 1_000_000..1_000_100u64 {
+            assert_eq!(num(n), n.to_string().as_str());
+        }
+        assert_eq!(num(86_400), "86400", "after its slot was taken");
+        let kept = RECENT.with_borrow(|r| r.slots.iter().filter(|s| s.2.is_some()).count());
+        assert!(kept <= Recent::SLOTS);
+    }
+
+    #[test]
     fn default_rejection_bodies() {
         let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
         let lim = RateLimiter::<()>::builder()
@@ -290,5 +452,15 @@ mod tests {
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(res.body(), "Too Many Requests: retry in 1 second.\n");
         assert_eq!(res.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+        let lim = RateLimiter::<()>::builder()
+            .strategy(Strategy::TokenBucket)
+            .quotas("1/minute")
+            .unwrap()
+            .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+            .build()
+            .unwrap();
+        lim.check_now(&(), 1);
+        let res: Response<String> = DefaultRejection.on_rejected(&lim.check_now(&(), 1));
+        assert_eq!(res.body(), "Too Many Requests: retry in 60 seconds.\n");
     }
 }

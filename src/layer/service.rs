@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::{Pending, ResponseFuture};
+use super::future::{Ctx, Pending, ResponseFuture, ready_now};
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
 use super::response::{OnRejected, text};
 use crate::clock::Clock;
@@ -100,6 +100,18 @@ struct Counted {
     len: usize,
 }
 
+/// Marks a request as counted under `id` before it is forwarded.
+pub(crate) fn mark_counted(extensions: &mut http::Extensions, id: CountId) {
+    match extensions.get_mut::<Counted>() {
+        Some(c) => c.push(id),
+        None => {
+            let mut c = Counted::default();
+            c.push(id);
+            extensions.insert(c);
+        }
+    }
+}
+
 impl Counted {
     const MAX: usize = 4;
 
@@ -117,7 +129,7 @@ impl Counted {
 
 /// A request's identity under one limiter and rule: the store's address, the rule's address and a
 /// hash of the key (seeded per process, so an attacker cannot aim a collision).
-type CountId = (usize, usize, u64);
+pub(crate) type CountId = (usize, usize, u64);
 
 fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     limiter: &RateLimiter<K, St, C>,
@@ -180,33 +192,36 @@ where
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
                     let mut res = text(*status, format!("{e}\n"));
                     res.extensions_mut().insert(e);
+                    // Gives back what the inner service's `poll_ready` reserved.
+                    let fresh = self.inner.clone();
+                    drop(std::mem::replace(&mut self.inner, fresh));
                     return ResponseFuture::ready(res);
                 }
             },
         };
-        // One request, one count: a second layer on the same limiter and key lets it through.
-        let mut parts = parts;
+        // One request, one count: a second layer on the same limiter and key lets it through. The
+        // request is marked when it is forwarded (a rejected one never meets another layer).
         let rule = hooks.rule.rule(&parts);
         let rule_ref = rule.as_deref().unwrap_or_else(|| self.core.limiter.rule());
         let id = counted_id(&self.core.limiter, rule_ref, &key);
-        let counted = parts.extensions.get_mut::<Counted>();
-        match counted {
-            Some(c) if c.contains(id) => {
-                let fut = self.inner.call(Request::from_parts(parts, body));
-                return ResponseFuture::passthrough(fut);
-            }
-            Some(c) => c.push(id),
-            None => {
-                let mut c = Counted::default();
-                c.push(id);
-                parts.extensions.insert(c);
-            }
+        if parts
+            .extensions
+            .get::<Counted>()
+            .is_some_and(|c| c.contains(id))
+        {
+            let fut = self.inner.call(Request::from_parts(parts, body));
+            return ResponseFuture::passthrough(fut);
         }
         let cost = hooks.cost.cost(&parts);
-        let check = match &rule {
+        let mut check = match &rule {
             Some(r) => self.core.limiter.check_rule(r, &key, cost),
             None => self.core.limiter.check(&key, cost),
         };
+        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
+        if let Some(result) = ready_now(&mut check) {
+            let request = Request::from_parts(parts, body);
+            return ResponseFuture::decided_now(result, &mut self.inner, request, ctx);
+        }
         // The ready-clone idiom: the service that was polled ready goes into the future.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
@@ -217,10 +232,7 @@ where
                 inner,
                 ready: true,
             },
-            Arc::clone(&self.core),
-            key,
-            cost,
-            rule,
+            ctx,
         )
     }
 }

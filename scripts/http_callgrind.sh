@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Instructions per HTTP request (issue 5, BENCHMARKS.md "HTTP"): the bench server
+# (`examples/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
+# (instructions after WARM + N requests - after WARM requests) / N. Deterministic, unlike wrk.
+#
+#   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
+#   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
+# Needs valgrind and python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-3000}
+WARM=${WARM:-500}
+ALLOW=${ALLOW-"none tollgate:token-bucket tollgate:sliding-window"}
+REJECT=${REJECT-"static429 tollgate:token-bucket tollgate:sliding-window"}
+cargo build --release --example http_bench_server -q
+BIN=target/release/examples/http_bench_server
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+count() { # variant workload requests -> instructions collected over the server's whole life
+  local variant=$1 workload=$2 n=$3
+  : >"$out/addr"
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    "$BIN" "$variant" "$workload" 127.0.0.1:0 >"$out/addr" 2>"$out/vg" &
+  local pid=$!
+  for _ in $(seq 1200); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done
+  local url; url=$(sed -n 's/listening on //p' "$out/addr")
+  python3 - "$url" "$n" <<'PY'
+import http.client, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port)
+for _ in range(int(sys.argv[2])):
+    c.request("GET", "/")
+    r = c.getresponse()
+    r.read()
+c.close()
+PY
+  sleep 0.5 # let the server see the connection close
+  kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+  sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out/vg"
+}
+
+printf '%-8s %-28s %14s\n' workload variant instr/request
+for workload in allow reject; do
+  [ "$workload" = allow ] && variants=$ALLOW || variants=$REJECT
+  for v in $variants; do
+    a=$(count "$v" "$workload" "$WARM")
+    b=$(count "$v" "$workload" $((WARM + N)))
+    printf '%-8s %-28s %14s\n' "$workload" "$v" $(((b - a) / N))
+  done
+done
