@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run --release --example http_bench_server -- VARIANT WORKLOAD [ADDR]
-//!   VARIANT  none | identity | static429 | tower-governor | tollgate:STRATEGY (e.g. tollgate:sliding-window)
+//!   VARIANT  none | identity | static429 | tower-governor | tower-governor-headers | tollgate:STRATEGY (e.g. tollgate:sliding-window)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```
 //!
@@ -58,6 +58,21 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 builder.per_nanosecond(1).burst_size(1_000_000_000);
             }
             let config = builder.finish().ok_or("tower_governor config")?;
+            base.layer(GovernorLayer::new(Arc::new(config)))
+        }
+        // The same with its `x-ratelimit-*` headers on every response (`use_headers`), as tollgate
+        // always writes them: the like-for-like comparison on the allow path.
+        "tower-governor-headers" => {
+            let mut builder = GovernorConfigBuilder::default();
+            if reject {
+                builder.per_second(86_400).burst_size(1);
+            } else {
+                builder.per_nanosecond(1).burst_size(1_000_000_000);
+            }
+            let config = builder
+                .use_headers()
+                .finish()
+                .ok_or("tower_governor config")?;
             base.layer(GovernorLayer::new(Arc::new(config)))
         }
         v => {

@@ -385,7 +385,13 @@ fn two_limiters_admit_exactly_the_limit_with_one_evalsha_each() {
         server.cli(&["CONFIG", "RESETSTAT"]);
         let admitted = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(AtomicU64::new(0));
-        let per_task = 100_000 / 64;
+        // 10^5 attempts per CI run; the long tier (`TOLLGATE_SCALE=10`) makes them 10^6 (T-16).
+        let scale = std::env::var("TOLLGATE_SCALE")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(1)
+            .clamp(1, 100);
+        let per_task = 100_000 * scale / 64;
         let mut tasks = Vec::new();
         for limiter in &limiters {
             for _ in 0..32 {
