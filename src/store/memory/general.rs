@@ -41,6 +41,21 @@ impl Entry {
         if self.tag == tag {
             return &mut self.state;
         }
+        // The rule's state may live among the others: found there, it is used as it is (a fresh
+        // first slot must not stand in for it, or a blocked key would start afresh).
+        let found = self.others.as_deref_mut().and_then(|others| {
+            others.retain(|(t, s)| *t == tag || !s.is_fresh(now));
+            others.iter().position(|(t, _)| *t == tag)
+        });
+        if let Some(i) = found {
+            return match self.others.as_deref_mut().and_then(|o| o.get_mut(i)) {
+                Some((_, state)) => state,
+                None => &mut self.state,
+            };
+        }
+        if self.others.as_ref().is_some_and(|o| o.is_empty()) {
+            self.others = None;
+        }
         if self.state.is_fresh(now) {
             // The old rule's state is spent: the slot is this rule's now, with a new state.
             self.tag = tag;
@@ -48,15 +63,9 @@ impl Entry {
             return &mut self.state;
         }
         let others = self.others.get_or_insert_with(Box::default);
-        others.retain(|(t, s)| *t == tag || !s.is_fresh(now));
-        let i = match others.iter().position(|(t, _)| *t == tag) {
-            Some(i) => i,
-            None => {
-                others.push((tag, KeyState::new()));
-                others.len() - 1
-            }
-        };
-        &mut others[i].1
+        others.push((tag, KeyState::new()));
+        let last = others.len() - 1;
+        &mut others[last].1
     }
 
     fn states(&self) -> impl Iterator<Item = &KeyState> {

@@ -41,6 +41,8 @@ const PACKED_RULES: usize = 4;
 const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
 /// Segments a new key may examine to make room at the cap: bounds the work one request causes.
 const SEGMENTS_PER_ROOM_CALL: usize = 2;
+/// Segments (of every table) the last-resort eviction of one key with room may look at.
+const SEGMENTS_PER_EVICTION: usize = 8;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -62,8 +64,8 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
 /// A key's state belongs to the rule it was used with: the same key under another rule (a tier
-/// change) starts afresh there. Concurrent inserts may overshoot the cap by at most the number of
-/// inserting threads.
+/// change) starts afresh there. A key held under two packable rules counts twice against the cap.
+/// Concurrent inserts may overshoot the cap by at most the number of inserting threads.
 pub struct MemoryStore<K> {
     general: Table<K, Entry>,
     packed: [OnceLock<Table<K, AtomicU64>>; PACKED_RULES],
@@ -430,11 +432,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// Sweeps every segment.
     pub fn sweep_all(&self, now: u64) {
-        // Called with any time: a key swept as fresh then must not stay cached as blocked.
-        self.blocked.invalidate();
         for i in 0..SEGMENTS {
             self.sweep_segment(i, now);
         }
+        // Called with any time: a key swept as fresh then must not stay cached as blocked. After
+        // the removals, so that a rejection cached meanwhile is from the older generation.
+        self.blocked.invalidate();
     }
 
     /// Makes room for one key at the cap, examining the new key's segment `home_i` of `home` and at
@@ -466,7 +469,24 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if scan.freed == 0 {
             // Every key with room here was used since the last pass: evict one of them anyway
             // (the second-chance order is a preference, not a reason to turn a new client away).
+            // The new key's own segment first, then the same segment of every table (the new
+            // key's table may be new and empty while others fill the cap).
             home.evict_one(home_i, now, &mut scan);
+            // Then that segment of every table, then the next segments (a small cap leaves many
+            // segments empty), a bounded number of them.
+            let mut i = home_i;
+            for _ in 0..SEGMENTS_PER_EVICTION {
+                if scan.freed > 0 {
+                    break;
+                }
+                for table in self.tables() {
+                    if scan.freed > 0 {
+                        break;
+                    }
+                    table.evict_one(i, now, &mut scan);
+                }
+                i = (i + 1) % SEGMENTS;
+            }
         }
         self.keys.fetch_sub(scan.freed, Ordering::Relaxed);
         self.evictions.add(scan.evicted);
@@ -482,7 +502,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .fetch_add(SEGMENTS_PER_ROOM_CALL, Ordering::Relaxed);
         if scanned + SEGMENTS_PER_ROOM_CALL >= 2 * SEGMENTS {
             self.fruitless.store(0, Ordering::Relaxed);
-            let until = self.soonest_room.swap(u64::MAX, Ordering::Relaxed);
+            // No blocked key seen: the keys had room but sat elsewhere; look again after a step
+            // rather than never.
+            let until = match self.soonest_room.swap(u64::MAX, Ordering::Relaxed) {
+                u64::MAX => now.saturating_add(SWEEP_STEP_EVERY),
+                until => until,
+            };
             self.full_until.store(until, Ordering::Relaxed);
         }
         false
@@ -612,6 +637,43 @@ mod tests {
                 assert_eq!(got, to_decision(index, v, now, 1), "{strategy} step {i}");
             }
         }
+    }
+
+    #[test]
+    fn regression_a_blocked_state_under_a_second_rule_survives_the_first_rule_expiring() {
+        // Review: with the first rule's state fresh, a call under a second rule took the first
+        // slot with a new state instead of finding its own (blocked) state among the others.
+        let a = Rule::parse(Strategy::MovingWindow, "100/s").unwrap();
+        let b = Rule::parse(Strategy::MovingWindow, "5/hour").unwrap();
+        let store = MemoryStore::<u64>::new();
+        assert!(store.decide(&1, &a, Op::Check(1), 100 * S).is_allowed());
+        for _ in 0..5 {
+            assert!(store.decide(&1, &b, Op::Check(1), 100 * S).is_allowed());
+        }
+        assert!(!store.decide(&1, &b, Op::Check(1), 100 * S).is_allowed());
+        // Rule a's state is fresh from 101 s on; rule b's key stays blocked.
+        assert!(!store.decide(&1, &b, Op::Check(1), 102 * S).is_allowed());
+        assert!(store.decide(&1, &a, Op::Check(1), 102 * S).is_allowed());
+        assert!(!store.decide(&1, &b, Op::Check(1), 103 * S).is_allowed());
+    }
+
+    #[test]
+    fn regression_at_the_cap_a_new_rule_takes_room_from_another_rules_table() {
+        // Review: making room looked for a key to evict only in the new key's own (empty) table,
+        // then sent every new key of the new rule to the overflow quota for good.
+        let busy = Rule::parse(Strategy::FixedWindow, "1000/s").unwrap();
+        let login = Rule::parse(Strategy::TokenBucket, "5/minute").unwrap();
+        let store = MemoryStore::<u64>::builder().max_keys(100).build();
+        let now = 100 * S;
+        for round in 0..300u64 {
+            for k in 0..100 {
+                store.decide(&k, &busy, Op::Check(1), now);
+            }
+            let d = store.decide(&(1_000 + round), &login, Op::Check(1), now);
+            assert_eq!((d.is_allowed(), d.remaining()), (true, 4), "round {round}");
+        }
+        assert_eq!(store.stats().overflow_hits, 0);
+        assert!(store.len() <= 101);
     }
 
     #[test]

@@ -627,7 +627,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
                         return Box::pin(std::future::ready(Ok(d)));
                     }
                 }
-                Op::Refund(_) | Op::Reset => cache.remove(ck),
+                Op::Refund(_) | Op::RefundAt(..) | Op::Reset => cache.remove(ck),
                 _ => {}
             }
         }
