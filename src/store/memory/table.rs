@@ -123,12 +123,12 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
             removed += usize::from(!keep);
             keep
         });
-        // Past three times what its keys need, a map has either lost most of its keys or doubled
+        // Past 2.5 times what its keys need, a map has either lost most of its keys or doubled
         // over tombstones: under steady churn at a cap (one eviction per insert) hashbrown grows a
         // table whose deleted slots use up its free ones instead of rehashing it in place. A map
         // that has just grown sits at about twice its keys and is left alone, with room to lose a
-        // third of them before it is shrunk (no shrink-and-grow back and forth).
-        if segment.capacity() > 3 * segment.len() + 64 {
+        // fifth of them before it is shrunk (no shrink-and-grow back and forth at the boundary).
+        if segment.capacity() > 5 * segment.len() / 2 + 64 {
             segment.shrink_to_fit();
         }
         removed
