@@ -20,11 +20,13 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
+use governor::middleware::NoOpMiddleware;
 use tollgate::key::PeerIp;
 use tollgate::layer::RateLimitLayer;
 use tollgate::{RateLimiter, Strategy};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
 
 async fn hello() -> &'static str {
     "Hello, World!"
@@ -43,38 +45,37 @@ async fn static_429() -> (StatusCode, [(&'static str, &'static str); 4], &'stati
     )
 }
 
+/// tower_governor keyed by peer IP: one cell per ns with a burst of 10^9 (allow), or one cell per
+/// day with a burst of 1 (reject: every request after the first).
+fn governor_config(reject: bool) -> GovernorConfigBuilder<PeerIpKeyExtractor, NoOpMiddleware> {
+    let mut builder = GovernorConfigBuilder::default();
+    if reject {
+        builder.per_second(86_400).burst_size(1);
+    } else {
+        builder.per_nanosecond(1).burst_size(1_000_000_000);
+    }
+    builder
+}
+
 fn app(variant: &str, reject: bool) -> Result<Router, String> {
     let base = Router::new().route("/", get(hello));
     Ok(match variant {
         "none" => base,
         "identity" => base.layer(tower::layer::util::Identity::new()),
         "static429" => Router::new().route("/", get(static_429)),
-        "tower-governor" => {
-            let mut builder = GovernorConfigBuilder::default();
-            if reject {
-                // One cell per day, burst 1: every request after the first is rejected.
-                builder.per_second(86_400).burst_size(1);
-            } else {
-                builder.per_nanosecond(1).burst_size(1_000_000_000);
-            }
-            let config = builder.finish().ok_or("tower_governor config")?;
-            base.layer(GovernorLayer::new(Arc::new(config)))
-        }
+        "tower-governor" => base.layer(GovernorLayer::new(Arc::new(
+            governor_config(reject)
+                .finish()
+                .ok_or("tower_governor config")?,
+        ))),
         // The same with its `x-ratelimit-*` headers on every response (`use_headers`), as tollgate
         // always writes them: the like-for-like comparison on the allow path.
-        "tower-governor-headers" => {
-            let mut builder = GovernorConfigBuilder::default();
-            if reject {
-                builder.per_second(86_400).burst_size(1);
-            } else {
-                builder.per_nanosecond(1).burst_size(1_000_000_000);
-            }
-            let config = builder
+        "tower-governor-headers" => base.layer(GovernorLayer::new(Arc::new(
+            governor_config(reject)
                 .use_headers()
                 .finish()
-                .ok_or("tower_governor config")?;
-            base.layer(GovernorLayer::new(Arc::new(config)))
-        }
+                .ok_or("tower_governor config")?,
+        ))),
         v => {
             let name = v
                 .strip_prefix("tollgate:")

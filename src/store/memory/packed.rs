@@ -208,41 +208,25 @@ impl PackedRule {
     #[inline(always)]
     fn check_as<S: Packable>(&self, cell: &impl Cell, cost: u32, now: u64) -> Verdict {
         let cost = u64::from(cost);
-        let mut word = cell.load();
-        loop {
+        swap_loop(cell, |word| {
             let mut state = S::unpack(self, word);
             let v = state.check(self, now, cost);
             if v.outcome == Outcome::Allowed && cost > 0 {
                 state.commit(self, now, cost);
             }
-            let new = state.pack(self).min(!USED) | USED;
-            if new == word {
-                return v;
-            }
-            match cell.compare_exchange(word, new) {
-                Ok(_) => return v,
-                Err(found) => word = found,
-            }
-        }
+            (state.pack(self), v)
+        })
     }
 
     /// Any other operation, through the general state (rare: peeks, refunds, resets).
     fn update(&self, cell: &impl Cell, op: Op, now: u64) -> Verdict {
         let params = std::slice::from_ref(&self.params);
-        let mut word = cell.load();
-        loop {
+        swap_loop(cell, |word| {
             let mut state = self.unpack(word);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
-            let new = self.pack(&state) | USED;
-            if new == word {
-                return verdict;
-            }
-            match cell.compare_exchange(word, new) {
-                Ok(_) => return verdict,
-                Err(found) => word = found,
-            }
-        }
+            (self.pack(&state), verdict)
+        })
     }
 
     /// Whether the state in `word` equals a new key's at `now`.
@@ -259,6 +243,24 @@ impl PackedRule {
             0
         } else {
             now.saturating_add(v.retry_after.max(1))
+        }
+    }
+}
+
+/// Runs `step` on the word in `cell` (it returns the new state without the second-chance bit, and
+/// the verdict) until its compare-and-swap wins; writes nothing when the word would not change.
+#[inline(always)]
+fn swap_loop(cell: &impl Cell, mut step: impl FnMut(u64) -> (u64, Verdict)) -> Verdict {
+    let mut word = cell.load();
+    loop {
+        let (state, verdict) = step(word);
+        let new = state.min(!USED) | USED;
+        if new == word {
+            return verdict;
+        }
+        match cell.compare_exchange(word, new) {
+            Ok(_) => return verdict,
+            Err(found) => word = found,
         }
     }
 }
