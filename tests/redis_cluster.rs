@@ -173,8 +173,12 @@ fn t35_resharding_100_slots_under_load_stays_exact() {
     let from = cluster.node_of_slot(0);
     let to = (from + 1) % cluster.nodes.len();
     rt.block_on(async {
+        // A generous timeout: what this test checks is that redirections during the migration never
+        // surface as errors and that counts stay exact. The cluster client now and then stalls for
+        // over 2 s while it refreshes its slot map mid-reshard on a busy 2-core CI machine (seen in
+        // 2 of ~10 full-suite runs, never alone); the slowest decision is printed below.
         let store = RedisStore::builder(cluster.url())
-            .timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(10))
             .build()
             .await
             .expect("connect to the cluster");
@@ -193,13 +197,15 @@ fn t35_resharding_100_slots_under_load_stays_exact() {
         let admitted: Arc<Vec<AtomicU64>> =
             Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
         let attempts = Arc::new(AtomicU64::new(0));
+        let slowest_us = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..16)
             .map(|t| {
                 let (store, rule, keys) = (store.clone(), rule.clone(), keys.clone());
-                let (done, admitted, attempts) = (
+                let (done, admitted, attempts, slowest_us) = (
                     Arc::clone(&done),
                     Arc::clone(&admitted),
                     Arc::clone(&attempts),
+                    Arc::clone(&slowest_us),
                 );
                 tokio::spawn(async move {
                     let mut n = 0usize;
@@ -207,10 +213,13 @@ fn t35_resharding_100_slots_under_load_stays_exact() {
                     // 8 keys: 2 x LIMIT per key in all).
                     while !done.load(Ordering::Relaxed) || n < LIMIT as usize {
                         let k = (t + n) % KEYS;
+                        let asked = std::time::Instant::now();
                         let d = store
                             .apply(&keys[k], &rule, Op::Check(1), 0)
                             .await
                             .unwrap_or_else(|e| panic!("error surfaced during the reshard: {e}"));
+                        let took = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        slowest_us.fetch_max(took, Ordering::Relaxed);
                         if d.is_allowed() {
                             admitted[k].fetch_add(1, Ordering::Relaxed);
                         }
@@ -268,8 +277,9 @@ fn t35_resharding_100_slots_under_load_stays_exact() {
         let counts: Vec<u64> = admitted.iter().map(|a| a.load(Ordering::Relaxed)).collect();
         eprintln!(
             "T-35: reshard of 100 slots took {took:?} with {during} decisions during it; \
-             {} decisions in all; admitted per key {counts:?}",
-            attempts.load(Ordering::Relaxed)
+             {} decisions in all; slowest decision {} ms; admitted per key {counts:?}",
+            attempts.load(Ordering::Relaxed),
+            slowest_us.load(Ordering::Relaxed) / 1000
         );
         assert!(during > 0, "the load overlapped the reshard");
         assert!(counts.iter().all(|&c| c == u64::from(LIMIT)), "{counts:?}");
