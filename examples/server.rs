@@ -79,6 +79,7 @@ const MAX_DELAY_MS: u64 = 600_000;
 #[derive(Debug, Parser)]
 #[command(
     name = "server",
+    args_override_self = true,
     about = "tollgate's demo server: every request (404s too) is rate limited.",
     after_help = "Prints exactly one stdout line, `listening on http://ADDR`; logs go to stderr \
                   (RUST_LOG). Exit codes: 0 after SIGINT/SIGTERM, 2 for a usage or configuration \
@@ -791,15 +792,16 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
             return ExitCode::FAILURE;
         }
     };
+    let app = app(limiter, o);
+    let shutdown = shutdown_signal();
     println!("listening on http://{addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let app = app(limiter, o);
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(shutdown)
     .await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -810,24 +812,30 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, before the
+/// `listening` line is printed, so a signal sent right after that line stops the server cleanly.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let int = signal(SignalKind::interrupt());
+        let term = signal(SignalKind::terminate());
+        async move {
+            match (int, term) {
+                (Ok(mut int), Ok(mut term)) => {
+                    tokio::select! {
+                        _ = int.recv() => {},
+                        _ = term.recv() => {},
+                    }
+                }
+                // No handler could be installed: run until killed.
+                _ => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -921,7 +929,8 @@ async fn serve_redis(
         }
         Err(e) => {
             eprintln!(
-                "server: cannot start the Redis store: {}",
+                "server: cannot start the Redis store at {}: {}",
+                url.scrub(&url.url),
                 url.scrub(&e.to_string())
             );
             return ExitCode::FAILURE;
