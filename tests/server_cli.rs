@@ -575,3 +575,35 @@ async fn delay_ms_makes_the_handler_take_that_long() {
     );
     server.stop().await;
 }
+
+/// The flag table of the example's docs and of the README's "The `server` example" section.
+fn flag_table(text: &str, line_prefix: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(line_prefix))
+        .skip_while(|l| !l.starts_with("| Flag |"))
+        .take_while(|l| l.starts_with('|'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_readme_and_the_example_docs_show_the_same_flag_table() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let docs = std::fs::read_to_string(format!("{root}/examples/server.rs")).unwrap();
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let table = flag_table(&docs, "//! ");
+    assert_eq!(
+        table,
+        flag_table(&readme, ""),
+        "README.md and examples/server.rs differ"
+    );
+    for flag in FLAGS.iter().filter(|f| **f != "--help") {
+        assert!(
+            table
+                .iter()
+                .any(|row| row.starts_with(&format!("| `{flag}"))
+                    || row.contains(&format!(", `{flag} "))),
+            "{flag} has no row in the flag table"
+        );
+    }
+}
