@@ -1,34 +1,21 @@
 //! The `server` example's command line, run as a user runs it: the binary `cargo test` builds (in
-//! `target/debug/examples/`; a filtered run such as `cargo test --all-features --test server_cli` does
-//! not rebuild it: `cargo build --all-features --examples` first). `--help`, exit codes, warnings, the single stdout line, host names in
-//! `--addr`, no password in a Redis start error, and `--cost` / `--delay-ms` over HTTP.
+//! `target/debug/examples/`; a filtered run such as `cargo test --all-features --test http` does not
+//! rebuild it: `cargo build --all-features --examples` first). `--help`, exit codes, warnings, the
+//! single stdout line, host names in `--addr`, no password in a Redis start error (a Redis that
+//! refuses the password: `tests/redis/redis_server.rs`), `--cost` and `--delay-ms` over HTTP.
 
-#[path = "support/http.rs"]
-mod http_support;
-#[cfg(feature = "redis")]
-#[path = "support/redis.rs"]
-mod redis_support;
-
-use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::http_examples::example;
+use crate::support::TestClient;
 use http::StatusCode;
-use http_support::TestClient;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
-/// The `server` example next to this test's binary (`cargo test` builds the examples first).
-fn server_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let path = dir.join("examples").join("server");
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds it (or `cargo build --examples`)",
-        path.display()
-    );
-    path
+/// The `server` example binary.
+fn server_binary() -> std::path::PathBuf {
+    example("server")
 }
 
 /// Runs the server with `args` to completion (it must exit by itself: a refused configuration).
@@ -491,33 +478,6 @@ async fn a_redis_start_error_never_prints_the_password() {
         "{}",
         text(&out.stderr)
     );
-}
-
-/// A Redis that answers and refuses the password: exit 1 with the server's refusal, never the
-/// password.
-#[cfg(feature = "redis")]
-#[tokio::test]
-async fn a_wrong_redis_password_exits_1_without_printing_it() {
-    let Some(redis) = redis_support::RedisServer::start() else {
-        return;
-    };
-    // Set after the start (the harness waits for an unauthenticated PING).
-    redis.cli(&["CONFIG", "SET", "requirepass", "the-right-one"]);
-    let url = format!("redis://:hunter2-wrong@127.0.0.1:{}", redis.port);
-    let out = run(&[
-        "--addr",
-        "127.0.0.1:0",
-        "--store",
-        &url,
-        "--store-timeout",
-        "2000",
-    ])
-    .await;
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(text(&out.stdout), "");
-    assert!(!stderr.contains("hunter2"), "{stderr}");
-    assert!(!stderr.contains("the-right-one"), "{stderr}");
 }
 
 #[tokio::test]

@@ -1,12 +1,9 @@
 //! The examples, exercised: `server` and `hyper` as the binaries `cargo test` builds (in
 //! `target/debug/examples/`), `client` through its pacing function on tokio's paused clock.
 
-#[path = "support/http.rs"]
-mod support;
+use crate::support;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/client.rs"]
-mod client;
+use crate::example_client as client;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -18,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The example binary `name`, next to this test's binary (`cargo test` builds examples first).
-fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let path = dir.join("examples").join(name);
