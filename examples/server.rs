@@ -477,6 +477,8 @@ impl Settings {
                 .unwrap_or(ForwardedHeader::XForwardedFor),
             failure: match fail_mode {
                 FailMode::Closed => FailurePolicy::FailClosed,
+                // `local` reaches here only with the memory store (which never fails): on Redis
+                // it is refused above until the library offers it.
                 FailMode::Open | FailMode::Local => FailurePolicy::FailOpen,
             },
             reset: match cli.reset_format {
@@ -606,8 +608,8 @@ fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) 
         ),
     );
     warn(
-        cli.instances.is_some() && fail != FailMode::Local,
-        "--instances has no effect without --fail-mode local".into(),
+        cli.instances.is_some() && (fail != FailMode::Local || memory),
+        "--instances has no effect without --fail-mode local and a Redis store".into(),
     );
     warn(
         cli.redis_lease == Some(OnOff::On) && memory,
