@@ -561,10 +561,14 @@ fn tls_files(cli: &Cli, store: &StoreChoice) -> Result<(), Usage> {
     }
 }
 
+/// `file` is a regular file this process can open.
 fn readable(flag: &str, file: &Path) -> Result<(), Usage> {
-    std::fs::File::open(file)
-        .map(drop)
-        .map_err(|e| Usage(format!("{flag} {}: {e}", file.display())))
+    let fail = |e: &dyn std::fmt::Display| Usage(format!("{flag} {}: {e}", file.display()));
+    match std::fs::metadata(file) {
+        Ok(m) if !m.is_file() => Err(fail(&"not a regular file")),
+        Ok(_) => std::fs::File::open(file).map(drop).map_err(|e| fail(&e)),
+        Err(e) => Err(fail(&e)),
+    }
 }
 
 /// Flags that have no effect in the chosen combination: one warning each.

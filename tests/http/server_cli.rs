@@ -194,6 +194,7 @@ async fn bad_values_exit_2_with_a_message_naming_the_flag() {
         (&["--redis-lease", "maybe"], "--redis-lease"),
         (&["--addr", "localhost"], "HOST:PORT"),
         (&["--rules", "/nonexistent/tollgate-rules.toml"], "--rules"),
+        (&["--rules", "/"], "not a regular file"),
         (&["--strategy", "token-bucket", "--burst", "x"], "--burst"),
     ];
     for (args, needle) in cases {
