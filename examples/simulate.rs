@@ -594,7 +594,8 @@ fn plot(path: &Path, run: &Run, quota: &Quota, trace: &[Request]) -> Result<(), 
     let end_ms = trace.last().map_or(0, |r| r.t_ms);
     let x_max = (end_ms as f64 / 1000.0) * 1.04 + 0.001;
     let y_top = steps.iter().map(|s| s.1).max().unwrap_or(0).max(n);
-    let y_max = (y_top as f64 * 1.15).max(1.0);
+    // Headroom above the highest count for the legend.
+    let y_max = (y_top as f64 * 1.7).max(2.0);
     let admitted = run.allowed.iter().filter(|a| **a).count();
 
     let root = SVGBackend::new(path, (900, 360)).into_drawing_area();
@@ -627,6 +628,8 @@ fn plot(path: &Path, run: &Run, quota: &Quota, trace: &[Request]) -> Result<(), 
             quota.period().as_secs_f64()
         ))
         .label_style(("sans-serif", 13))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .x_label_formatter(&|x| format!("{x}"))
         .draw()
         .map_err(|e| e.to_string())?;
 
@@ -700,7 +703,7 @@ fn plot(path: &Path, run: &Run, quota: &Quota, trace: &[Request]) -> Result<(), 
         .legend(move |(x, y)| Cross::new((x + 9, y), 4, no_colour.stroke_width(2)));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .label_font(("sans-serif", 13))
