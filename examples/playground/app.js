@@ -10,7 +10,7 @@ const ABOUT = {
   "leaky-bucket": "A meter of capacity B draining at N per period; rejects when full.",
 };
 const NS = "http://www.w3.org/2000/svg";
-const W = 600, BAND_TOP = 8, BAND_BOTTOM = 92;
+const W = 400, BAND_TOP = 6, BAND_BOTTOM = 86, H = 104;
 
 let session = null;
 let settings = { limit: 5, period_s: 10, burst: 5 };
@@ -56,7 +56,7 @@ function buildPanels(state) {
     panel.dataset.allowed = "0";
     panel.dataset.blocked = "0";
     panel.innerHTML = `<h2>${p.strategy}</h2><p class="about">${ABOUT[p.strategy] || ""}</p>`;
-    const svg = el("svg", { class: "timeline", viewBox: `0 0 ${W} 120`, role: "img",
+    const svg = el("svg", { class: "timeline", viewBox: `0 0 ${W} ${H}`, role: "img",
       "aria-label": `timeline of ${p.strategy}` }, panel);
     svg.dataset.role = "timeline";
     const counts = document.createElement("div");
@@ -166,7 +166,7 @@ function draw() {
     if (!panel) continue;
     const svg = panel.querySelector("svg.timeline");
     const bucket = !!p.bucket;
-    const width = bucket ? W - 70 : W;
+    const width = bucket ? W - 62 : W;
     const x = (t) => Math.max(0, Math.min(width, ((t - from) / span) * width));
     svg.textContent = "";
     el("rect", { x: 0, y: BAND_TOP, width, height: BAND_BOTTOM - BAND_TOP, fill: "#fafbfc", stroke: "#e3e6eb" }, svg);
@@ -174,34 +174,41 @@ function draw() {
       const pr = p.previous;
       el("rect", { x: x(pr.start_ms), y: BAND_TOP, width: x(pr.end_ms) - x(pr.start_ms), height: BAND_BOTTOM - BAND_TOP,
         fill: "var(--prev)", "fill-opacity": 0.25 + 0.75 * pr.weight }, svg);
-      const t = el("text", { x: x(pr.start_ms) + 4, y: BAND_TOP + 14, "font-size": 11, fill: "#6b5311" }, svg);
+      const t = el("text", { x: x(pr.start_ms) + 4, y: BAND_TOP + 26, "font-size": 11, fill: "#6b5311" }, svg);
       t.textContent = `prev ${pr.count} × ${pr.weight.toFixed(2)}`;
     }
     if (p.window) {
       const w = p.window;
       el("rect", { x: x(w.start_ms), y: BAND_TOP, width: Math.max(1, x(w.end_ms) - x(w.start_ms)), height: BAND_BOTTOM - BAND_TOP,
         fill: "var(--win)", "fill-opacity": 0.7, stroke: "#5d8fd6", "stroke-dasharray": "4 3" }, svg);
-      const t = el("text", { x: Math.max(x(w.start_ms), 0) + 4, y: BAND_BOTTOM - 4, "font-size": 11, fill: "#1f4e8c" }, svg);
+      const t = el("text", { x: Math.min(Math.max(x(w.start_ms), 0) + 4, width - 84), y: BAND_TOP + 12, "font-size": 11, fill: "#1f4e8c" }, svg);
       t.textContent = `${w.count}/${p.limit} in window`;
     }
+    // Dots closer than their size stack upwards, so every request stays visible.
+    let lastX = -100, level = 0;
     for (const d of dots[p.strategy]) {
       if (d.t < from) continue;
-      const cx = x(d.t), cy = BAND_BOTTOM - 12 - Math.min(d.i, 10) * 7;
-      if (d.ok) el("circle", { cx, cy, r: 4.2, class: "dot-ok" }, svg);
-      else el("path", { d: `M${cx - 4} ${cy - 4}L${cx + 4} ${cy + 4}M${cx + 4} ${cy - 4}L${cx - 4} ${cy + 4}`, class: "dot-no" }, svg);
+      const cx = x(d.t);
+      level = cx - lastX < 7 ? Math.min(level + 1, 8) : 0;
+      lastX = cx;
+      const cy = BAND_BOTTOM - 8 - level * 8;
+      if (d.ok) el("circle", { cx, cy, r: 3.6, class: "dot-ok" }, svg);
+      else el("path", { d: `M${cx - 3.5} ${cy - 3.5}L${cx + 3.5} ${cy + 3.5}M${cx + 3.5} ${cy - 3.5}L${cx - 3.5} ${cy + 3.5}`, class: "dot-no" }, svg);
     }
     el("line", { x1: width, x2: width, y1: BAND_TOP - 4, y2: BAND_BOTTOM + 4, stroke: "#1d2433", "stroke-width": 1.5 }, svg);
-    const axis = el("text", { x: 0, y: 112, "font-size": 11, fill: "#5b6475" }, svg);
+    const axis = el("text", { x: 0, y: H - 4, "font-size": 11, fill: "#5b6475" }, svg);
     axis.textContent = `−${Math.round(span / 1000)} s`;
-    const nowLabel = el("text", { x: width, y: 112, "font-size": 11, fill: "#5b6475", "text-anchor": "end" }, svg);
+    const nowLabel = el("text", { x: width, y: H - 4, "font-size": 11, fill: "#5b6475", "text-anchor": "end" }, svg);
     nowLabel.textContent = "now";
     if (bucket) {
-      const b = p.bucket, bx = W - 50, h = BAND_BOTTOM - BAND_TOP;
+      const b = p.bucket, bx = W - 44, h = BAND_BOTTOM - BAND_TOP;
       el("rect", { x: bx, y: BAND_TOP, width: 36, height: h, fill: "#fff", stroke: "#5b6475", rx: 3 }, svg);
       const lh = (b.level / Math.max(1, b.capacity)) * h;
       el("rect", { x: bx + 2, y: BAND_BOTTOM - lh, width: 32, height: lh, fill: "var(--bucket)" }, svg);
-      const t = el("text", { x: bx + 18, y: 112, "font-size": 11, "text-anchor": "middle", fill: "#1d2433" }, svg);
+      const t = el("text", { x: bx + 18, y: H - 4, "font-size": 11, "text-anchor": "middle", fill: "#1d2433" }, svg);
       t.textContent = `${b.level}/${b.capacity}`;
+      const kind = el("title", {}, t);
+      kind.textContent = p.strategy === "token-bucket" ? "tokens left" : "water in the bucket";
     }
   }
 }
