@@ -690,20 +690,30 @@ fn plot(path: &Path, run: &Run, quota: &Quota, trace: &[Request]) -> Result<(), 
         .map_err(|e| e.to_string())?
         .label("admitted request")
         .legend(move |(x, y)| Circle::new((x + 9, y), 3, ok_colour.filled()));
+    // Rejections at the same time and key stack upwards, so each one stays visible.
+    let mut crosses = Vec::new();
+    let mut run: Option<(u64, &str, usize)> = None;
+    for ((r, _), c) in points.filter(|((_, ok), _)| !**ok) {
+        let j = match run {
+            Some((t, k, j)) if t == r.t_ms && k == r.key => j + 1,
+            _ => 0,
+        };
+        run = Some((r.t_ms, r.key.as_str(), j));
+        let y = (*c as f64 + 0.5 + j as f64 * 0.6).min(y_max * 0.97);
+        crosses.push(Cross::new(
+            (r.t_ms as f64 / 1000.0, y),
+            4,
+            no_colour.stroke_width(2),
+        ));
+    }
     chart
-        .draw_series(points.filter(|((_, ok), _)| !**ok).map(|((r, _), c)| {
-            Cross::new(
-                (r.t_ms as f64 / 1000.0, *c as f64 + 0.5),
-                4,
-                no_colour.stroke_width(2),
-            )
-        }))
+        .draw_series(crosses)
         .map_err(|e| e.to_string())?
         .label("rejected request")
         .legend(move |(x, y)| Cross::new((x + 9, y), 4, no_colour.stroke_width(2)));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(SeriesLabelPosition::UpperMiddle)
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .label_font(("sans-serif", 13))

@@ -405,6 +405,22 @@ async fn drive(
         apply_settings(c, "5", "10", "5").await;
         click(c, "[data-action=play]").await;
         tokio::time::sleep(Duration::from_millis(5000)).await;
+        let running = counts(c).await;
+        assert!(
+            running.iter().all(|p| p.1 + p.2 >= 3),
+            "play resumes the stream in the new session: {running:?}"
+        );
+        let limits = c
+            .execute(
+                "return [...document.querySelectorAll('[data-strategy] .state')].map(e => e.textContent);",
+                vec![],
+            )
+            .await
+            .expect("states");
+        for text in limits.as_array().expect("array") {
+            let text = text.as_str().expect("text");
+            assert!(text.contains(" of 5"), "the panels show the new settings: {text}");
+        }
         for _ in 0..3 {
             click(c, "[data-action=hit]").await;
         }

@@ -96,6 +96,7 @@ function apply(state, gen) {
 
 async function newSession() {
   const gen = ++generation;
+  session = null; // no hit or poll for the old session lands in the new panels
   const { status, data } = await api("POST", "/api/session", settings);
   if (status !== 200) { $("#stream-status").textContent = data.error; return; }
   if (gen !== generation) return;
@@ -108,10 +109,11 @@ async function newSession() {
 
 async function hit(count) {
   if (!session) return;
-  const gen = generation;
-  const { status, data } = await api("POST", "/api/hit", { session, count });
+  const gen = generation, sid = session;
+  const { status, data } = await api("POST", "/api/hit", { session: sid, count });
+  if (sid !== session || gen !== generation) return;
   if (status === 404) { await newSession(); return; }
-  if (status !== 200 || gen !== generation) return;
+  if (status !== 200) return;
   for (const d of data.decisions) {
     const list = dots[d.strategy];
     list.push({ t: d.t_ms, i: d.index, ok: d.allowed });
@@ -122,9 +124,10 @@ async function hit(count) {
 
 async function poll() {
   if (!session) return;
-  const gen = generation;
+  const gen = generation, sid = session;
   try {
-    const { status, data } = await api("GET", `/api/state?session=${encodeURIComponent(session)}`);
+    const { status, data } = await api("GET", `/api/state?session=${encodeURIComponent(sid)}`);
+    if (sid !== session || gen !== generation) return;
     if (status === 404) { await newSession(); return; }
     if (status === 200) apply(data, gen);
   } catch (_) { /* the server went away; the next poll retries */ }
