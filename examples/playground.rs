@@ -323,9 +323,14 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
-    serde_json::from_slice(body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")))
+/// The JSON body, or the `400` answer for a malformed one.
+fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            format!("bad request body: {e}"),
+        ))
+    })
 }
 
 async fn create_session(State(app): State<Arc<App>>, body: Bytes) -> Response {
@@ -334,7 +339,7 @@ async fn create_session(State(app): State<Arc<App>>, body: Bytes) -> Response {
     } else {
         match parse::<Settings>(&body) {
             Ok(s) => s,
-            Err(r) => return r,
+            Err(r) => return *r,
         }
     };
     let now = app.clock.now();
@@ -376,7 +381,7 @@ fn one() -> u32 {
 async fn hit(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let req = match parse::<HitRequest>(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if !(1..=MAX_HIT_COUNT).contains(&req.count) {
         return error(
@@ -427,7 +432,7 @@ struct ChatRequest {
 async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let req = match parse::<ChatRequest>(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if req.user.is_empty() || req.user.len() > 32 {
         return error(StatusCode::BAD_REQUEST, "user must be 1 to 32 bytes");
