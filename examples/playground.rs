@@ -53,6 +53,8 @@ const MAX_HIT_COUNT: u32 = 50;
 /// The chat demo's quota: a token bucket of 3 refilling one every 4 seconds, per user.
 const CHAT_QUOTA: &str = "1/4s";
 const CHAT_BURST: u32 = 3;
+/// The most chat users a session's limiter holds (a page has four; a script sending more evicts).
+const MAX_CHAT_USERS: usize = 64;
 
 const INDEX_HTML: &str = include_str!("playground/index.html");
 const STYLE_CSS: &str = include_str!("playground/style.css");
@@ -140,10 +142,12 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// A limiter on the session's clock holding at most `max_keys` keys.
 fn build_limiter(
     strategy: Strategy,
     quota: &str,
     burst: u32,
+    max_keys: usize,
     clock: &ManualClock,
 ) -> Result<Limiter, String> {
     let burst = std::num::NonZeroU32::new(burst).ok_or("burst must not be zero")?;
@@ -152,6 +156,7 @@ fn build_limiter(
         .quotas(quota)
         .map_err(|e| e.to_string())?
         .burst(burst)
+        .max_keys(max_keys)
         .clock(clock.clone())
         .build()
         .map_err(|e| e.to_string())
@@ -165,9 +170,15 @@ impl Session {
         let quota = format!("{}/{}s", settings.limit, settings.period_s);
         let limiters = Strategy::ALL
             .iter()
-            .map(|&s| build_limiter(s, &quota, settings.burst, &clock))
+            .map(|&s| build_limiter(s, &quota, settings.burst, 4, &clock))
             .collect::<Result<Vec<_>, _>>()?;
-        let chat = build_limiter(Strategy::TokenBucket, CHAT_QUOTA, CHAT_BURST, &clock)?;
+        let chat = build_limiter(
+            Strategy::TokenBucket,
+            CHAT_QUOTA,
+            CHAT_BURST,
+            MAX_CHAT_USERS,
+            &clock,
+        )?;
         Ok(Self {
             settings,
             clock,
@@ -444,7 +455,6 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
     };
     session.last_used = Instant::now();
     session.clock.set_nanos(now);
-    // A few users per page: the chat limiter's keys are bounded by what a page sends.
     let d = session.chat.check_now(&req.user, 1);
     axum::Json(json!({
         "user": req.user,

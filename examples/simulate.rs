@@ -16,7 +16,8 @@
 //! --seed N                    seed of the generated traffic (default 1)
 //! --quota Q                   quota, `;`-separated for several (e.g. "10/minute")
 //! --burst B                   burst (capacity) of the bucket strategies
-//! --strategy NAME             repeatable; default: all six, in CLI order
+//! --strategy NAME             repeatable; default: all six, in CLI order (one that cannot
+//!                             represent the quota is then skipped, with a note)
 //! --out DIR                   created if missing
 //! ```
 //!
@@ -157,20 +158,31 @@ fn run(args: &Args) -> Result<(), Failure> {
         (None, None) => return Err(Failure::usage("give --trace FILE or --traffic SPEC")),
     };
     // Build every limiter first, so a quota a strategy cannot represent fails before any output.
+    // A strategy named on the command line must accept the quota; among the defaults, one that
+    // cannot represent it (e.g. a moving window above its limit) is skipped with a note.
     let mut runs = Vec::with_capacity(strategies.len());
+    let mut skipped = Vec::new();
     for &strategy in &strategies {
-        let allowed = replay(strategy, &quotas, args.burst, &trace)
-            .map_err(|e| Failure::usage(format!("{strategy}: {e}")))?;
-        runs.push(Run { strategy, allowed });
+        match replay(strategy, &quotas, args.burst, &trace) {
+            Ok(allowed) => runs.push(Run { strategy, allowed }),
+            Err(e) if args.strategies.is_empty() => {
+                eprintln!("simulate: skipping {strategy}: {e}");
+                skipped.push(format!("{strategy}: {e}"));
+            }
+            Err(e) => return Err(Failure::usage(format!("{strategy}: {e}"))),
+        }
     }
     std::fs::create_dir_all(&args.out).map_err(|e| Failure::io("cannot create", &args.out, e))?;
     write_csv(&args.out, &runs, &trace)?;
-    let sliding_vs_exact = if strategies.contains(&Strategy::SlidingWindow) {
+    let sliding_vs_exact = if runs.iter().any(|r| r.strategy == Strategy::SlidingWindow) {
         Some(compare_sliding(&runs, &quotas, args.burst, &trace))
     } else {
         None
     };
-    let summary = summary_md(args, &runs, &trace, sliding_vs_exact.as_ref());
+    let mut summary = summary_md(args, &runs, &trace, sliding_vs_exact.as_ref());
+    for note in &skipped {
+        let _ = writeln!(summary, "\nSkipped {note}.");
+    }
     let path = args.out.join("summary.md");
     std::fs::write(&path, summary).map_err(|e| Failure::io("cannot write", &path, e))?;
     for run in &runs {

@@ -45,8 +45,9 @@ fn run(args: &[&str]) -> Output {
         .expect("simulate runs")
 }
 
-/// Writes `trace` and runs the simulator on it with `args`; returns the output directory.
-fn simulate(name: &str, trace: &str, args: &[&str]) -> PathBuf {
+/// Writes `trace` to a fresh directory and runs the simulator on it with `args` and
+/// `--out DIR/out`; returns what it did and the output directory.
+fn run_trace(name: &str, trace: &str, args: &[&str]) -> (Output, PathBuf) {
     let dir = scratch(name);
     let file = dir.join("trace.csv");
     std::fs::write(&file, trace).expect("write trace");
@@ -58,7 +59,12 @@ fn simulate(name: &str, trace: &str, args: &[&str]) -> PathBuf {
         out.to_str().expect("utf-8 path"),
     ];
     all.extend_from_slice(args);
-    let o = run(&all);
+    (run(&all), out)
+}
+
+/// Runs the simulator on `trace` with `args`, expecting success; returns the output directory.
+fn simulate(name: &str, trace: &str, args: &[&str]) -> PathBuf {
+    let (o, out) = run_trace(name, trace, args);
     assert!(
         o.status.success(),
         "simulate {args:?} failed: {}",
@@ -416,21 +422,9 @@ fn generated_traffic_is_reproducible_from_its_seed() {
     assert_eq!(allowed, [true, true, true, false].repeat(3));
 }
 
-/// Runs the simulator on `trace` expecting exit 2; returns stderr.
+/// Runs the simulator on `trace` with `quota` expecting exit 2 and no panic; returns stderr.
 fn refused(name: &str, trace: &str, quota: &str) -> String {
-    let dir = scratch(name);
-    let file = dir.join("trace.csv");
-    std::fs::write(&file, trace).expect("write trace");
-    let o = run(&[
-        "--trace",
-        file.to_str().expect("utf-8 path"),
-        "--quota",
-        quota,
-        "--out",
-        dir.join("out").to_str().expect("utf-8 path"),
-    ]);
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(2), "{name}: {stderr}");
+    let stderr = refused_with(name, trace, &["--quota", quota]);
     assert!(!stderr.contains("panicked"), "{name}: {stderr}");
     stderr
 }
@@ -477,4 +471,35 @@ fn bad_traces_and_quotas_exit_2_naming_the_line() {
         "unused",
     ]);
     assert_eq!(o.status.code(), Some(2), "an unknown strategy");
+}
+
+#[test]
+fn a_default_strategy_that_cannot_represent_the_quota_is_skipped_with_a_note() {
+    let out = simulate("big-quota", "0\n1\n", &["--quota", "2000000/hour"]);
+    let got = rows(&out);
+    assert_eq!(got.len(), 10, "five strategies x two requests");
+    assert!(
+        got.iter()
+            .all(|r| r.strategy != "moving-window" && r.allowed)
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
+    assert!(summary.contains("Skipped moving-window"), "{summary}");
+    assert!(summary.contains("Not compared"), "{summary}");
+    let stderr = refused_with(
+        "named-big-quota",
+        "0\n",
+        &["--quota", "2000000/hour", "--strategy", "moving-window"],
+    );
+    assert!(
+        stderr.contains("moving-window"),
+        "named, it is an error: {stderr}"
+    );
+}
+
+/// Runs the simulator on `trace` with `args`, expecting exit 2; returns stderr.
+fn refused_with(name: &str, trace: &str, args: &[&str]) -> String {
+    let (o, _) = run_trace(name, trace, args);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{name}: {stderr}");
+    stderr
 }

@@ -1,13 +1,14 @@
-//! The `playground` example driven in headless Chromium through WebDriver, as a person would use it:
-//! the page loads without console errors, the automatic stream runs at load, pause stops it, five
+//! The `playground` example. Its JSON API over HTTP: malformed requests get 400 and the server keeps
+//! serving, sessions are bounded, the page is self-contained. And the page driven in headless
+//! Chromium through WebDriver, as a person would use it: it loads without console errors, the automatic stream runs at load, pause stops it, five
 //! clicks on "hit" add exactly five decisions to every panel, and each panel's admitted count is what
 //! the same limiters decide for the same request times. The chat tab throttles the spammer. A
 //! screenshot is written to `target/playground/playground.png`.
 //!
-//! Needs Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs them). Without them
-//! the test says so and passes, except under `CI=true`, where it fails.
+//! The browser test needs Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs
+//! them). Without them it says so and passes, except under `CI=true`, where it fails.
 //!
-//! Run: `cargo build --all-features --examples && cargo test --all-features --test playground_browser`
+//! Run: `cargo build --all-features --examples && cargo test --all-features --test playground`
 //! (a plain `cargo test` builds the examples itself; `--test NAME` alone does not).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -207,6 +208,116 @@ async fn apply_settings(c: &Client, limit: &str, period: &str, burst: &str) -> S
     .await
 }
 
+/// Starts the playground on port 0; returns it, its URL and its address from its one stdout line.
+fn start_playground() -> (Proc, String, String) {
+    let mut child = Command::new(example("playground"))
+        .args(["--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the playground");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let proc = Proc(child);
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read the listening line");
+    let url = line
+        .strip_suffix('\n')
+        .and_then(|l| l.strip_prefix("listening on "))
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let addr = url.trim_start_matches("http://").to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    // Keeps the pipe open (and drained) while the playground runs.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (proc, url, addr)
+}
+
+#[test]
+fn playground_api_answers_malformed_requests_with_400_and_bounds_its_sessions() {
+    let (_playground, _url, addr) = start_playground();
+    let (status, page) = http(&addr, "GET", "/", None);
+    assert_eq!(status, 200);
+    for action in ["hit", "pause", "play"] {
+        assert!(
+            page.contains(&format!("data-action=\"{action}\"")),
+            "{action}"
+        );
+    }
+    for asset in ["/", "/style.css", "/app.js", "/favicon.svg"] {
+        let (status, body) = http(&addr, "GET", asset, None);
+        assert_eq!(status, 200, "{asset}");
+        let links = body.replace("http://www.w3.org/2000/svg", "");
+        assert!(
+            !links.contains("http://") && !links.contains("https://"),
+            "{asset} loads nothing from elsewhere (it works offline)"
+        );
+    }
+
+    let (status, body) = http(&addr, "POST", "/api/session", Some(""));
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).expect("JSON");
+    let id = first["session"].as_str().expect("session id").to_owned();
+    assert_eq!(
+        first["settings"],
+        json!({"limit": 5, "period_s": 10, "burst": 5}),
+        "the default quota"
+    );
+    let hit = format!(r#"{{"session":"{id}","count":2}}"#);
+    let hits = [
+        "garbage".to_owned(),
+        String::new(),
+        format!(r#"{{"session":"{id}","count":0}}"#),
+        format!(r#"{{"session":"{id}","count":51}}"#),
+        format!(r#"{{"session":"{id}","count":-1}}"#),
+        format!(r#"{{"session":"{id}","extra":1}}"#),
+    ];
+    let sessions = [
+        r#"{"limit":0,"period_s":10,"burst":5}"#.to_owned(),
+        r#"{"limit":5,"period_s":99999,"burst":5}"#.to_owned(),
+        r#"{"limit":"5"}"#.to_owned(),
+    ];
+    let chats = [
+        format!(r#"{{"session":"{id}","user":""}}"#),
+        format!(r#"{{"session":"{id}","user":"{}"}}"#, "x".repeat(33)),
+    ];
+    let mut bad: Vec<(&str, &str, Option<String>)> = vec![("GET", "/api/state", None)];
+    bad.extend(hits.into_iter().map(|b| ("POST", "/api/hit", Some(b))));
+    bad.extend(
+        sessions
+            .into_iter()
+            .map(|b| ("POST", "/api/session", Some(b))),
+    );
+    bad.extend(chats.into_iter().map(|b| ("POST", "/api/chat", Some(b))));
+    for (method, path, body) in &bad {
+        let (status, answer) = http(&addr, method, path, body.as_deref());
+        assert_eq!(status, 400, "{method} {path} {body:?}: {answer}");
+        assert!(answer.contains("\"error\""), "a JSON error: {answer}");
+    }
+    let (status, body) = http(&addr, "POST", "/api/hit", Some(&hit));
+    assert_eq!(status, 200, "still serving: {body}");
+    let state: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        state["decisions"].as_array().map(Vec::len),
+        Some(12),
+        "2 requests x 6 strategies"
+    );
+    let (status, _) = http(&addr, "POST", "/api/hit", Some(r#"{"session":"nope"}"#));
+    assert_eq!(status, 404, "an unknown session");
+
+    // More sessions than the cap: the least recently used go, the newest stay.
+    let mut last = String::new();
+    for _ in 0..300 {
+        let (status, body) = http(&addr, "POST", "/api/session", Some(""));
+        assert_eq!(status, 200);
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        last = v["session"].as_str().expect("id").to_owned();
+    }
+    let (status, _) = http(&addr, "GET", &format!("/api/state?session={id}"), None);
+    assert_eq!(status, 404, "the oldest session was evicted at the cap");
+    let (status, _) = http(&addr, "GET", &format!("/api/state?session={last}"), None);
+    assert_eq!(status, 200, "the newest session is kept");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn playground_in_headless_chromium_decides_on_the_server() {
     let (Some(chromium), Some(driver)) = (find_tool("chromium"), find_tool("chromedriver")) else {
@@ -217,25 +328,7 @@ async fn playground_in_headless_chromium_decides_on_the_server() {
         return;
     };
 
-    // The playground on port 0, and its one stdout line.
-    let mut child = Command::new(example("playground"))
-        .args(["--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the playground");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let _playground = Proc(child);
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    let addr = url.trim_start_matches("http://").to_owned();
-    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let (_playground, url, addr) = start_playground();
     let (status, _) = http(&addr, "GET", "/favicon.ico", None);
     assert_eq!(status, 200, "a favicon is served");
     let (status, _) = http(&addr, "POST", "/api/hit", Some("{not json"));
