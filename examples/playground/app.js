@@ -170,7 +170,7 @@ function draw() {
     const svg = panel.querySelector("svg.timeline");
     const bucket = !!p.bucket;
     const width = bucket ? W - 62 : W;
-    const x = (t) => Math.max(0, Math.min(width, ((t - from) / span) * width));
+    const x = (t) => 5 + Math.max(0, Math.min(1, (t - from) / span)) * (width - 10);
     svg.textContent = "";
     el("rect", { x: 0, y: BAND_TOP, width, height: BAND_BOTTOM - BAND_TOP, fill: "#fafbfc", stroke: "#e3e6eb" }, svg);
     if (p.previous) {
@@ -198,7 +198,7 @@ function draw() {
       if (d.ok) el("circle", { cx, cy, r: 3.6, class: "dot-ok" }, svg);
       else el("path", { d: `M${cx - 3.5} ${cy - 3.5}L${cx + 3.5} ${cy + 3.5}M${cx + 3.5} ${cy - 3.5}L${cx - 3.5} ${cy + 3.5}`, class: "dot-no" }, svg);
     }
-    el("line", { x1: width, x2: width, y1: BAND_TOP - 4, y2: BAND_BOTTOM + 4, stroke: "#1d2433", "stroke-width": 1.5 }, svg);
+    el("line", { x1: x(now), x2: x(now), y1: BAND_TOP - 4, y2: BAND_BOTTOM + 4, stroke: "#1d2433", "stroke-width": 1.5 }, svg);
     const axis = el("text", { x: 0, y: H - 4, "font-size": 11, fill: "#5b6475" }, svg);
     axis.textContent = `−${Math.round(span / 1000)} s`;
     const nowLabel = el("text", { x: width, y: H - 4, "font-size": 11, fill: "#5b6475", "text-anchor": "end" }, svg);
