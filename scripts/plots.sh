@@ -10,6 +10,6 @@ rm -rf docs/img/edge-attack
 cargo run --quiet --example simulate -- --traffic edge-attack --quota 5/10s --burst 5 --out docs/img/edge-attack
 
 cargo build --quiet --all-features --example playground
-CI=true cargo test --quiet --all-features --test playground_browser
+CI=true cargo test --quiet --all-features --test http playground_in_headless_chromium
 cp target/playground/playground.png docs/img/playground.png
 echo "wrote docs/img/edge-attack/*.svg, summary.md, decisions.csv and docs/img/playground.png"

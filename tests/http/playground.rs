@@ -8,7 +8,7 @@
 //! The browser test needs Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs
 //! them). Without them it says so and passes, except under `CI=true`, where it fails.
 //!
-//! Run: `cargo build --all-features --examples && cargo test --all-features --test playground`
+//! Run: `cargo build --all-features --examples && cargo test --all-features --test http playground::`
 //! (a plain `cargo test` builds the examples itself; `--test NAME` alone does not).
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,7 @@
 //! `strategy_examples.rs` checks through the API) replayed from trace files, read back through
 //! `decisions.csv`; the generated edge attack; and bad input (exit 2 with `line N: ...`).
 //!
-//! Run: `cargo build --all-features --examples && cargo test --all-features --test simulate`
+//! Run: `cargo build --all-features --examples && cargo test --all-features --test core simulate::`
 //! (a plain `cargo test` builds the examples itself; `--test NAME` alone does not).
 
 use std::path::{Path, PathBuf};
