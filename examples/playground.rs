@@ -5,7 +5,7 @@
 //! ```
 //!
 //! Then open the printed address. Flags: `--addr ADDR` (default `127.0.0.1:8080`; port 0 picks a
-//! free one). Once listening it prints exactly one line to stdout, `listening on http://ADDR`.
+//! free one), `--session-idle SECS` (default 600: how long an unused page session is kept). Once listening it prints exactly one line to stdout, `listening on http://ADDR`.
 //!
 //! The page (HTML, CSS and JS embedded in this binary; it works offline) shows a panel per strategy:
 //! a timeline of requests (admitted: filled dot; rejected: cross), the window or bucket, and the
@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Sessions are bounded ([`MAX_SESSIONS`], least recently used evicted first) and expire after
-//! [`SESSION_IDLE`] without a request; a session keeps at most [`MAX_HISTORY`] hits. A malformed
+//! `--session-idle` seconds without a request; a session keeps at most [`MAX_HISTORY`] hits. A malformed
 //! request gets `400` with a JSON error, an unknown or expired session `404`.
 
 use std::collections::{HashMap, VecDeque};
@@ -44,8 +44,6 @@ use tollgate::{Clock, Decision, ManualClock, RateLimiter, Strategy, SystemClock}
 
 /// The most page sessions kept at once; creating one more evicts the least recently used.
 pub const MAX_SESSIONS: usize = 256;
-/// A session unused for this long is dropped.
-pub const SESSION_IDLE: Duration = Duration::from_secs(600);
 /// The most hits a session remembers (for the drawings; the counts keep counting).
 pub const MAX_HISTORY: usize = 1000;
 /// The most requests one hit may send to every panel.
@@ -70,6 +68,9 @@ struct Args {
     /// The address to listen on (port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
+    /// Seconds an unused page session is kept.
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    session_idle: u64,
 }
 
 type Limiter = RateLimiter<String, MemoryStore<String>, ManualClock>;
@@ -311,6 +312,8 @@ impl Session {
 
 /// The server's state: the sessions and where time comes from.
 struct App {
+    /// A session unused for this long is dropped.
+    idle: Duration,
     sessions: Mutex<HashMap<String, Session>>,
     clock: SystemClock,
     next_id: Mutex<u64>,
@@ -319,6 +322,21 @@ struct App {
 impl App {
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, Session>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live session `id`, marked as used now; an expired one is dropped and not found.
+    fn session<'a>(
+        &self,
+        sessions: &'a mut HashMap<String, Session>,
+        id: &str,
+    ) -> Option<&'a mut Session> {
+        if sessions.get(id)?.last_used.elapsed() >= self.idle {
+            sessions.remove(id);
+            return None;
+        }
+        let session = sessions.get_mut(id)?;
+        session.last_used = Instant::now();
+        Some(session)
     }
 
     fn new_id(&self) -> String {
@@ -360,7 +378,8 @@ async fn create_session(State(app): State<Arc<App>>, body: Bytes) -> Response {
     };
     let id = app.new_id();
     let mut sessions = app.sessions();
-    sessions.retain(|_, s| s.last_used.elapsed() < SESSION_IDLE);
+    let idle = app.idle;
+    sessions.retain(|_, s| s.last_used.elapsed() < idle);
     while sessions.len() >= MAX_SESSIONS {
         let oldest = sessions
             .iter()
@@ -402,10 +421,9 @@ async fn hit(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
     let now = app.clock.now();
     let mut sessions = app.sessions();
-    let Some(session) = sessions.get_mut(&req.session) else {
+    let Some(session) = app.session(&mut sessions, &req.session) else {
         return error(StatusCode::NOT_FOUND, "unknown or expired session");
     };
-    session.last_used = Instant::now();
     let decisions = session.hit(now, req.count);
     let mut state = session.state(now);
     state["decisions"] = json!(decisions);
@@ -426,10 +444,9 @@ async fn state(
     };
     let now = app.clock.now();
     let mut sessions = app.sessions();
-    let Some(session) = sessions.get_mut(&q.session) else {
+    let Some(session) = app.session(&mut sessions, &q.session) else {
         return error(StatusCode::NOT_FOUND, "unknown or expired session");
     };
-    session.last_used = Instant::now();
     axum::Json(session.state(now)).into_response()
 }
 
@@ -450,10 +467,9 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
     let now = app.clock.now();
     let mut sessions = app.sessions();
-    let Some(session) = sessions.get_mut(&req.session) else {
+    let Some(session) = app.session(&mut sessions, &req.session) else {
         return error(StatusCode::NOT_FOUND, "unknown or expired session");
     };
-    session.last_used = Instant::now();
     session.clock.set_nanos(now);
     let d = session.chat.check_now(&req.user, 1);
     axum::Json(json!({
@@ -533,6 +549,7 @@ async fn main() -> ExitCode {
     let app = Arc::new(App {
         sessions: Mutex::new(HashMap::new()),
         clock: SystemClock::new(),
+        idle: Duration::from_secs(args.session_idle),
         next_id: Mutex::new(0),
     });
     let shutdown = async {

@@ -208,10 +208,12 @@ async fn apply_settings(c: &Client, limit: &str, period: &str, burst: &str) -> S
     .await
 }
 
-/// Starts the playground on port 0; returns it, its URL and its address from its one stdout line.
-fn start_playground() -> (Proc, String, String) {
+/// Starts the playground on port 0 with `extra` flags; returns it, its URL and its address from its
+/// one stdout line.
+fn start_playground(extra: &[&str]) -> (Proc, String, String) {
     let mut child = Command::new(example("playground"))
         .args(["--addr", "127.0.0.1:0"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -234,7 +236,7 @@ fn start_playground() -> (Proc, String, String) {
 
 #[test]
 fn playground_api_answers_malformed_requests_with_400_and_bounds_its_sessions() {
-    let (_playground, _url, addr) = start_playground();
+    let (_playground, _url, addr) = start_playground(&[]);
     let (status, page) = http(&addr, "GET", "/", None);
     assert_eq!(status, 200);
     for action in ["hit", "pause", "play"] {
@@ -318,6 +320,36 @@ fn playground_api_answers_malformed_requests_with_400_and_bounds_its_sessions() 
     assert_eq!(status, 200, "the newest session is kept");
 }
 
+#[test]
+fn playground_sessions_expire_after_the_idle_time() {
+    let (_playground, _url, addr) = start_playground(&["--session-idle", "1"]);
+    let new_session = || {
+        let (status, body) = http(&addr, "POST", "/api/session", Some(""));
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        v["session"].as_str().expect("id").to_owned()
+    };
+    let kept = new_session();
+    let idle = new_session();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(500));
+        let (status, _) = http(&addr, "GET", &format!("/api/state?session={kept}"), None);
+        assert_eq!(status, 200, "a session in use is kept");
+    }
+    let (status, _) = http(&addr, "GET", &format!("/api/state?session={idle}"), None);
+    assert_eq!(status, 404, "a session idle for 1.5 s is gone");
+    let hit = format!(r#"{{"session":"{idle}"}}"#);
+    let (status, _) = http(&addr, "POST", "/api/hit", Some(&hit));
+    assert_eq!(status, 404);
+    let (status, _) = http(
+        &addr,
+        "GET",
+        &format!("/api/state?session={}", new_session()),
+        None,
+    );
+    assert_eq!(status, 200, "new sessions still open");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn playground_in_headless_chromium_decides_on_the_server() {
     let (Some(chromium), Some(driver)) = (find_tool("chromium"), find_tool("chromedriver")) else {
@@ -328,7 +360,7 @@ async fn playground_in_headless_chromium_decides_on_the_server() {
         return;
     };
 
-    let (_playground, url, addr) = start_playground();
+    let (_playground, url, addr) = start_playground(&[]);
     let (status, _) = http(&addr, "GET", "/favicon.ico", None);
     assert_eq!(status, 200, "a favicon is served");
     let (status, _) = http(&addr, "POST", "/api/hit", Some("{not json"));
