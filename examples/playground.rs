@@ -9,9 +9,10 @@
 //!
 //! The page (HTML, CSS and JS embedded in this binary; it works offline) shows a panel per strategy:
 //! a timeline of requests (admitted: filled dot; rejected: cross), the window or bucket, and the
-//! counts. Every decision is made here, on the server, by tollgate: each page session owns one
-//! limiter per strategy on a [`ManualClock`] set to the current time before a request is checked,
-//! so a "hit" reaches all six limiters at the same instant. The JSON API:
+//! counts. Every decision is made here, on the server, by tollgate: one limiter per strategy, shared
+//! by all page sessions (a session is a key, checked under a rule made from its settings), on a
+//! [`ManualClock`] set to the current time before a request is checked, so a "hit" reaches all six
+//! limiters at the same instant. The JSON API:
 //!
 //! ```text
 //! POST /api/session  {"limit":5,"period_s":10,"burst":5}  -> the session's state (with "session")
@@ -40,7 +41,7 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tollgate::store::MemoryStore;
-use tollgate::{Clock, Decision, ManualClock, RateLimiter, Strategy, SystemClock};
+use tollgate::{Clock, Decision, ManualClock, RateLimiter, Rule, Strategy, SystemClock};
 
 /// The most page sessions kept at once; creating one more evicts the least recently used.
 pub const MAX_SESSIONS: usize = 256;
@@ -108,6 +109,11 @@ impl Settings {
         Ok(())
     }
 
+    /// The quota in notation, e.g. `5/10s`.
+    fn quota(&self) -> String {
+        format!("{}/{}s", self.limit, self.period_s)
+    }
+
     fn period_nanos(&self) -> u64 {
         u64::from(self.period_s) * 1_000_000_000
     }
@@ -121,17 +127,68 @@ struct Hit {
     allowed: [bool; 6],
 }
 
-/// One page session: a limiter per strategy, the chat limiter, and what happened so far.
+/// One page session: its key, a rule per strategy (its settings), and what happened so far.
 struct Session {
+    /// The session's key in the shared limiters (its id).
+    key: String,
     settings: Settings,
-    clock: ManualClock,
+    /// The rule of each strategy, in [`Strategy::ALL`] order.
+    rules: Vec<Rule>,
     /// Unix nanoseconds at creation: the page's time 0.
     start: u64,
     last_used: Instant,
-    limiters: Vec<Limiter>,
-    chat: Limiter,
     totals: [(u64, u64); 6],
     history: VecDeque<Hit>,
+}
+
+/// The limiters every session shares, on one clock set to the current time before each use (under
+/// the registry's lock): a session is a key, checked under its own rule (a key's state belongs to
+/// the rule it is used with). One memory store per strategy, whatever the number of sessions.
+struct Engines {
+    clock: ManualClock,
+    limiters: Vec<Limiter>,
+    chat: Limiter,
+}
+
+impl Engines {
+    fn new() -> Result<Self, String> {
+        let clock = ManualClock::default();
+        let defaults = Settings::default();
+        let quota = defaults.quota();
+        let limiters = Strategy::ALL
+            .iter()
+            .map(|&s| build_limiter(s, &quota, defaults.burst, 4 * MAX_SESSIONS, &clock))
+            .collect::<Result<Vec<_>, _>>()?;
+        let chat = build_limiter(
+            Strategy::TokenBucket,
+            CHAT_QUOTA,
+            CHAT_BURST,
+            MAX_SESSIONS * MAX_CHAT_USERS,
+            &clock,
+        )?;
+        Ok(Self {
+            clock,
+            limiters,
+            chat,
+        })
+    }
+}
+
+/// The sessions and the limiters they share, behind one lock.
+struct Registry {
+    sessions: HashMap<String, Session>,
+    engines: Engines,
+}
+
+impl Registry {
+    /// Drops a session and its limiter state.
+    fn remove(&mut self, id: &str) {
+        if let Some(session) = self.sessions.remove(id) {
+            for (limiter, rule) in self.engines.limiters.iter().zip(&session.rules) {
+                limiter.reset_rule_now(rule, &session.key);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -143,7 +200,7 @@ impl std::fmt::Debug for Session {
     }
 }
 
-/// A limiter on the session's clock holding at most `max_keys` keys.
+/// A limiter on the shared clock holding at most `max_keys` keys.
 fn build_limiter(
     strategy: Strategy,
     quota: &str,
@@ -164,29 +221,25 @@ fn build_limiter(
 }
 
 impl Session {
-    fn new(settings: Settings, now: u64) -> Result<Self, String> {
+    fn new(key: String, settings: Settings, now: u64) -> Result<Self, String> {
         settings.validate()?;
-        let clock = ManualClock::default();
-        clock.set_nanos(now);
-        let quota = format!("{}/{}s", settings.limit, settings.period_s);
-        let limiters = Strategy::ALL
+        let burst = std::num::NonZeroU32::new(settings.burst).ok_or("burst must not be zero")?;
+        let rules = Strategy::ALL
             .iter()
-            .map(|&s| build_limiter(s, &quota, settings.burst, 4, &clock))
+            .map(|&s| {
+                RateLimiter::<String>::builder()
+                    .strategy(s)
+                    .quotas(&settings.quota())
+                    .and_then(|b| b.burst(burst).rule())
+                    .map_err(|e| e.to_string())
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let chat = build_limiter(
-            Strategy::TokenBucket,
-            CHAT_QUOTA,
-            CHAT_BURST,
-            MAX_CHAT_USERS,
-            &clock,
-        )?;
         Ok(Self {
+            key,
             settings,
-            clock,
+            rules,
             start: now,
             last_used: Instant::now(),
-            limiters,
-            chat,
             totals: [(0, 0); 6],
             history: VecDeque::new(),
         })
@@ -197,13 +250,13 @@ impl Session {
     }
 
     /// `count` requests at the same instant `now` to every limiter.
-    fn hit(&mut self, now: u64, count: u32) -> Vec<serde_json::Value> {
-        self.clock.set_nanos(now);
+    fn hit(&mut self, engines: &Engines, now: u64, count: u32) -> Vec<serde_json::Value> {
+        engines.clock.set_nanos(now);
         let mut out = Vec::new();
         for i in 0..count {
             let mut allowed = [false; 6];
-            for (s, limiter) in self.limiters.iter().enumerate() {
-                let d = limiter.check_now(&String::from("you"), 1);
+            for (s, limiter) in engines.limiters.iter().enumerate() {
+                let d = limiter.check_rule_now(&self.rules[s], &self.key, 1);
                 allowed[s] = d.is_allowed();
                 let total = &mut self.totals[s];
                 if allowed[s] {
@@ -243,15 +296,16 @@ impl Session {
 
     /// Everything the page draws, at `now`: counts, and per strategy the state read from a peek
     /// (`remaining`, `reset`) and the windows it is counted in.
-    fn state(&self, now: u64) -> serde_json::Value {
-        self.clock.set_nanos(now);
+    fn state(&self, engines: &Engines, now: u64) -> serde_json::Value {
+        engines.clock.set_nanos(now);
         let w = self.settings.period_nanos();
         let aligned = now - now % w;
         let panels: Vec<_> = Strategy::ALL
             .iter()
             .enumerate()
             .map(|(s, &strategy)| {
-                let d: Decision = self.limiters[s].peek_now(&String::from("you"));
+                // Cost 0: a peek.
+                let d: Decision = engines.limiters[s].check_rule_now(&self.rules[s], &self.key, 0);
                 let reset = d.reset_after().as_nanos() as u64;
                 let mut p = json!({
                     "strategy": strategy.name(),
@@ -314,29 +368,31 @@ impl Session {
 struct App {
     /// A session unused for this long is dropped.
     idle: Duration,
-    sessions: Mutex<HashMap<String, Session>>,
+    registry: Mutex<Registry>,
     clock: SystemClock,
     next_id: Mutex<u64>,
 }
 
 impl App {
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Session>> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The live session `id`, marked as used now; an expired one is dropped and not found.
+    /// The live session `id`, marked as used now, and the limiters; an expired session is dropped
+    /// and not found.
     fn session<'a>(
         &self,
-        sessions: &'a mut HashMap<String, Session>,
+        registry: &'a mut Registry,
         id: &str,
-    ) -> Option<&'a mut Session> {
-        if sessions.get(id)?.last_used.elapsed() >= self.idle {
-            sessions.remove(id);
+    ) -> Option<(&'a mut Session, &'a Engines)> {
+        if registry.sessions.get(id)?.last_used.elapsed() >= self.idle {
+            registry.remove(id);
             return None;
         }
+        let Registry { sessions, engines } = registry;
         let session = sessions.get_mut(id)?;
         session.last_used = Instant::now();
-        Some(session)
+        Some((session, engines))
     }
 
     fn new_id(&self) -> String {
@@ -371,28 +427,38 @@ async fn create_session(State(app): State<Arc<App>>, body: Bytes) -> Response {
             Err(r) => return *r,
         }
     };
+    let id = app.new_id();
+    let mut registry = app.registry();
+    // Read under the lock, so the shared clock is set in the order requests are served.
     let now = app.clock.now();
-    let session = match Session::new(settings, now) {
+    let session = match Session::new(id.clone(), settings, now) {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let id = app.new_id();
-    let mut sessions = app.sessions();
     let idle = app.idle;
-    sessions.retain(|_, s| s.last_used.elapsed() < idle);
-    while sessions.len() >= MAX_SESSIONS {
-        let oldest = sessions
+    let expired: Vec<String> = registry
+        .sessions
+        .iter()
+        .filter(|(_, s)| s.last_used.elapsed() >= idle)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in expired {
+        registry.remove(&k);
+    }
+    while registry.sessions.len() >= MAX_SESSIONS {
+        let oldest = registry
+            .sessions
             .iter()
             .min_by_key(|(_, s)| s.last_used)
             .map(|(k, _)| k.clone());
         match oldest {
-            Some(k) => sessions.remove(&k),
+            Some(k) => registry.remove(&k),
             None => break,
-        };
+        }
     }
-    let mut state = session.state(now);
+    let mut state = session.state(&registry.engines, now);
     state["session"] = json!(id);
-    sessions.insert(id, session);
+    registry.sessions.insert(id, session);
     axum::Json(state).into_response()
 }
 
@@ -419,13 +485,14 @@ async fn hit(State(app): State<Arc<App>>, body: Bytes) -> Response {
             format!("count must be between 1 and {MAX_HIT_COUNT}"),
         );
     }
+    let mut registry = app.registry();
+    // Read under the lock, so the shared clock is set in the order requests are served.
     let now = app.clock.now();
-    let mut sessions = app.sessions();
-    let Some(session) = app.session(&mut sessions, &req.session) else {
+    let Some((session, engines)) = app.session(&mut registry, &req.session) else {
         return error(StatusCode::NOT_FOUND, "unknown or expired session");
     };
-    let decisions = session.hit(now, req.count);
-    let mut state = session.state(now);
+    let decisions = session.hit(engines, now, req.count);
+    let mut state = session.state(engines, now);
     state["decisions"] = json!(decisions);
     axum::Json(state).into_response()
 }
@@ -442,12 +509,13 @@ async fn state(
     let Ok(Query(q)) = query else {
         return error(StatusCode::BAD_REQUEST, "expected ?session=ID");
     };
+    let mut registry = app.registry();
+    // Read under the lock, so the shared clock is set in the order requests are served.
     let now = app.clock.now();
-    let mut sessions = app.sessions();
-    let Some(session) = app.session(&mut sessions, &q.session) else {
+    let Some((session, engines)) = app.session(&mut registry, &q.session) else {
         return error(StatusCode::NOT_FOUND, "unknown or expired session");
     };
-    axum::Json(session.state(now)).into_response()
+    axum::Json(session.state(engines, now)).into_response()
 }
 
 #[derive(Deserialize)]
@@ -465,13 +533,15 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
     if req.user.is_empty() || req.user.len() > 32 {
         return error(StatusCode::BAD_REQUEST, "user must be 1 to 32 bytes");
     }
+    let mut registry = app.registry();
+    // Read under the lock, so the shared clock is set in the order requests are served.
     let now = app.clock.now();
-    let mut sessions = app.sessions();
-    let Some(session) = app.session(&mut sessions, &req.session) else {
+    let Some((session, engines)) = app.session(&mut registry, &req.session) else {
         return error(StatusCode::NOT_FOUND, "unknown or expired session");
     };
-    session.clock.set_nanos(now);
-    let d = session.chat.check_now(&req.user, 1);
+    let key = format!("{}/{}", session.key, req.user);
+    engines.clock.set_nanos(now);
+    let d = engines.chat.check_now(&key, 1);
     axum::Json(json!({
         "user": req.user,
         "allowed": d.is_allowed(),
@@ -546,8 +616,18 @@ async fn main() -> ExitCode {
         }
     };
     println!("listening on http://{addr}");
+    let engines = match Engines::new() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("playground: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let app = Arc::new(App {
-        sessions: Mutex::new(HashMap::new()),
+        registry: Mutex::new(Registry {
+            sessions: HashMap::new(),
+            engines,
+        }),
         clock: SystemClock::new(),
         idle: Duration::from_secs(args.session_idle),
         next_id: Mutex::new(0),
