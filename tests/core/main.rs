@@ -1,5 +1,6 @@
 //! Core tests: the strategies against their worked examples and oracles, quotas, clocks and numbers,
-//! the memory store, races, accuracy, and the fuzz corpora replayed.
+//! the memory store, races, accuracy, the fuzz corpora replayed, and the `simulate` example replaying
+//! the worked examples from trace files.
 
 #[path = "../support/oracle.rs"]
 mod oracle;
@@ -9,6 +10,7 @@ mod concurrency;
 mod fuzz_replay;
 mod memory_store;
 mod refund_and_rules;
+mod simulate;
 mod strategy_examples;
 mod strategy_props;
 mod time_and_numbers;
