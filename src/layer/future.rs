@@ -1,4 +1,4 @@
-//! [`ResponseFuture`]: deciding, pacing, forwarding, refunding.
+//! [`ResponseFuture`]: deciding, pacing, forwarding, settling.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,7 +11,7 @@ use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::Refund;
+use super::Settle;
 use super::layer::Core;
 use super::response::{FailurePolicy, OnRejected, text, write_headers};
 use super::service::{CountId, mark_counted};
@@ -19,7 +19,8 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
-use crate::store::{Store, StoreKey};
+use crate::store::{Answer, Store, StoreKey};
+use crate::strategy::Op;
 
 /// The request and the inner service, waiting for the decision.
 pub(crate) struct Pending<S, B> {
@@ -96,22 +97,20 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             .unwrap_or_else(|| self.core.limiter.rule())
     }
 
-    fn check(&self) -> St::Future {
-        match &self.rule {
-            Some(r) => self.core.limiter.check_rule(r, &self.key, self.cost),
-            None => self.core.limiter.check(&self.key, self.cost),
-        }
-    }
-
-    /// Gives back what the check answered by `checked` consumed, from the window it counted in.
-    fn refund(&self, checked: &Decision) -> St::Future {
-        let rule = self
-            .rule
-            .as_deref()
-            .unwrap_or_else(|| self.core.limiter.rule());
+    fn check(&self) -> Answer<St::Future> {
         self.core
             .limiter
-            .refund_checked_rule(rule, &self.key, self.cost, checked)
+            .apply(&self.key, self.rule.as_deref(), Op::Check(self.cost))
+    }
+
+    /// Settles what the check answered by `checked` reserved for `units`, in the window it counted in.
+    fn settle(&self, checked: &Decision, units: u32) -> Option<Answer<St::Future>> {
+        let reservation = checked.reservation()?;
+        Some(self.core.limiter.apply(
+            &self.key,
+            self.rule.as_deref(),
+            Op::settle(reservation, units),
+        ))
     }
 
     fn key_text(&self) -> Option<String> {
@@ -171,7 +170,7 @@ pin_project! {
         S: Service<Request<ReqB>>,
         St: Store<K>,
     {
-        Deciding { #[pin] check: St::Future, pending: Option<Pending<S, ReqB>> },
+        Deciding { #[pin] check: Answer<St::Future>, pending: Option<Pending<S, ReqB>> },
         // The store answered at once, and the answer needs more than a forward or a rejection.
         Decided {
             result: Option<Result<Decision, StoreError>>,
@@ -185,7 +184,7 @@ pin_project! {
         },
         Readying { pending: Option<Pending<S, ReqB>>, decision: Option<Decision> },
         Forwarding { #[pin] fut: S::Future, decision: Option<Decision> },
-        Refunding { #[pin] refund: St::Future, response: Option<Response<ResB>>, decision: Decision },
+        Settling { #[pin] settle: Answer<St::Future>, response: Option<Response<ResB>>, decision: Decision },
         Done { response: Option<Response<ResB>> },
     }
 }
@@ -215,7 +214,7 @@ where
     }
 
     pub(crate) fn deciding(
-        check: St::Future,
+        check: Answer<St::Future>,
         pending: Pending<S, ReqB>,
         ctx: Ctx<K, St, C, R>,
     ) -> Self {
@@ -286,21 +285,6 @@ where
     }
 }
 
-/// The store's answer if `check` has it already: a [`std::future::Ready`] (the memory store's
-/// future) is taken at once, without a poll through the response future.
-pub(crate) fn ready_now<F>(check: &mut F) -> Option<Result<Decision, StoreError>>
-where
-    F: Future<Output = Result<Decision, StoreError>> + 'static,
-{
-    let any: &mut dyn std::any::Any = check;
-    let ready = any.downcast_mut::<std::future::Ready<Result<Decision, StoreError>>>()?;
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    match Pin::new(ready).poll(&mut cx) {
-        Poll::Ready(result) => Some(result),
-        Poll::Pending => None,
-    }
-}
-
 impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
@@ -366,24 +350,35 @@ where
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), *decision) else {
                         return Poll::Ready(Ok(res));
                     };
-                    if res.extensions().get::<Refund>().is_some() && ctx.cost > 0 {
-                        let refund = ctx.refund(&d);
-                        this.state.set(State::Refunding {
-                            refund,
-                            response: Some(res),
-                            decision: d,
-                        });
-                        continue;
+                    let name = ctx.core.limiter.name();
+                    if res
+                        .extensions()
+                        .get::<Settle>()
+                        .is_some_and(|s| s.is_for(name))
+                    {
+                        // Taken out: an enclosing limiter never settles this one's reservation.
+                        let units = res
+                            .extensions_mut()
+                            .remove::<Settle>()
+                            .map_or(0, |s| s.charged());
+                        if let Some(settle) = ctx.settle(&d, units) {
+                            this.state.set(State::Settling {
+                                settle,
+                                response: Some(res),
+                                decision: d,
+                            });
+                            continue;
+                        }
                     }
                     finish_allowed(ctx, &mut res, &d);
                     return Poll::Ready(Ok(res));
                 }
-                StateProj::Refunding {
-                    refund,
+                StateProj::Settling {
+                    settle,
                     response,
                     decision,
                 } => {
-                    let result = ready!(refund.poll(cx));
+                    let result = ready!(settle.poll(cx));
                     let (Some(ctx), Some(mut res)) = (this.ctx.as_ref(), response.take()) else {
                         return Poll::Pending;
                     };
