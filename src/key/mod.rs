@@ -71,7 +71,35 @@ pub use ip::{Cidr, DEFAULT_IPV6_PREFIX, InvalidCidr, normalize_ip};
 /// Finds the key a request is counted under.
 ///
 /// Implemented for the stock extractors of this module, for closures `Fn(&Parts) -> Option<K>`,
-/// and for tuples of extractors (composite keys, length-prefixed when encoded).
+/// and for tuples of extractors (composite keys, length-prefixed when encoded). The key type must
+/// implement [`StoreKey`]: `ExtensionKey<UserId>` needs `UserId: StoreKey`.
+///
+/// ```compile_fail
+/// // A user id without `StoreKey`: the compiler names `StoreKey`, not only `KeyExtractor`.
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct UserId(u64);
+/// fn needs_extractor<X: tollgate::key::KeyExtractor>(_: X) {}
+/// needs_extractor(tollgate::key::ExtensionKey::<UserId>::new());
+/// ```
+///
+/// ```
+/// use tollgate::store::StoreKey;
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct UserId(u64);
+/// impl StoreKey for UserId {
+///     fn encode(&self, out: &mut Vec<u8>) {
+///         out.extend_from_slice(&self.0.to_be_bytes());
+///     }
+/// }
+/// fn needs_extractor<X: tollgate::key::KeyExtractor>(_: X) {}
+/// needs_extractor(tollgate::key::ExtensionKey::<UserId>::new());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a key extractor",
+    label = "not a `KeyExtractor`",
+    note = "for `ExtensionKey<T>` and closures returning `Option<T>`, `T` must implement \
+            `tollgate::store::StoreKey` (a stable byte encoding of the key)"
+)]
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key.
     type Key: StoreKey;

@@ -114,11 +114,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     }
 
     fn key_text(&self) -> Option<String> {
-        self.core.log_keys.then(|| {
-            let mut bytes = Vec::new();
-            self.key.encode(&mut bytes);
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
+        self.core.log_keys.then(|| self.key.log_text())
     }
 
     fn store_error(&self, e: &StoreError) {

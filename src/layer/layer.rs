@@ -325,7 +325,9 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
-    /// Whether `tracing` events name the key (default `false`: keys can be personal data).
+    /// Whether `tracing` events name the key (default `false`: keys can be personal data). Keys
+    /// show as [`StoreKey::log_text`](crate::store::StoreKey::log_text) says: IP addresses as text,
+    /// header, extension and other keys as a short hash keyed per process, never the secret itself.
     pub fn log_keys(mut self, on: bool) -> Self {
         self.log_keys = on;
         self
