@@ -51,6 +51,8 @@ struct Inner<S, C> {
     /// The limiter's name, taken on its store for as long as the limiter lives.
     name: NameClaim,
     name_hash: u64,
+    /// The scope tag of the limiter's own rule ([`Scope::tag`]), computed once.
+    tag: u64,
     store: S,
     clock: C,
     fail_open: Counter,
@@ -96,11 +98,13 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// A limiter from parts already built, its name taken on the store.
     fn from_parts(rule: Rule, name: NameClaim, store: S, clock: C) -> Self {
         let name_hash = crate::store::name_hash(name.name());
+        let tag = Scope::hashed(name.name(), name_hash, &rule).tag();
         Self {
             inner: Arc::new(Inner {
                 rule,
                 name,
                 name_hash,
+                tag,
                 store,
                 clock,
                 fail_open: Counter::default(),
@@ -172,8 +176,10 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// itself.
     #[inline]
     pub fn apply(&self, key: &K, rule: Option<&Rule>, op: Op) -> Answer<S::Future> {
-        let rule = rule.unwrap_or(&self.inner.rule);
-        let scope = Scope::hashed(self.name(), self.inner.name_hash, rule);
+        let scope = match rule {
+            None => Scope::with_tag(self.name(), &self.inner.rule, self.inner.tag),
+            Some(r) => Scope::hashed(self.name(), self.inner.name_hash, r),
+        };
         self.inner
             .store
             .apply(key, scope, op, self.inner.clock.now())
@@ -272,11 +278,13 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
     /// [`apply`](Self::apply), synchronously.
     #[inline]
     pub fn apply_now(&self, key: &K, rule: Option<&Rule>, op: Op) -> Decision {
-        let rule = rule.unwrap_or(&self.inner.rule);
-        let scope = Scope::hashed(self.name(), self.inner.name_hash, rule);
+        let (rule, tag) = match rule {
+            None => (&self.inner.rule, self.inner.tag),
+            Some(r) => (r, Scope::hashed(self.name(), self.inner.name_hash, r).tag()),
+        };
         self.inner
             .store
-            .decide_in(key, rule, scope.tag(), op, self.inner.clock.now())
+            .decide_in(key, rule, tag, op, self.inner.clock.now())
     }
 }
 

@@ -91,6 +91,12 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// A scope whose tag is known already.
+    #[inline]
+    pub(crate) fn with_tag(name: &'a str, rule: &'a Rule, tag: u64) -> Self {
+        Self { name, rule, tag }
+    }
+
     /// The limiter's name.
     pub fn name(&self) -> &'a str {
         self.name

@@ -386,14 +386,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     #[inline]
     fn finish(&self, index: usize, v: Verdict, now: u64, op: Op) -> Decision {
-        if let Op::Check(_) = op {
+        let mut d = to_decision(index, v, now, 1);
+        if let Op::Check(cost) = op {
             if v.outcome == Outcome::Allowed {
                 self.allowed.add(1);
+                // An admitted check's cost is its reservation.
+                d.cost = cost;
             } else {
                 self.rejected.add(1);
             }
         }
-        to_decision(index, v, now, 1).answering(op)
+        d
     }
 
     /// Every table: the general entries, then the packed tables claimed so far.
