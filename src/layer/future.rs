@@ -13,7 +13,9 @@ use tower_service::Service;
 
 use super::Settle;
 use super::layer::Core;
-use super::response::{FailurePolicy, OnRejected, text, write_headers};
+use super::response::{
+    FailurePolicy, OnRejected, Reported, text, write_allowed_headers, write_headers,
+};
 use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
@@ -473,6 +475,9 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
 ) {
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
     if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
-        write_headers(res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+        let below = res.extensions_mut().remove::<Reported>();
+        let reported =
+            write_allowed_headers(below, res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+        res.extensions_mut().insert(reported);
     }
 }

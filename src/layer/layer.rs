@@ -241,8 +241,10 @@ where
 impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
     /// Limits requests with `limiter`, keyed by `key`.
     pub fn new(limiter: RateLimiter<X::Key, St, C>, key: X) -> Self {
+        let mut headers = HeaderConfig::for_rule(limiter.rule());
+        headers.policy_name = Arc::from(limiter.name());
         Self {
-            headers: HeaderConfig::for_rule(limiter.rule()),
+            headers,
             limiter,
             key,
             failure: FailurePolicy::default(),
@@ -279,8 +281,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
-    /// The policy name in the IETF fields (default `default`; with several quotas `NAME-0`,
-    /// `NAME-1`, ...).
+    /// The policy name in the IETF fields (default: the limiter's [name](crate::Builder::name);
+    /// with several quotas `NAME-0`, `NAME-1`, ...).
     pub fn policy_name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.headers.policy_name = name.into();
         self

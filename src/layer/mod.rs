@@ -87,8 +87,11 @@
 //! keying by user. Stacked layers count a request once per limiter and key: a second layer on the
 //! same limiter and key (route and router level) lets the request through uncounted, and a request
 //! rejected by an outer layer never reaches, nor counts in, an inner one. When layers on different
-//! limiters both answer, an inner layer's 429 keeps its own fields; on allowed responses the
-//! outermost layer's fields win.
+//! limiters both answer, an inner layer's 429 keeps its own fields (the rejecting limiter's); on
+//! allowed responses the `x-ratelimit-*` fields come from the limiter with the fewest remaining
+//! (ties: the later reset), so a client sees the budget that runs out first, and every limiter
+//! adds its items to the IETF fields: `RateLimit-Policy` one per quota (named after the limiter,
+//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota).
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`

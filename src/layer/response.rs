@@ -276,6 +276,62 @@ pub(crate) fn write_headers(
     }
 }
 
+/// What the innermost layer that wrote the `x-ratelimit-*` fields of an allowed response reported,
+/// for the layers around it (kept in the response's extensions).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reported {
+    remaining: u32,
+    reset_after: std::time::Duration,
+}
+
+/// The fields of an allowed response under stacked layers: every limiter adds its items to the
+/// IETF fields (`RateLimit-Policy`: one per quota, `RateLimit`: one for the limiter), and the
+/// `x-ratelimit-*` fields come from the limiter with the fewest remaining (ties: the later reset),
+/// so a client sees the budget that runs out first.
+/// `below` is what the layers inside reported; the answer is what this one's enclosing layers see.
+pub(crate) fn write_allowed_headers(
+    below: Option<Reported>,
+    headers: &mut HeaderMap,
+    d: &Decision,
+    rule: &Rule,
+    cfg: &HeaderConfig,
+) -> Reported {
+    let mine = (d.remaining(), std::cmp::Reverse(d.reset_after()));
+    let wins = below.is_none_or(|r| mine < (r.remaining, std::cmp::Reverse(r.reset_after)));
+    if below.is_none() {
+        write_headers(headers, d, rule, cfg);
+    } else {
+        let mut own = HeaderMap::new();
+        write_headers(&mut own, d, rule, cfg);
+        for (name, value) in own {
+            let Some(name) = name else { continue };
+            let ietf = name == RATELIMIT || name == RATELIMIT_POLICY;
+            match headers.get(&name) {
+                // One list per field: this limiter's items after the inner ones'.
+                Some(inner) if ietf => {
+                    let mut joined = inner.as_bytes().to_vec();
+                    joined.extend_from_slice(b", ");
+                    joined.extend_from_slice(value.as_bytes());
+                    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                        headers.insert(name, v);
+                    }
+                }
+                _ if ietf || wins => {
+                    headers.insert(name, value);
+                }
+                _ => {}
+            }
+        }
+    }
+    match below {
+        Some(r) if !wins => r,
+        _ => Reported {
+            remaining: d.remaining(),
+            reset_after: d.reset_after(),
+        },
+    }
+}
+
 fn escape_sf_string(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii() && !c.is_ascii_control())
