@@ -124,22 +124,6 @@ fn cluster_spreads_keys_and_stays_exact() {
     });
 }
 
-/// CRC16/XMODEM, Redis Cluster's key hash.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 /// The Cluster slot of a Redis key (hash tag rules).
 fn slot_of(key: &str) -> u16 {
     let b = key.as_bytes();
@@ -150,7 +134,8 @@ fn slot_of(key: &str) -> u16 {
             .filter(|&len| len > 0)
             .map(|len| &rest[..len])
     });
-    crc16(tagged.unwrap_or(b)) % 16384
+    // CRC16/XMODEM, Redis Cluster's key hash.
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(b)) % 16384
 }
 
 /// TESTING.md T-35 (PR variant): 100 slots move from one master to another with
