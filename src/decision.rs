@@ -114,7 +114,7 @@ impl Decision {
 
     /// This decision as the answer to `op`: a check's admitted cost is its reservation.
     #[inline]
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", test))]
     pub(crate) fn answering(mut self, op: crate::strategy::Op) -> Self {
         if let crate::strategy::Op::Check(cost) = op {
             if self.outcome == Outcome::Allowed {

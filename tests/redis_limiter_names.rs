@@ -4,7 +4,6 @@
 #![cfg(feature = "redis")]
 
 #[path = "support/redis.rs"]
-#[allow(dead_code)]
 mod redis_support;
 
 use std::time::Duration;

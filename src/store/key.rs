@@ -174,7 +174,7 @@ mod tests {
         let shown = secret.log_text();
         assert!(!shown.contains("sk_live"), "{shown}");
         assert_eq!(shown.len(), 13);
-        assert_eq!(shown, secret.clone().log_text(), "stable within a process");
+        assert_eq!(shown, secret.log_text(), "stable within a process");
         assert_ne!(shown, "sk_live_0123456780".to_string().log_text());
         let pair = (ip, secret);
         assert!(
