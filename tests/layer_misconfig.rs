@@ -200,8 +200,15 @@ fn warnings_are_logged_once_not_per_request() {
             assert_eq!(logs.count("rate limited"), 2, "{}", logs.text());
             assert_eq!(
                 logs.count("secret-customer-7"),
+                0,
+                "a header key is never logged as it is: {}",
+                logs.text()
+            );
+            assert_eq!(
+                logs.count("key=\"#"),
                 1,
-                "only the configured layer names the key"
+                "only the configured layer names the key, as a keyed hash: {}",
+                logs.text()
             );
         });
     });

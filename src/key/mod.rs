@@ -60,6 +60,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::HeaderName;
+pub use http::header::InvalidHeaderName;
 use http::request::Parts;
 use sha2::{Digest, Sha256};
 
@@ -346,7 +347,7 @@ impl HeaderKey {
     pub fn new(name: &'static str) -> Self {
         match Self::try_new(name) {
             Ok(k) => k,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("{e}: {name:?}"),
         }
     }
 
@@ -355,9 +356,7 @@ impl HeaderKey {
     /// # Errors
     /// When `name` is not a valid header name.
     pub fn try_new(name: &str) -> Result<Self, InvalidHeaderName> {
-        HeaderName::from_bytes(name.as_bytes())
-            .map(|name| Self { name })
-            .map_err(|_| InvalidHeaderName(name.to_owned()))
+        HeaderName::from_bytes(name.as_bytes()).map(|name| Self { name })
     }
 
     /// The header's name.
@@ -365,18 +364,6 @@ impl HeaderKey {
         &self.name
     }
 }
-
-/// A header name that is not valid.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidHeaderName(pub String);
-
-impl fmt::Display for InvalidHeaderName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid header name {:?}", self.0)
-    }
-}
-
-impl std::error::Error for InvalidHeaderName {}
 
 impl KeyExtractor for HeaderKey {
     type Key = ValueKey;

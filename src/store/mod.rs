@@ -1,8 +1,9 @@
 //! Where per-key state lives: in memory ([`MemoryStore`], the default) or on Redis (feature `redis`).
 //!
-//! A store applies an [`Op`] to one key under a [`Rule`], atomically for all quotas of the rule, and
-//! answers with a future so that a network store fits behind the same trait as the memory store
-//! (whose future is a ready value: no boxing, no allocation).
+//! A store applies an [`Op`] to one key in a [`Scope`] (a limiter's name and a [`Rule`]),
+//! atomically for all quotas of the rule, and answers with an [`Answer`]: ready at once (the memory
+//! store: no future, no allocation, and the layer decides during `call`) or a future (a network
+//! store). Each scope has its own state per key.
 
 mod key;
 mod memory;
