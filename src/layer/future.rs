@@ -301,7 +301,7 @@ where
                 StateProj::Deciding { check, pending } => {
                     let result = ready!(check.poll(cx));
                     let (Some(ctx), Some(p)) = (this.ctx.as_mut(), pending.take()) else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     this.state.set(after_check(ctx, result, p));
                 }
@@ -309,7 +309,7 @@ where
                     let (Some(ctx), Some(result), Some(p)) =
                         (this.ctx.as_mut(), result.take(), pending.take())
                     else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     this.state.set(after_check(ctx, result, p));
                 }
@@ -322,7 +322,7 @@ where
                     ready!(sleep.poll(cx));
                     drop(guard.take());
                     let Some(ctx) = this.ctx.as_mut() else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     ctx.waited = ctx.waited.saturating_add(*wait);
                     let check = ctx.check();
@@ -335,7 +335,7 @@ where
                         p.ready = true;
                     }
                     let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     mark_counted(p.request.extensions_mut(), ctx.id);
                     let mut inner = p.inner;
@@ -378,7 +378,7 @@ where
                 } => {
                     let result = ready!(settle.poll(cx));
                     let (Some(ctx), Some(mut res)) = (this.ctx.as_ref(), response.take()) else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     let d = match result {
                         Ok(d) => d,
@@ -393,13 +393,25 @@ where
                 StateProj::Done { response } => {
                     return match response.take() {
                         Some(res) => Poll::Ready(Ok(res)),
-                        // Polled after completion.
-                        None => Poll::Pending,
+                        None => broken("polled after completion"),
                     };
                 }
             }
         }
     }
+}
+
+/// A broken invariant of the response future (a state without what it needs, a poll after
+/// completion): loud in debug builds and tests, a clean `500` otherwise, never a future that stays
+/// pending forever.
+#[cold]
+fn broken<B: From<String>, E>(what: &str) -> Poll<Result<Response<B>, E>> {
+    debug_assert!(false, "rate-limit response future: {what}");
+    tracing::error!("rate-limit response future: {what}; answering 500");
+    Poll::Ready(Ok(text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal Server Error: the rate limiter lost track of this request.\n".to_owned(),
+    )))
 }
 
 /// The state after the store answered: forward, pace, reject, or fail open or closed.
