@@ -14,7 +14,7 @@ use tower_service::Service;
 use super::Settle;
 use super::layer::Core;
 use super::response::{
-    FailurePolicy, OnRejected, Reported, text, write_allowed_headers, write_headers,
+    FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
 };
 use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
@@ -433,10 +433,7 @@ where
         Err(e) => {
             ctx.store_error(&e);
             if ctx.core.failure == FailurePolicy::FailClosed {
-                let mut res = text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
-                );
+                let mut res = ctx.core.rejection.on_refused(Refusal::StoreFailed(&e));
                 res.extensions_mut().insert(e);
                 return State::Done {
                     response: Some(res),

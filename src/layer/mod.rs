@@ -117,8 +117,9 @@ pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, RATELIMIT, RATELIMIT_POLICY,
-    ResetFormat, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, RATELIMIT,
+    RATELIMIT_POLICY, Refusal, ResetFormat, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
 

@@ -350,6 +350,125 @@ pub trait OnRejected<B>: Send + Sync + 'static {
     /// The response for a request rejected with `decision` (its outcome is
     /// [`Outcome::Rejected`] or [`Outcome::Exceeds`]).
     fn on_rejected(&self, decision: &Decision) -> Response<B>;
+
+    /// The response for a request the layer answers on its own for another reason: no key
+    /// (`400`, or the status set with `missing_key_status`), or the store failed while the layer
+    /// fails closed (`503`). The default is a short text/plain response; implement it to answer
+    /// every refusal in one format (see [`ProblemJson`]).
+    fn on_refused(&self, refusal: Refusal<'_>) -> Response<B>
+    where
+        B: From<String>,
+    {
+        match refusal {
+            Refusal::NoKey { status, error } => text(status, format!("{error}\n")),
+            Refusal::StoreFailed(_) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
+            ),
+        }
+    }
+}
+
+/// Why the layer answers a request on its own, other than a rate-limit decision.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Refusal<'a> {
+    /// The request has no key.
+    NoKey {
+        /// The status to answer with (`400` unless configured).
+        status: StatusCode,
+        /// Why the key is missing.
+        error: &'a crate::key::KeyError,
+    },
+    /// The store failed and the layer fails closed (`503`).
+    StoreFailed(&'a crate::error::StoreError),
+}
+
+/// An [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json` answer for
+/// every response the layer makes on its own: `429` (with `retry_after` in seconds, absent when the
+/// cost can never be admitted), `400` without a key, `503` when failing closed.
+///
+/// ```
+/// use tollgate::layer::{OnRejected, ProblemJson};
+/// use tollgate::{ManualClock, RateLimiter, Strategy};
+/// # use std::time::Duration;
+/// let limiter = RateLimiter::<()>::builder()
+///     .strategy(Strategy::FixedWindow)
+///     .quotas("1/minute").unwrap()
+///     .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+///     .build().unwrap();
+/// limiter.check_now(&(), 1);
+/// let res: http::Response<String> = ProblemJson.on_rejected(&limiter.check_now(&(), 1));
+/// assert_eq!(res.status(), 429);
+/// assert_eq!(res.headers()["content-type"], "application/problem+json");
+/// assert_eq!(
+///     res.body(),
+///     r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"retry in 40 seconds","retry_after":40}"#
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProblemJson;
+
+/// The body of a problem document (the strings are the crate's own, free of JSON escapes).
+fn problem(status: StatusCode, detail: &str, extra: Option<(&str, u64)>) -> String {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let mut body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{}\"",
+        status.as_u16(),
+        detail.replace(['"', '\\'], "'")
+    );
+    if let Some((name, value)) = extra {
+        let _ = write!(body, ",\"{name}\":{value}");
+    }
+    body.push('}');
+    body
+}
+
+fn problem_response<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
+    let mut res = Response::new(B::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    res
+}
+
+impl<B: From<String>> OnRejected<B> for ProblemJson {
+    fn on_rejected(&self, d: &Decision) -> Response<B> {
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let body = match d.retry_after_secs() {
+            Some(secs) => problem(
+                status,
+                &format!("retry in {secs} second{}", plural(secs)),
+                Some(("retry_after", secs)),
+            ),
+            None => problem(
+                status,
+                &format!(
+                    "the request's cost exceeds the rate limit ({}); it can never be admitted",
+                    d.limit()
+                ),
+                None,
+            ),
+        };
+        problem_response(status, body)
+    }
+
+    fn on_refused(&self, refusal: Refusal<'_>) -> Response<B> {
+        match refusal {
+            Refusal::NoKey { status, error } => {
+                problem_response(status, problem(status, error.reason(), None))
+            }
+            Refusal::StoreFailed(_) => {
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                problem_response(
+                    status,
+                    problem(status, "the rate limiter cannot decide", None),
+                )
+            }
+        }
+    }
 }
 
 impl<B, F> OnRejected<B> for F

@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use super::future::{Ctx, Pending, ResponseFuture};
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
-use super::response::{OnRejected, text};
+use super::response::{OnRejected, Refusal};
 use crate::clock::Clock;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
@@ -191,7 +191,10 @@ where
                 }
                 MissingKey::Reject(status) => {
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
-                    let mut res = text(*status, format!("{e}\n"));
+                    let mut res = self.core.rejection.on_refused(Refusal::NoKey {
+                        status: *status,
+                        error: &e,
+                    });
                     res.extensions_mut().insert(e);
                     // Gives back what the inner service's `poll_ready` reserved.
                     let fresh = self.inner.clone();
