@@ -347,7 +347,38 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self.missing_keys.load(Ordering::Relaxed)
     }
 
-    /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)).
+    /// Builds the 429 with a closure of the [`Decision`](crate::Decision) whose type is inferred
+    /// where it is written (no higher-ranked lifetime error at `Router::layer`). Under the `axum`
+    /// feature it may return anything `IntoResponse`; otherwise an `http::Response` of the inner
+    /// service's body. The layer still adds the rate-limit fields, `Retry-After` and the decision.
+    ///
+    /// ```
+    /// # #[cfg(feature = "axum")] {
+    /// use axum::{Json, Router, http::StatusCode, routing::get};
+    /// use tollgate::{RateLimiter, key::GlobalKey, layer::RateLimitLayer};
+    ///
+    /// let limiter = RateLimiter::builder().quotas("10/minute").unwrap().build().unwrap();
+    /// let app: Router = Router::new().route("/", get(|| async { "ok" })).layer(
+    ///     RateLimitLayer::new(limiter, GlobalKey).respond_with(|d| {
+    ///         let wait = d.retry_after_secs().unwrap_or(0);
+    ///         (StatusCode::TOO_MANY_REQUESTS, Json(format!("retry in {wait} s")))
+    ///     }),
+    /// );
+    /// # }
+    /// ```
+    pub fn respond_with<F, T>(
+        self,
+        f: F,
+    ) -> RateLimitLayer<X, St, C, super::response::RespondWith<F>, Co, Ru, Sk>
+    where
+        F: Fn(&crate::Decision) -> T + Send + Sync + 'static,
+    {
+        self.on_rejected(super::response::RespondWith(f))
+    }
+
+    /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)): a responder such as
+    /// [`ProblemJson`](super::ProblemJson), or a closure `Fn(&Decision) -> Response<B>` (prefer
+    /// [`respond_with`](Self::respond_with) for closures: their type is inferred there).
     pub fn on_rejected<R2>(self, f: R2) -> RateLimitLayer<X, St, C, R2, Co, Ru, Sk> {
         RateLimitLayer {
             limiter: self.limiter,

@@ -118,7 +118,7 @@ pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Sk
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, RATELIMIT,
-    RATELIMIT_POLICY, Refusal, ResetFormat, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;

@@ -369,6 +369,39 @@ pub trait OnRejected<B>: Send + Sync + 'static {
     }
 }
 
+/// A closure building the 429, given to
+/// [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with).
+#[derive(Clone, Copy)]
+pub struct RespondWith<F>(pub(crate) F);
+
+impl<F> std::fmt::Debug for RespondWith<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RespondWith(<fn>)")
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<B, F, T> OnRejected<B> for RespondWith<F>
+where
+    F: Fn(&Decision) -> T + Send + Sync + 'static,
+    T: axum::response::IntoResponse,
+    B: From<axum::body::Body>,
+{
+    fn on_rejected(&self, decision: &Decision) -> Response<B> {
+        axum::response::IntoResponse::into_response((self.0)(decision)).map(B::from)
+    }
+}
+
+#[cfg(not(feature = "axum"))]
+impl<B, F> OnRejected<B> for RespondWith<F>
+where
+    F: Fn(&Decision) -> Response<B> + Send + Sync + 'static,
+{
+    fn on_rejected(&self, decision: &Decision) -> Response<B> {
+        (self.0)(decision)
+    }
+}
+
 /// Why the layer answers a request on its own, other than a rate-limit decision.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
