@@ -7,7 +7,7 @@
 //!   told when to come back otherwise, so the owner gets in within one slot (3 min) of an attack;
 //! - per IP, across usernames: 100 attempts per day (password spraying).
 //!
-//! Successful logins are refunded (the handler marks its response with [`Refund`]) and reset the
+//! Successful logins are refunded (the handler marks its response with [`Settle::refund`]) and reset the
 //! IP + username counter. Unknown and known usernames get the same answer. The page shows the
 //! attempts left and, when blocked, the wait.
 //!
@@ -28,7 +28,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use tollgate::key::{Cidr, ExtensionKey, ForwardedIp, KeyExtractor, ValueKey, username_key};
-use tollgate::layer::{RateLimitLayer, Refund};
+use tollgate::layer::{RateLimitLayer, Settle};
 use tollgate::store::{MemoryStore, StoreKey};
 use tollgate::{Clock, Decision, RateLimiter, Strategy};
 
@@ -217,7 +217,7 @@ async fn login<C: Clock + Clone>(
             limits.per_ip_user.reset_now(&(ip, user));
         }
         let mut res = page(StatusCode::OK, "Welcome!", "");
-        res.extensions_mut().insert(Refund);
+        res.extensions_mut().insert(Settle::refund());
         return res;
     }
     let left = ip.map_or(0, |ip| limits.per_ip_user.peek_now(&(ip, user)).remaining());

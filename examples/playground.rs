@@ -41,7 +41,7 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tollgate::store::MemoryStore;
-use tollgate::{Clock, Decision, ManualClock, RateLimiter, Rule, Strategy, SystemClock};
+use tollgate::{Clock, Decision, ManualClock, Op, RateLimiter, Rule, Strategy, SystemClock};
 
 /// The most page sessions kept at once; creating one more evicts the least recently used.
 pub const MAX_SESSIONS: usize = 256;
@@ -185,7 +185,7 @@ impl Registry {
     fn remove(&mut self, id: &str) {
         if let Some(session) = self.sessions.remove(id) {
             for (limiter, rule) in self.engines.limiters.iter().zip(&session.rules) {
-                limiter.reset_rule_now(rule, &session.key);
+                limiter.apply_now(&session.key, Some(rule), Op::Reset);
             }
         }
     }
@@ -256,7 +256,7 @@ impl Session {
         for i in 0..count {
             let mut allowed = [false; 6];
             for (s, limiter) in engines.limiters.iter().enumerate() {
-                let d = limiter.check_rule_now(&self.rules[s], &self.key, 1);
+                let d = limiter.apply_now(&self.key, Some(&self.rules[s]), Op::Check(1));
                 allowed[s] = d.is_allowed();
                 let total = &mut self.totals[s];
                 if allowed[s] {
@@ -305,7 +305,8 @@ impl Session {
             .enumerate()
             .map(|(s, &strategy)| {
                 // Cost 0: a peek.
-                let d: Decision = engines.limiters[s].check_rule_now(&self.rules[s], &self.key, 0);
+                let d: Decision =
+                    engines.limiters[s].apply_now(&self.key, Some(&self.rules[s]), Op::Check(0));
                 let reset = d.reset_after().as_nanos() as u64;
                 let mut p = json!({
                     "strategy": strategy.name(),

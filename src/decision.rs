@@ -31,6 +31,30 @@ pub struct Decision {
     /// Nanoseconds since the Unix epoch.
     pub(crate) time: u64,
     pub(crate) quota: u16,
+    /// The cost an admitted check reserved (0 otherwise).
+    pub(crate) cost: u32,
+}
+
+/// What an admitted check reserved: its cost, at the store's time of the check. Settle it with
+/// [`RateLimiter::settle`](crate::RateLimiter::settle) on the limiter that made the check, to charge
+/// the actual cost (0 gives it all back) in the window or bucket the check counted it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reservation {
+    pub(crate) cost: u32,
+    /// Nanoseconds since the Unix epoch.
+    pub(crate) time: u64,
+}
+
+impl Reservation {
+    /// The cost the check admitted.
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// The store's time of the check, since the Unix epoch.
+    pub fn time(&self) -> Duration {
+        Duration::from_nanos(self.time)
+    }
 }
 
 impl Decision {
@@ -78,6 +102,28 @@ impl Decision {
         usize::from(self.quota)
     }
 
+    /// What the check reserved, if it admitted a cost above 0: settle it with
+    /// [`RateLimiter::settle`](crate::RateLimiter::settle). A rejection reserves nothing, nor does a
+    /// peek or a settlement.
+    pub fn reservation(&self) -> Option<Reservation> {
+        (self.outcome == Outcome::Allowed && self.cost > 0).then_some(Reservation {
+            cost: self.cost,
+            time: self.time,
+        })
+    }
+
+    /// This decision as the answer to `op`: a check's admitted cost is its reservation.
+    #[inline]
+    #[cfg(any(feature = "redis", test))]
+    pub(crate) fn answering(mut self, op: crate::strategy::Op) -> Self {
+        if let crate::strategy::Op::Check(cost) = op {
+            if self.outcome == Outcome::Allowed {
+                self.cost = cost;
+            }
+        }
+        self
+    }
+
     /// `reset_after` in whole seconds, rounded up (the `x-ratelimit-reset` delta value).
     pub fn reset_secs(&self) -> u64 {
         ceil_nanos_to_secs(self.reset_after)
@@ -113,6 +159,7 @@ mod tests {
             retry_after: retry.as_nanos() as u64,
             time: 1_000_000_000,
             quota: 0,
+            cost: 0,
         }
     }
 

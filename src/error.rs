@@ -31,6 +31,10 @@ pub enum ConfigError {
     BurstTooLarge(Quota),
     /// A store setting is invalid (the message says which).
     Store(String),
+    /// A limiter name must match `[A-Za-z0-9_.-]{1,64}`.
+    InvalidName(String),
+    /// A limiter of this name already exists on the store.
+    DuplicateName(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -61,6 +65,14 @@ impl fmt::Display for ConfigError {
                 q.burst()
             ),
             Self::Store(msg) => write!(f, "store configuration: {msg}"),
+            Self::InvalidName(name) => write!(
+                f,
+                "limiter name {name:?}: use 1 to 64 characters among A-Z a-z 0-9 _ . -"
+            ),
+            Self::DuplicateName(name) => write!(
+                f,
+                "a limiter named {name:?} already exists on this store (names are unique per store)"
+            ),
         }
     }
 }

@@ -757,11 +757,15 @@ pub fn strategy(data: &[u8]) {
         latest = latest.max(now);
         let op = match inp.u8() % 8 {
             0 => Op::Peek,
-            1 => Op::Refund(fuzz_cost(&mut inp, &params)),
+            1 => Op::Settle {
+                reserved: fuzz_cost(&mut inp, &params),
+                actual: 0,
+                at: now,
+            },
             2 => Op::Reset,
             _ => Op::Check(fuzz_cost(&mut inp, &params)),
         };
-        if matches!(op, Op::Refund(_) | Op::Reset) {
+        if matches!(op, Op::Settle { .. } | Op::Reset) {
             plain = false;
         }
         let before = states.clone();

@@ -75,10 +75,10 @@ mod strategy;
 mod throttle;
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
-pub use decision::{Decision, Outcome};
+pub use decision::{Decision, Outcome, Reservation};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use layer::{RateLimitLayer, RateLimitService};
-pub use limiter::{Builder, Given, IntoStore, RateLimiter, WaitError};
+pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
 pub use quota::{
     MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas,
 };

@@ -6,12 +6,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, Outcome};
+use crate::decision::{Decision, Outcome, Reservation};
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, parse_quotas};
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
-use crate::store::{MemoryStore, MemoryStoreBuilder, Store};
+use crate::store::{Answer, MemoryStore, MemoryStoreBuilder, NameClaim, Scope, Store};
 use crate::strategy::{Op, Strategy};
 
 /// Checks requests against a [`Rule`], keeping per-key state in a [`Store`] and reading time from a
@@ -48,6 +48,11 @@ pub struct RateLimiter<K, S = MemoryStore<K>, C = SystemClock> {
 
 struct Inner<S, C> {
     rule: Rule,
+    /// The limiter's name, taken on its store for as long as the limiter lives.
+    name: NameClaim,
+    name_hash: u64,
+    /// The scope tag of the limiter's own rule ([`Scope::tag`]), computed once.
+    tag: u64,
     store: S,
     clock: C,
     fail_open: Counter,
@@ -65,6 +70,7 @@ impl<K, S, C> Clone for RateLimiter<K, S, C> {
 impl<K, S: fmt::Debug, C: fmt::Debug> fmt::Debug for RateLimiter<K, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
+            .field("name", &self.inner.name.name())
             .field("rule", &self.inner.rule)
             .field("store", &self.inner.store)
             .field("clock", &self.inner.clock)
@@ -76,6 +82,7 @@ impl<K> RateLimiter<K> {
     /// Starts a builder: in-memory store, system clock, sliding window counter by default.
     pub fn builder() -> Builder<K> {
         Builder {
+            name: None,
             strategy: Strategy::default(),
             quotas: Vec::new(),
             burst: None,
@@ -88,11 +95,16 @@ impl<K> RateLimiter<K> {
 }
 
 impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
-    /// A limiter from parts already built.
-    pub fn from_parts(rule: Rule, store: S, clock: C) -> Self {
+    /// A limiter from parts already built, its name taken on the store.
+    fn from_parts(rule: Rule, name: NameClaim, store: S, clock: C) -> Self {
+        let name_hash = crate::store::name_hash(name.name());
+        let tag = Scope::hashed(name.name(), name_hash, &rule).tag();
         Self {
             inner: Arc::new(Inner {
                 rule,
+                name,
+                name_hash,
+                tag,
                 store,
                 clock,
                 fail_open: Counter::default(),
@@ -101,71 +113,76 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
         }
     }
 
-    /// Asks whether `key` may spend `cost` now, and spends it if so (all quotas or none).
-    /// Cost 0 is a peek. A cost above what a quota can ever admit gets [`Outcome::Exceeds`].
-    pub fn check(&self, key: &K, cost: u32) -> S::Future {
-        self.apply_rule(&self.inner.rule, key, Op::Check(cost))
+    /// The limiter's name (see [`Builder::name`]).
+    pub fn name(&self) -> &str {
+        self.inner.name.name()
     }
 
-    /// [`check`](Self::check) under another rule, e.g. a quota chosen per request (tiers by plan).
-    ///
-    /// A key's state belongs to the rule it is used with (in every store): under another rule the
-    /// key has a state of its own, so a route's own rule counts the requests it sees, and a key
-    /// moved to another tier starts afresh there while its old state expires by itself.
-    pub fn check_rule(&self, rule: &Rule, key: &K, cost: u32) -> S::Future {
-        self.apply_rule(rule, key, Op::Check(cost))
+    /// Asks whether `key` may spend `cost` now, and spends it if so (all quotas or none).
+    /// Cost 0 is a peek. A cost above what a quota can ever admit gets [`Outcome::Exceeds`].
+    /// An admitted check's [`Decision::reservation`] can be settled later ([`settle`](Self::settle)).
+    pub fn check(&self, key: &K, cost: u32) -> Answer<S::Future> {
+        self.apply(key, None, Op::Check(cost))
     }
 
     /// The decision a request of cost 0 would get: the state, without consuming anything.
-    pub fn peek(&self, key: &K) -> S::Future {
-        self.apply_rule(&self.inner.rule, key, Op::Peek)
+    pub fn peek(&self, key: &K) -> Answer<S::Future> {
+        self.apply(key, None, Op::Peek)
     }
 
-    /// Gives back `cost` that an earlier check consumed ("only failures count" flows). Per strategy:
-    /// GCRA moves TAT back by `cost * T` (not below now); the fixed window and the sliding counter
-    /// uncount in the same window or bucket; the moving window drops its newest `cost` entries.
-    pub fn refund(&self, key: &K, cost: u32) -> S::Future {
-        self.apply_rule(&self.inner.rule, key, Op::Refund(cost))
-    }
-
-    /// [`refund`](Self::refund) under another rule.
-    pub fn refund_rule(&self, rule: &Rule, key: &K, cost: u32) -> S::Future {
-        self.apply_rule(rule, key, Op::Refund(cost))
-    }
-
-    /// Gives back `cost` that the check answered by `checked` consumed, only from the window or
-    /// bucket it was counted in (the moving window drops only entries not older than the check):
-    /// a refund that comes after a window edge never frees room in the new window. This is what
-    /// the layer's refund hook uses.
-    pub fn refund_checked(&self, key: &K, cost: u32, checked: &Decision) -> S::Future {
-        self.apply_rule(&self.inner.rule, key, Op::RefundAt(cost, checked.time))
-    }
-
-    /// [`refund_checked`](Self::refund_checked) under another rule.
-    pub fn refund_checked_rule(
-        &self,
-        rule: &Rule,
-        key: &K,
-        cost: u32,
-        checked: &Decision,
-    ) -> S::Future {
-        self.apply_rule(rule, key, Op::RefundAt(cost, checked.time))
+    /// Settles what an admitted check of `key` reserved: charges `units` instead of the
+    /// reservation's cost (0 gives it all back, as for "only failures count" flows; more than the
+    /// reservation charges the difference), atomically, in the window or bucket the check counted
+    /// it in. Per strategy: GCRA moves its TAT by `(units - reserved) x T` (not below now, and the
+    /// debt never past one bucket depth); the window strategies adjust the window or bucket the
+    /// reservation was counted in, or nothing if it has ended; the moving window adds or removes
+    /// entries at the reservation's own timestamp, and drops a charge beyond a full log.
+    ///
+    /// A reservation belongs to the limiter (and rule) whose check made it: settle it there only.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, RateLimiter, Strategy};
+    ///
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = RateLimiter::builder()
+    ///     .strategy(Strategy::FixedWindow)
+    ///     .quotas("3/minute").unwrap()
+    ///     .clock(clock.clone())
+    ///     .build()
+    ///     .unwrap();
+    /// let d = limiter.check_now(&"alice", 1);
+    /// assert_eq!(d.remaining(), 2);
+    /// // The login succeeded: only failures count.
+    /// let reservation = d.reservation().expect("admitted");
+    /// assert_eq!(limiter.settle_now(&"alice", reservation, 0).remaining(), 3);
+    /// assert_eq!(limiter.check_now(&"bob", 5).reservation(), None, "a rejection reserves nothing");
+    /// ```
+    pub fn settle(&self, key: &K, reservation: Reservation, units: u32) -> Answer<S::Future> {
+        self.apply(key, None, Op::settle(reservation, units))
     }
 
     /// Forgets `key`'s state: its next request is treated as a new key's.
-    pub fn reset(&self, key: &K) -> S::Future {
-        self.apply_rule(&self.inner.rule, key, Op::Reset)
+    pub fn reset(&self, key: &K) -> Answer<S::Future> {
+        self.apply(key, None, Op::Reset)
     }
 
-    /// [`reset`](Self::reset) of `key`'s state under another rule.
-    pub fn reset_rule(&self, rule: &Rule, key: &K) -> S::Future {
-        self.apply_rule(rule, key, Op::Reset)
-    }
-
-    fn apply_rule(&self, rule: &Rule, key: &K, op: Op) -> S::Future {
+    /// The general entry point: applies `op` to `key` under `rule` (`None`: the limiter's own),
+    /// for what the verbs above do not cover, e.g. a quota chosen per request (tiers by plan).
+    ///
+    /// A key's state belongs to the limiter and the rule it is used with (in every store): under
+    /// another rule the key has a state of its own, so a route's own rule counts the requests it
+    /// sees, and a key moved to another tier starts afresh there while its old state expires by
+    /// itself.
+    #[inline]
+    pub fn apply(&self, key: &K, rule: Option<&Rule>, op: Op) -> Answer<S::Future> {
+        let scope = match rule {
+            None => Scope::with_tag(self.name(), &self.inner.rule, self.inner.tag),
+            Some(r) => Scope::hashed(self.name(), self.inner.name_hash, r),
+        };
         self.inner
             .store
-            .apply(key, rule, op, self.inner.clock.now())
+            .apply(key, scope, op, self.inner.clock.now())
     }
 
     /// Waits (on tokio's timer) until `key` may spend `cost`, for at most `max_wait`, then spends it.
@@ -223,7 +240,7 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     }
 
     /// Records a request let through because the store failed (called by the layer).
-    pub fn record_fail_open(&self) {
+    pub(crate) fn record_fail_open(&self) {
         self.inner.fail_open.add(1);
     }
 
@@ -237,45 +254,37 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
 impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
     RateLimiter<K, MemoryStore<K>, C>
 {
-    /// [`check`](Self::check) without a future: the memory store answers at once.
+    /// [`check`](Self::check), synchronously: the memory store answers at once.
+    #[inline]
     pub fn check_now(&self, key: &K, cost: u32) -> Decision {
-        self.decide_now(&self.inner.rule, key, Op::Check(cost))
+        self.apply_now(key, None, Op::Check(cost))
     }
 
-    /// [`check_rule`](Self::check_rule) without a future.
-    pub fn check_rule_now(&self, rule: &Rule, key: &K, cost: u32) -> Decision {
-        self.decide_now(rule, key, Op::Check(cost))
-    }
-
-    /// [`peek`](Self::peek) without a future.
+    /// [`peek`](Self::peek), synchronously.
     pub fn peek_now(&self, key: &K) -> Decision {
-        self.decide_now(&self.inner.rule, key, Op::Peek)
+        self.apply_now(key, None, Op::Peek)
     }
 
-    /// [`refund`](Self::refund) without a future.
-    pub fn refund_now(&self, key: &K, cost: u32) -> Decision {
-        self.decide_now(&self.inner.rule, key, Op::Refund(cost))
+    /// [`settle`](Self::settle), synchronously.
+    pub fn settle_now(&self, key: &K, reservation: Reservation, units: u32) -> Decision {
+        self.apply_now(key, None, Op::settle(reservation, units))
     }
 
-    /// [`refund_checked`](Self::refund_checked) without a future.
-    pub fn refund_checked_now(&self, key: &K, cost: u32, checked: &Decision) -> Decision {
-        self.decide_now(&self.inner.rule, key, Op::RefundAt(cost, checked.time))
-    }
-
-    /// [`reset`](Self::reset) without a future.
+    /// [`reset`](Self::reset), synchronously.
     pub fn reset_now(&self, key: &K) -> Decision {
-        self.decide_now(&self.inner.rule, key, Op::Reset)
+        self.apply_now(key, None, Op::Reset)
     }
 
-    /// [`reset_rule`](Self::reset_rule) without a future.
-    pub fn reset_rule_now(&self, rule: &Rule, key: &K) -> Decision {
-        self.decide_now(rule, key, Op::Reset)
-    }
-
-    fn decide_now(&self, rule: &Rule, key: &K, op: Op) -> Decision {
+    /// [`apply`](Self::apply), synchronously.
+    #[inline]
+    pub fn apply_now(&self, key: &K, rule: Option<&Rule>, op: Op) -> Decision {
+        let (rule, tag) = match rule {
+            None => (&self.inner.rule, self.inner.tag),
+            Some(r) => (r, Scope::hashed(self.name(), self.inner.name_hash, r).tag()),
+        };
         self.inner
             .store
-            .decide(key, rule, op, self.inner.clock.now())
+            .decide_in(key, rule, tag, op, self.inner.clock.now())
     }
 }
 
@@ -310,7 +319,7 @@ impl fmt::Display for WaitError {
 impl std::error::Error for WaitError {}
 
 /// What a [`Builder`] turns into its store: the memory store's options, or a store given whole.
-pub trait IntoStore<K> {
+pub trait IntoStore<K>: sealed::Sealed {
     /// The store.
     type Store: Store<K>;
     /// Builds it.
@@ -328,6 +337,13 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static> IntoStore<K> for M
 #[derive(Debug)]
 pub struct Given<S>(S);
 
+mod sealed {
+    /// Only the crate's store choices are [`IntoStore`](super::IntoStore).
+    pub trait Sealed {}
+    impl Sealed for crate::store::MemoryStoreBuilder {}
+    impl<S> Sealed for super::Given<S> {}
+}
+
 impl<K, S: Store<K>> IntoStore<K> for Given<S> {
     type Store = S;
     fn into_store(self) -> S {
@@ -338,6 +354,7 @@ impl<K, S: Store<K>> IntoStore<K> for Given<S> {
 /// Builds a [`RateLimiter`]. See [`RateLimiter::builder`].
 #[must_use]
 pub struct Builder<K, S = MemoryStoreBuilder, C = SystemClock> {
+    name: Option<String>,
     strategy: Strategy,
     quotas: Vec<Quota>,
     burst: Option<std::num::NonZeroU32>,
@@ -350,6 +367,7 @@ pub struct Builder<K, S = MemoryStoreBuilder, C = SystemClock> {
 impl<K, S, C: fmt::Debug> fmt::Debug for Builder<K, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
+            .field("name", &self.name)
             .field("strategy", &self.strategy)
             .field("quotas", &self.quotas)
             .field("clock", &self.clock)
@@ -358,6 +376,16 @@ impl<K, S, C: fmt::Debug> fmt::Debug for Builder<K, S, C> {
 }
 
 impl<K, S, C> Builder<K, S, C> {
+    /// The limiter's name (default `"default"`): 1 to 64 characters among `A-Z a-z 0-9 _ . -`,
+    /// unique per store. Its state is kept under it, so limiters of the same name in different
+    /// processes share a limit on Redis, and two limiters of different names on one store never
+    /// share counters. It also names the limiter's `RateLimit` header items and its
+    /// [`Settle`](crate::layer::Settle) markers.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// The algorithm (default: [`Strategy::SlidingWindow`]).
     pub fn strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = strategy;
@@ -396,6 +424,7 @@ impl<K, S, C> Builder<K, S, C> {
     /// Uses another clock.
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, S, C2> {
         Builder {
+            name: self.name,
             strategy: self.strategy,
             quotas: self.quotas,
             burst: self.burst,
@@ -409,6 +438,7 @@ impl<K, S, C> Builder<K, S, C> {
     /// Uses another store (e.g. Redis).
     pub fn store<S2: Store<K>>(self, store: S2) -> Builder<K, Given<S2>, C> {
         Builder {
+            name: self.name,
             strategy: self.strategy,
             quotas: self.quotas,
             burst: self.burst,
@@ -444,15 +474,40 @@ impl<K, S: IntoStore<K>, C: Clock> Builder<K, S, C> {
     /// Builds the limiter.
     ///
     /// # Errors
-    /// As [`Rule::new`]: no quota, or a quota the strategy cannot represent.
+    /// As [`Rule::new`]: no quota, or a quota the strategy cannot represent;
+    /// [`ConfigError::InvalidName`], [`ConfigError::DuplicateName`] for a name already taken on
+    /// the store, and what the store refuses ([`Store::validate`]).
     pub fn build(self) -> Result<RateLimiter<K, S::Store, C>, ConfigError> {
+        let name = self.name.as_deref().unwrap_or(DEFAULT_NAME);
+        validate_name(name)?;
         let rule = self.rule()?;
         let store = self.store.into_store();
-        let limiter = RateLimiter::from_parts(rule, store, self.clock);
+        store.validate(&rule)?;
+        let claim = store.names().claim(name)?;
+        let limiter = RateLimiter::from_parts(rule, claim, store, self.clock);
         if let Some(every) = self.sweep_every {
             spawn_sweeper(Arc::downgrade(&limiter.inner), every);
         }
         Ok(limiter)
+    }
+}
+
+/// The name of a limiter built without [`Builder::name`].
+pub const DEFAULT_NAME: &str = "default";
+
+/// Whether `name` is a valid limiter name: `[A-Za-z0-9_.-]{1,64}`.
+///
+/// # Errors
+/// [`ConfigError::InvalidName`] otherwise.
+pub fn validate_name(name: &str) -> Result<(), ConfigError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::InvalidName(name.to_owned()))
     }
 }
 

@@ -60,6 +60,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::HeaderName;
+pub use http::header::InvalidHeaderName;
 use http::request::Parts;
 use sha2::{Digest, Sha256};
 
@@ -71,7 +72,35 @@ pub use ip::{Cidr, DEFAULT_IPV6_PREFIX, InvalidCidr, normalize_ip};
 /// Finds the key a request is counted under.
 ///
 /// Implemented for the stock extractors of this module, for closures `Fn(&Parts) -> Option<K>`,
-/// and for tuples of extractors (composite keys, length-prefixed when encoded).
+/// and for tuples of extractors (composite keys, length-prefixed when encoded). The key type must
+/// implement [`StoreKey`]: `ExtensionKey<UserId>` needs `UserId: StoreKey`.
+///
+/// ```compile_fail
+/// // A user id without `StoreKey`: the compiler names `StoreKey`, not only `KeyExtractor`.
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct UserId(u64);
+/// fn needs_extractor<X: tollgate::key::KeyExtractor>(_: X) {}
+/// needs_extractor(tollgate::key::ExtensionKey::<UserId>::new());
+/// ```
+///
+/// ```
+/// use tollgate::store::StoreKey;
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct UserId(u64);
+/// impl StoreKey for UserId {
+///     fn encode(&self, out: &mut Vec<u8>) {
+///         out.extend_from_slice(&self.0.to_be_bytes());
+///     }
+/// }
+/// fn needs_extractor<X: tollgate::key::KeyExtractor>(_: X) {}
+/// needs_extractor(tollgate::key::ExtensionKey::<UserId>::new());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a key extractor",
+    label = "not a `KeyExtractor`",
+    note = "for `ExtensionKey<T>` and closures returning `Option<T>`, `T` must implement \
+            `tollgate::store::StoreKey` (a stable byte encoding of the key)"
+)]
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key.
     type Key: StoreKey;
@@ -318,7 +347,7 @@ impl HeaderKey {
     pub fn new(name: &'static str) -> Self {
         match Self::try_new(name) {
             Ok(k) => k,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("{e}: {name:?}"),
         }
     }
 
@@ -327,9 +356,7 @@ impl HeaderKey {
     /// # Errors
     /// When `name` is not a valid header name.
     pub fn try_new(name: &str) -> Result<Self, InvalidHeaderName> {
-        HeaderName::from_bytes(name.as_bytes())
-            .map(|name| Self { name })
-            .map_err(|_| InvalidHeaderName(name.to_owned()))
+        HeaderName::from_bytes(name.as_bytes()).map(|name| Self { name })
     }
 
     /// The header's name.
@@ -337,18 +364,6 @@ impl HeaderKey {
         &self.name
     }
 }
-
-/// A header name that is not valid.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidHeaderName(pub String);
-
-impl fmt::Display for InvalidHeaderName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid header name {:?}", self.0)
-    }
-}
-
-impl std::error::Error for InvalidHeaderName {}
 
 impl KeyExtractor for HeaderKey {
     type Key = ValueKey;

@@ -1,4 +1,4 @@
-//! [`ResponseFuture`]: deciding, pacing, forwarding, refunding.
+//! [`ResponseFuture`]: deciding, pacing, forwarding, settling.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,15 +11,18 @@ use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::Refund;
+use super::Settle;
 use super::layer::Core;
-use super::response::{FailurePolicy, OnRejected, text, write_headers};
+use super::response::{
+    FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
+};
 use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
-use crate::store::{Store, StoreKey};
+use crate::store::{Answer, Store, StoreKey};
+use crate::strategy::Op;
 
 /// The request and the inner service, waiting for the decision.
 pub(crate) struct Pending<S, B> {
@@ -96,30 +99,24 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             .unwrap_or_else(|| self.core.limiter.rule())
     }
 
-    fn check(&self) -> St::Future {
-        match &self.rule {
-            Some(r) => self.core.limiter.check_rule(r, &self.key, self.cost),
-            None => self.core.limiter.check(&self.key, self.cost),
-        }
-    }
-
-    /// Gives back what the check answered by `checked` consumed, from the window it counted in.
-    fn refund(&self, checked: &Decision) -> St::Future {
-        let rule = self
-            .rule
-            .as_deref()
-            .unwrap_or_else(|| self.core.limiter.rule());
+    fn check(&self) -> Answer<St::Future> {
         self.core
             .limiter
-            .refund_checked_rule(rule, &self.key, self.cost, checked)
+            .apply(&self.key, self.rule.as_deref(), Op::Check(self.cost))
+    }
+
+    /// Settles what the check answered by `checked` reserved for `units`, in the window it counted in.
+    fn settle(&self, checked: &Decision, units: u32) -> Option<Answer<St::Future>> {
+        let reservation = checked.reservation()?;
+        Some(self.core.limiter.apply(
+            &self.key,
+            self.rule.as_deref(),
+            Op::settle(reservation, units),
+        ))
     }
 
     fn key_text(&self) -> Option<String> {
-        self.core.log_keys.then(|| {
-            let mut bytes = Vec::new();
-            self.key.encode(&mut bytes);
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
+        self.core.log_keys.then(|| self.key.log_text())
     }
 
     fn store_error(&self, e: &StoreError) {
@@ -171,7 +168,7 @@ pin_project! {
         S: Service<Request<ReqB>>,
         St: Store<K>,
     {
-        Deciding { #[pin] check: St::Future, pending: Option<Pending<S, ReqB>> },
+        Deciding { #[pin] check: Answer<St::Future>, pending: Option<Pending<S, ReqB>> },
         // The store answered at once, and the answer needs more than a forward or a rejection.
         Decided {
             result: Option<Result<Decision, StoreError>>,
@@ -185,7 +182,7 @@ pin_project! {
         },
         Readying { pending: Option<Pending<S, ReqB>>, decision: Option<Decision> },
         Forwarding { #[pin] fut: S::Future, decision: Option<Decision> },
-        Refunding { #[pin] refund: St::Future, response: Option<Response<ResB>>, decision: Decision },
+        Settling { #[pin] settle: Answer<St::Future>, response: Option<Response<ResB>>, decision: Decision },
         Done { response: Option<Response<ResB>> },
     }
 }
@@ -215,7 +212,7 @@ where
     }
 
     pub(crate) fn deciding(
-        check: St::Future,
+        check: Answer<St::Future>,
         pending: Pending<S, ReqB>,
         ctx: Ctx<K, St, C, R>,
     ) -> Self {
@@ -286,21 +283,6 @@ where
     }
 }
 
-/// The store's answer if `check` has it already: a [`std::future::Ready`] (the memory store's
-/// future) is taken at once, without a poll through the response future.
-pub(crate) fn ready_now<F>(check: &mut F) -> Option<Result<Decision, StoreError>>
-where
-    F: Future<Output = Result<Decision, StoreError>> + 'static,
-{
-    let any: &mut dyn std::any::Any = check;
-    let ready = any.downcast_mut::<std::future::Ready<Result<Decision, StoreError>>>()?;
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    match Pin::new(ready).poll(&mut cx) {
-        Poll::Ready(result) => Some(result),
-        Poll::Pending => None,
-    }
-}
-
 impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
@@ -319,7 +301,7 @@ where
                 StateProj::Deciding { check, pending } => {
                     let result = ready!(check.poll(cx));
                     let (Some(ctx), Some(p)) = (this.ctx.as_mut(), pending.take()) else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     this.state.set(after_check(ctx, result, p));
                 }
@@ -327,7 +309,7 @@ where
                     let (Some(ctx), Some(result), Some(p)) =
                         (this.ctx.as_mut(), result.take(), pending.take())
                     else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     this.state.set(after_check(ctx, result, p));
                 }
@@ -340,7 +322,7 @@ where
                     ready!(sleep.poll(cx));
                     drop(guard.take());
                     let Some(ctx) = this.ctx.as_mut() else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     ctx.waited = ctx.waited.saturating_add(*wait);
                     let check = ctx.check();
@@ -353,7 +335,7 @@ where
                         p.ready = true;
                     }
                     let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     mark_counted(p.request.extensions_mut(), ctx.id);
                     let mut inner = p.inner;
@@ -366,26 +348,37 @@ where
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), *decision) else {
                         return Poll::Ready(Ok(res));
                     };
-                    if res.extensions().get::<Refund>().is_some() && ctx.cost > 0 {
-                        let refund = ctx.refund(&d);
-                        this.state.set(State::Refunding {
-                            refund,
-                            response: Some(res),
-                            decision: d,
-                        });
-                        continue;
+                    let name = ctx.core.limiter.name();
+                    if res
+                        .extensions()
+                        .get::<Settle>()
+                        .is_some_and(|s| s.is_for(name))
+                    {
+                        // Taken out: an enclosing limiter never settles this one's reservation.
+                        let units = res
+                            .extensions_mut()
+                            .remove::<Settle>()
+                            .map_or(0, |s| s.charged());
+                        if let Some(settle) = ctx.settle(&d, units) {
+                            this.state.set(State::Settling {
+                                settle,
+                                response: Some(res),
+                                decision: d,
+                            });
+                            continue;
+                        }
                     }
                     finish_allowed(ctx, &mut res, &d);
                     return Poll::Ready(Ok(res));
                 }
-                StateProj::Refunding {
-                    refund,
+                StateProj::Settling {
+                    settle,
                     response,
                     decision,
                 } => {
-                    let result = ready!(refund.poll(cx));
+                    let result = ready!(settle.poll(cx));
                     let (Some(ctx), Some(mut res)) = (this.ctx.as_ref(), response.take()) else {
-                        return Poll::Pending;
+                        return broken("a state without its request, context or answer");
                     };
                     let d = match result {
                         Ok(d) => d,
@@ -400,13 +393,25 @@ where
                 StateProj::Done { response } => {
                     return match response.take() {
                         Some(res) => Poll::Ready(Ok(res)),
-                        // Polled after completion.
-                        None => Poll::Pending,
+                        None => broken("polled after completion"),
                     };
                 }
             }
         }
     }
+}
+
+/// A broken invariant of the response future (a state without what it needs, a poll after
+/// completion): loud in debug builds and tests, a clean `500` otherwise, never a future that stays
+/// pending forever.
+#[cold]
+fn broken<B: From<String>, E>(what: &str) -> Poll<Result<Response<B>, E>> {
+    debug_assert!(false, "rate-limit response future: {what}");
+    tracing::error!("rate-limit response future: {what}; answering 500");
+    Poll::Ready(Ok(text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal Server Error: the rate limiter lost track of this request.\n".to_owned(),
+    )))
 }
 
 /// The state after the store answered: forward, pace, reject, or fail open or closed.
@@ -428,10 +433,7 @@ where
         Err(e) => {
             ctx.store_error(&e);
             if ctx.core.failure == FailurePolicy::FailClosed {
-                let mut res = text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
-                );
+                let mut res = ctx.core.rejection.on_refused(Refusal::StoreFailed(&e));
                 res.extensions_mut().insert(e);
                 return State::Done {
                     response: Some(res),
@@ -482,6 +484,9 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
 ) {
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
     if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
-        write_headers(res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+        let below = res.extensions_mut().remove::<Reported>();
+        let reported =
+            write_allowed_headers(below, res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+        res.extensions_mut().insert(reported);
     }
 }

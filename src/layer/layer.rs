@@ -241,8 +241,10 @@ where
 impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
     /// Limits requests with `limiter`, keyed by `key`.
     pub fn new(limiter: RateLimiter<X::Key, St, C>, key: X) -> Self {
+        let mut headers = HeaderConfig::for_rule(limiter.rule());
+        headers.policy_name = Arc::from(limiter.name());
         Self {
-            headers: HeaderConfig::for_rule(limiter.rule()),
+            headers,
             limiter,
             key,
             failure: FailurePolicy::default(),
@@ -279,8 +281,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
-    /// The policy name in the IETF fields (default `default`; with several quotas `NAME-0`,
-    /// `NAME-1`, ...).
+    /// The policy name in the IETF fields (default: the limiter's [name](crate::Builder::name);
+    /// with several quotas `NAME-0`, `NAME-1`, ...).
     pub fn policy_name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.headers.policy_name = name.into();
         self
@@ -325,7 +327,9 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
-    /// Whether `tracing` events name the key (default `false`: keys can be personal data).
+    /// Whether `tracing` events name the key (default `false`: keys can be personal data). Keys
+    /// show as [`StoreKey::log_text`](crate::store::StoreKey::log_text) says: IP addresses as text,
+    /// header, extension and other keys as a short hash keyed per process, never the secret itself.
     pub fn log_keys(mut self, on: bool) -> Self {
         self.log_keys = on;
         self
@@ -343,7 +347,38 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self.missing_keys.load(Ordering::Relaxed)
     }
 
-    /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)).
+    /// Builds the 429 with a closure of the [`Decision`](crate::Decision) whose type is inferred
+    /// where it is written (no higher-ranked lifetime error at `Router::layer`). Under the `axum`
+    /// feature it may return anything `IntoResponse`; otherwise an `http::Response` of the inner
+    /// service's body. The layer still adds the rate-limit fields, `Retry-After` and the decision.
+    ///
+    /// ```
+    /// # #[cfg(feature = "axum")] {
+    /// use axum::{Json, Router, http::StatusCode, routing::get};
+    /// use tollgate::{RateLimiter, key::GlobalKey, layer::RateLimitLayer};
+    ///
+    /// let limiter = RateLimiter::builder().quotas("10/minute").unwrap().build().unwrap();
+    /// let app: Router = Router::new().route("/", get(|| async { "ok" })).layer(
+    ///     RateLimitLayer::new(limiter, GlobalKey).respond_with(|d| {
+    ///         let wait = d.retry_after_secs().unwrap_or(0);
+    ///         (StatusCode::TOO_MANY_REQUESTS, Json(format!("retry in {wait} s")))
+    ///     }),
+    /// );
+    /// # }
+    /// ```
+    pub fn respond_with<F, T>(
+        self,
+        f: F,
+    ) -> RateLimitLayer<X, St, C, super::response::RespondWith<F>, Co, Ru, Sk>
+    where
+        F: Fn(&crate::Decision) -> T + Send + Sync + 'static,
+    {
+        self.on_rejected(super::response::RespondWith(f))
+    }
+
+    /// Builds rejections with `f` (see [`OnRejected`](super::OnRejected)): a responder such as
+    /// [`ProblemJson`](super::ProblemJson), or a closure `Fn(&Decision) -> Response<B>` (prefer
+    /// [`respond_with`](Self::respond_with) for closures: their type is inferred there).
     pub fn on_rejected<R2>(self, f: R2) -> RateLimitLayer<X, St, C, R2, Co, Ru, Sk> {
         RateLimitLayer {
             limiter: self.limiter,

@@ -74,8 +74,10 @@
 //! - [`on_rejected`](RateLimitLayer::on_rejected): build the 429 yourself (the layer still adds the
 //!   headers and the `Decision`).
 //! - [`pacing`](RateLimitLayer::pacing): wait up to a maximum delay for a slot instead of rejecting.
-//! - Refunds: a handler that inserts [`Refund`] into its response's extensions gets its request's
-//!   cost given back ("only failures count", see the `login` example).
+//! - Settlement: a handler that inserts [`Settle`] into its response's extensions gets its request
+//!   charged what it says instead of its cost (`Settle::refund()`: nothing, "only failures count",
+//!   see the `login` example). Only the innermost layer that counted the request settles it (or the
+//!   one [`Settle::for_limiter`] names): enclosing limiters keep their count.
 //! - [`log_keys`](RateLimitLayer::log_keys): name keys in `tracing` events (off by default).
 //!
 //! # Layer order and CORS
@@ -85,8 +87,11 @@
 //! keying by user. Stacked layers count a request once per limiter and key: a second layer on the
 //! same limiter and key (route and router level) lets the request through uncounted, and a request
 //! rejected by an outer layer never reaches, nor counts in, an inner one. When layers on different
-//! limiters both answer, an inner layer's 429 keeps its own fields; on allowed responses the
-//! outermost layer's fields win.
+//! limiters both answer, an inner layer's 429 keeps its own fields (the rejecting limiter's); on
+//! allowed responses the `x-ratelimit-*` fields come from the limiter with the fewest remaining
+//! (ties: the later reset), so a client sees the budget that runs out first, and every limiter
+//! adds its items to the IETF fields: `RateLimit-Policy` one per quota (named after the limiter,
+//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota).
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
@@ -112,16 +117,64 @@ pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, RATELIMIT, RATELIMIT_POLICY,
-    ResetFormat, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, RATELIMIT,
+    RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
 
 #[allow(unused_imports)]
 use crate::{Decision, RateLimiter};
 
-/// Put this into a response's extensions to give back the request's cost: the layer then calls
-/// [`RateLimiter::refund`] (or `refund_rule`) for its key, and the headers show the refunded state.
-/// With axum: `(Extension(Refund), "welcome")`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Refund;
+/// Put this into a response's extensions to settle the request's reservation: the layer charges
+/// [`units`](Settle::units) instead of the request's cost (0 gives it all back: "only failures
+/// count", see the `login` example), and the headers show the settled state. With axum:
+/// `(Extension(Settle::refund()), "welcome")`.
+///
+/// Only one limiter settles it, never another's reservation: by default the innermost layer that
+/// counted the request (it takes the marker out of the response, so enclosing layers keep their
+/// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Settle {
+    units: u32,
+    limiter: Option<std::borrow::Cow<'static, str>>,
+}
+
+impl Settle {
+    /// Gives the whole cost back (charges 0 units).
+    pub fn refund() -> Self {
+        Self::default()
+    }
+
+    /// Charges `units` instead of the request's cost.
+    pub fn units(units: u32) -> Self {
+        Self {
+            units,
+            limiter: None,
+        }
+    }
+
+    /// Settles with the layer whose limiter is named `name` (see
+    /// [`Builder::name`](crate::Builder::name)) instead of the innermost one that counted the
+    /// request.
+    #[must_use]
+    pub fn for_limiter(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.limiter = Some(name.into());
+        self
+    }
+
+    /// The units to charge.
+    pub fn charged(&self) -> u32 {
+        self.units
+    }
+
+    /// The limiter named, if one is.
+    pub fn limiter(&self) -> Option<&str> {
+        self.limiter.as_deref()
+    }
+
+    /// Whether the layer of limiter `name` settles this marker.
+    pub(crate) fn is_for(&self, name: &str) -> bool {
+        self.limiter.as_deref().is_none_or(|n| n == name)
+    }
+}

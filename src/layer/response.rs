@@ -276,6 +276,62 @@ pub(crate) fn write_headers(
     }
 }
 
+/// What the innermost layer that wrote the `x-ratelimit-*` fields of an allowed response reported,
+/// for the layers around it (kept in the response's extensions).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reported {
+    remaining: u32,
+    reset_after: std::time::Duration,
+}
+
+/// The fields of an allowed response under stacked layers: every limiter adds its items to the
+/// IETF fields (`RateLimit-Policy`: one per quota, `RateLimit`: one for the limiter), and the
+/// `x-ratelimit-*` fields come from the limiter with the fewest remaining (ties: the later reset),
+/// so a client sees the budget that runs out first.
+/// `below` is what the layers inside reported; the answer is what this one's enclosing layers see.
+pub(crate) fn write_allowed_headers(
+    below: Option<Reported>,
+    headers: &mut HeaderMap,
+    d: &Decision,
+    rule: &Rule,
+    cfg: &HeaderConfig,
+) -> Reported {
+    let mine = (d.remaining(), std::cmp::Reverse(d.reset_after()));
+    let wins = below.is_none_or(|r| mine < (r.remaining, std::cmp::Reverse(r.reset_after)));
+    if below.is_none() {
+        write_headers(headers, d, rule, cfg);
+    } else {
+        let mut own = HeaderMap::new();
+        write_headers(&mut own, d, rule, cfg);
+        for (name, value) in own {
+            let Some(name) = name else { continue };
+            let ietf = name == RATELIMIT || name == RATELIMIT_POLICY;
+            match headers.get(&name) {
+                // One list per field: this limiter's items after the inner ones'.
+                Some(inner) if ietf => {
+                    let mut joined = inner.as_bytes().to_vec();
+                    joined.extend_from_slice(b", ");
+                    joined.extend_from_slice(value.as_bytes());
+                    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                        headers.insert(name, v);
+                    }
+                }
+                _ if ietf || wins => {
+                    headers.insert(name, value);
+                }
+                _ => {}
+            }
+        }
+    }
+    match below {
+        Some(r) if !wins => r,
+        _ => Reported {
+            remaining: d.remaining(),
+            reset_after: d.reset_after(),
+        },
+    }
+}
+
 fn escape_sf_string(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii() && !c.is_ascii_control())
@@ -294,6 +350,158 @@ pub trait OnRejected<B>: Send + Sync + 'static {
     /// The response for a request rejected with `decision` (its outcome is
     /// [`Outcome::Rejected`] or [`Outcome::Exceeds`]).
     fn on_rejected(&self, decision: &Decision) -> Response<B>;
+
+    /// The response for a request the layer answers on its own for another reason: no key
+    /// (`400`, or the status set with `missing_key_status`), or the store failed while the layer
+    /// fails closed (`503`). The default is a short text/plain response; implement it to answer
+    /// every refusal in one format (see [`ProblemJson`]).
+    fn on_refused(&self, refusal: Refusal<'_>) -> Response<B>
+    where
+        B: From<String>,
+    {
+        match refusal {
+            Refusal::NoKey { status, error } => text(status, format!("{error}\n")),
+            Refusal::StoreFailed(_) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
+            ),
+        }
+    }
+}
+
+/// A closure building the 429, given to
+/// [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with).
+#[derive(Clone, Copy)]
+pub struct RespondWith<F>(pub(crate) F);
+
+impl<F> std::fmt::Debug for RespondWith<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RespondWith(<fn>)")
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<B, F, T> OnRejected<B> for RespondWith<F>
+where
+    F: Fn(&Decision) -> T + Send + Sync + 'static,
+    T: axum::response::IntoResponse,
+    B: From<axum::body::Body>,
+{
+    fn on_rejected(&self, decision: &Decision) -> Response<B> {
+        axum::response::IntoResponse::into_response((self.0)(decision)).map(B::from)
+    }
+}
+
+#[cfg(not(feature = "axum"))]
+impl<B, F> OnRejected<B> for RespondWith<F>
+where
+    F: Fn(&Decision) -> Response<B> + Send + Sync + 'static,
+{
+    fn on_rejected(&self, decision: &Decision) -> Response<B> {
+        (self.0)(decision)
+    }
+}
+
+/// Why the layer answers a request on its own, other than a rate-limit decision.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Refusal<'a> {
+    /// The request has no key.
+    NoKey {
+        /// The status to answer with (`400` unless configured).
+        status: StatusCode,
+        /// Why the key is missing.
+        error: &'a crate::key::KeyError,
+    },
+    /// The store failed and the layer fails closed (`503`).
+    StoreFailed(&'a crate::error::StoreError),
+}
+
+/// An [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json` answer for
+/// every response the layer makes on its own: `429` (with `retry_after` in seconds, absent when the
+/// cost can never be admitted), `400` without a key, `503` when failing closed.
+///
+/// ```
+/// use tollgate::layer::{OnRejected, ProblemJson};
+/// use tollgate::{ManualClock, RateLimiter, Strategy};
+/// # use std::time::Duration;
+/// let limiter = RateLimiter::<()>::builder()
+///     .strategy(Strategy::FixedWindow)
+///     .quotas("1/minute").unwrap()
+///     .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+///     .build().unwrap();
+/// limiter.check_now(&(), 1);
+/// let res: http::Response<String> = ProblemJson.on_rejected(&limiter.check_now(&(), 1));
+/// assert_eq!(res.status(), 429);
+/// assert_eq!(res.headers()["content-type"], "application/problem+json");
+/// assert_eq!(
+///     res.body(),
+///     r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"retry in 40 seconds","retry_after":40}"#
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProblemJson;
+
+/// The body of a problem document (the strings are the crate's own, free of JSON escapes).
+fn problem(status: StatusCode, detail: &str, extra: Option<(&str, u64)>) -> String {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let mut body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{}\"",
+        status.as_u16(),
+        detail.replace(['"', '\\'], "'")
+    );
+    if let Some((name, value)) = extra {
+        let _ = write!(body, ",\"{name}\":{value}");
+    }
+    body.push('}');
+    body
+}
+
+fn problem_response<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
+    let mut res = Response::new(B::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    res
+}
+
+impl<B: From<String>> OnRejected<B> for ProblemJson {
+    fn on_rejected(&self, d: &Decision) -> Response<B> {
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let body = match d.retry_after_secs() {
+            Some(secs) => problem(
+                status,
+                &format!("retry in {secs} second{}", plural(secs)),
+                Some(("retry_after", secs)),
+            ),
+            None => problem(
+                status,
+                &format!(
+                    "the request's cost exceeds the rate limit ({}); it can never be admitted",
+                    d.limit()
+                ),
+                None,
+            ),
+        };
+        problem_response(status, body)
+    }
+
+    fn on_refused(&self, refusal: Refusal<'_>) -> Response<B> {
+        match refusal {
+            Refusal::NoKey { status, error } => {
+                problem_response(status, problem(status, error.reason(), None))
+            }
+            Refusal::StoreFailed(_) => {
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                problem_response(
+                    status,
+                    problem(status, "the rate limiter cannot decide", None),
+                )
+            }
+        }
+    }
 }
 
 impl<B, F> OnRejected<B> for F

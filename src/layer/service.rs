@@ -8,13 +8,14 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::{Ctx, Pending, ResponseFuture, ready_now};
+use super::future::{Ctx, Pending, ResponseFuture};
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
-use super::response::{OnRejected, text};
+use super::response::{OnRejected, Refusal};
 use crate::clock::Clock;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
 use crate::store::Store;
+use crate::strategy::Op;
 
 /// The service a [`RateLimitLayer`] wraps around an inner service. See the
 /// [module docs](crate::layer).
@@ -190,7 +191,10 @@ where
                 }
                 MissingKey::Reject(status) => {
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
-                    let mut res = text(*status, format!("{e}\n"));
+                    let mut res = self.core.rejection.on_refused(Refusal::NoKey {
+                        status: *status,
+                        error: &e,
+                    });
                     res.extensions_mut().insert(e);
                     // Gives back what the inner service's `poll_ready` reserved.
                     let fresh = self.inner.clone();
@@ -213,15 +217,19 @@ where
             return ResponseFuture::passthrough(fut);
         }
         let cost = hooks.cost.cost(&parts);
-        let mut check = match &rule {
-            Some(r) => self.core.limiter.check_rule(r, &key, cost),
-            None => self.core.limiter.check(&key, cost),
-        };
+        let answer = self
+            .core
+            .limiter
+            .apply(&key, rule.as_deref(), Op::Check(cost));
         let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
-        if let Some(result) = ready_now(&mut check) {
-            let request = Request::from_parts(parts, body);
-            return ResponseFuture::decided_now(result, &mut self.inner, request, ctx);
-        }
+        // The store says whether it answered at once (the memory store always does).
+        let check = match answer.into_now() {
+            Ok(result) => {
+                let request = Request::from_parts(parts, body);
+                return ResponseFuture::decided_now(result, &mut self.inner, request, ctx);
+            }
+            Err(later) => later,
+        };
         // The ready-clone idiom: the service that was polled ready goes into the future.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);

@@ -6,9 +6,33 @@ use std::sync::Arc;
 
 /// A key a store can hold: hashable for memory, with a stable, injective byte encoding for network
 /// stores (two different keys never encode alike).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a rate-limit key: it does not implement `StoreKey`",
+    label = "this key type needs `tollgate::store::StoreKey`",
+    note = "implement `StoreKey` for `{Self}` (a stable, injective byte encoding), or key by a type \
+            that has it (`String`, integers, `IpAddr`, tuples of keys)"
+)]
 pub trait StoreKey: std::hash::Hash + Eq + Clone + Send + Sync + 'static {
     /// Appends the key's encoding to `out`. Must be injective and stable across versions.
     fn encode(&self, out: &mut Vec<u8>);
+
+    /// How the key appears in logs ([`RateLimitLayer::log_keys`](crate::layer::RateLimitLayer::log_keys)):
+    /// by default a short hash of its encoding, keyed per process (`#` and 12 hex digits), so that
+    /// one key's events can be followed without the logs holding secrets (API keys, user ids).
+    /// IP addresses show as text.
+    fn log_text(&self) -> String {
+        let mut bytes = Vec::new();
+        self.encode(&mut bytes);
+        keyed_hash(&bytes)
+    }
+}
+
+/// `#` and 12 hex digits of a hash of `bytes` keyed by a per-process random seed.
+pub(crate) fn keyed_hash(bytes: &[u8]) -> String {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    let hash = SEED.get_or_init(Default::default).hash_one(bytes);
+    format!("#{:012x}", hash >> 16)
 }
 
 macro_rules! int_keys {
@@ -60,11 +84,19 @@ impl StoreKey for Ipv4Addr {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.octets());
     }
+
+    fn log_text(&self) -> String {
+        self.to_string()
+    }
 }
 
 impl StoreKey for Ipv6Addr {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.octets());
+    }
+
+    fn log_text(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -75,6 +107,10 @@ impl StoreKey for IpAddr {
             IpAddr::V4(a) => a.encode(out),
             IpAddr::V6(a) => a.encode(out),
         }
+    }
+
+    fn log_text(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -94,6 +130,14 @@ macro_rules! tuple_keys {
             fn encode(&self, out: &mut Vec<u8>) {
                 let ($($name,)+) = self;
                 $(encode_part($name, out);)+
+            }
+
+            /// Each part as it shows in logs, in parentheses.
+            #[allow(non_snake_case)]
+            fn log_text(&self) -> String {
+                let ($($name,)+) = self;
+                let parts: Vec<String> = vec![$($name.log_text()),+];
+                format!("({})", parts.join(", "))
             }
         }
     };
@@ -120,6 +164,24 @@ mod tests {
         let c = (String::new(), "ab".to_string());
         let d = ("ab".to_string(), String::new());
         assert_ne!(enc(&c), enc(&d));
+    }
+
+    #[test]
+    fn logs_show_ips_as_text_and_other_keys_as_a_keyed_hash() {
+        let ip: IpAddr = "203.0.113.9".parse().unwrap();
+        assert_eq!(ip.log_text(), "203.0.113.9");
+        let secret = "sk_live_0123456789".to_string();
+        let shown = secret.log_text();
+        assert!(!shown.contains("sk_live"), "{shown}");
+        assert_eq!(shown.len(), 13);
+        assert_eq!(shown, secret.log_text(), "stable within a process");
+        assert_ne!(shown, "sk_live_0123456780".to_string().log_text());
+        let pair = (ip, secret);
+        assert!(
+            pair.log_text().starts_with("(203.0.113.9, #"),
+            "{}",
+            pair.log_text()
+        );
     }
 
     #[test]

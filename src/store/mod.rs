@@ -1,8 +1,9 @@
 //! Where per-key state lives: in memory ([`MemoryStore`], the default) or on Redis (feature `redis`).
 //!
-//! A store applies an [`Op`] to one key under a [`Rule`], atomically for all quotas of the rule, and
-//! answers with a future so that a network store fits behind the same trait as the memory store
-//! (whose future is a ready value: no boxing, no allocation).
+//! A store applies an [`Op`] to one key in a [`Scope`] (a limiter's name and a [`Rule`]),
+//! atomically for all quotas of the rule, and answers with an [`Answer`]: ready at once (the memory
+//! store: no future, no allocation, and the layer decides during `call`) or a future (a network
+//! store). Each scope has its own state per key.
 
 mod key;
 mod memory;
@@ -10,28 +11,50 @@ mod memory;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 pub use key::StoreKey;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 
 use crate::decision::Decision;
-use crate::error::StoreError;
+use crate::error::{ConfigError, StoreError};
 use crate::rule::Rule;
 use crate::stats::Stats;
 use crate::strategy::Op;
 
 /// A place to keep per-key state.
 ///
-/// Implementations apply `op` to `key` atomically across all of `rule`'s quotas and count their own
-/// decisions in [`Store::stats`].
+/// Implementations apply `op` to `key` atomically across all of the scope's rule's quotas, keep the
+/// state of each scope (limiter name and rule) apart, and count their own decisions in
+/// [`Store::stats`].
 pub trait Store<K>: Send + Sync + 'static {
-    /// The answer; a ready value for in-process stores.
+    /// The answer when it is not ready at once (a network round trip).
     type Future: Future<Output = Result<Decision, StoreError>> + Send + 'static;
 
-    /// Applies `op` to `key` under `rule`. `now` is the limiter's clock (nanoseconds since the Unix
+    /// Applies `op` to `key` in `scope`. `now` is the limiter's clock (nanoseconds since the Unix
     /// epoch); a store with its own time source (Redis's `TIME`) may use that instead.
-    fn apply(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Self::Future;
+    ///
+    /// Answer [`Answer::now`] when the decision is known without waiting (the memory store always
+    /// does): the layer then decides during `call`, without a poll through its response future.
+    fn apply(&self, key: &K, scope: Scope<'_>, op: Op, now: u64) -> Answer<Self::Future>;
+
+    /// Refuses a rule this store cannot apply (called by [`Builder::build`](crate::Builder::build)):
+    /// Redis counts in microseconds, so a bucket quota finer than that is a [`ConfigError`].
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a rule the store cannot represent.
+    fn validate(&self, rule: &Rule) -> Result<(), ConfigError> {
+        let _ = rule;
+        Ok(())
+    }
+
+    /// The names of the limiters built on this store: a second limiter of a name already taken is
+    /// a [`ConfigError::DuplicateName`].
+    fn names(&self) -> &LimiterNames;
 
     /// Counters: decisions, errors, evictions, keys held.
     fn stats(&self) -> Stats;
@@ -40,5 +63,179 @@ pub trait Store<K>: Send + Sync + 'static {
     /// themselves (Redis TTLs) do nothing.
     fn sweep(&self, now: u64) {
         let _ = now;
+    }
+}
+
+/// Whose state an operation applies to: a limiter (by name) under one rule. Each scope has a state
+/// of its own per key; limiters of the same name in different processes share theirs (that is how
+/// instances share a limit on Redis).
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    name: &'a str,
+    rule: &'a Rule,
+    tag: u64,
+}
+
+impl<'a> Scope<'a> {
+    /// The scope of the limiter named `name` under `rule`.
+    pub fn new(name: &'a str, rule: &'a Rule) -> Self {
+        Self::hashed(name, name_hash(name), rule)
+    }
+
+    /// [`Scope::new`] with the name's hash ([`name_hash`]) known.
+    #[inline]
+    pub(crate) fn hashed(name: &'a str, name_hash: u64, rule: &'a Rule) -> Self {
+        Self {
+            name,
+            rule,
+            tag: rule.tag() ^ name_hash.rotate_left(29),
+        }
+    }
+
+    /// A scope whose tag is known already.
+    #[inline]
+    pub(crate) fn with_tag(name: &'a str, rule: &'a Rule, tag: u64) -> Self {
+        Self { name, rule, tag }
+    }
+
+    /// The limiter's name.
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// The rule.
+    pub fn rule(&self) -> &'a Rule {
+        self.rule
+    }
+
+    /// A 64-bit identity of the scope, the same in every process and build: the name of its
+    /// state.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+}
+
+/// The stable hash of a limiter name (FNV-1a), mixed into [`Scope::tag`].
+pub(crate) fn name_hash(name: &str) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    for b in name.bytes() {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+pin_project_lite::pin_project! {
+    /// A store's answer: ready now, or a future.
+    ///
+    /// It is a future itself, so `limiter.check(..).await` works with any store.
+    #[derive(Debug)]
+    pub struct Answer<F> {
+        #[pin]
+        inner: AnswerInner<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = AnswerProj]
+    #[derive(Debug)]
+    enum AnswerInner<F> {
+        Now { result: Option<Result<Decision, StoreError>> },
+        Later { #[pin] future: F },
+    }
+}
+
+impl<F> Answer<F> {
+    /// An answer known at once.
+    #[inline]
+    pub fn now(result: Result<Decision, StoreError>) -> Self {
+        Self {
+            inner: AnswerInner::Now {
+                result: Some(result),
+            },
+        }
+    }
+
+    /// An answer that comes later.
+    pub fn later(future: F) -> Self {
+        Self {
+            inner: AnswerInner::Later { future },
+        }
+    }
+
+    /// The answer, if it was known at once; otherwise the answer back.
+    ///
+    /// # Errors
+    /// The answer itself, when it is a future.
+    #[inline]
+    pub fn into_now(self) -> Result<Result<Decision, StoreError>, Self> {
+        match self.inner {
+            AnswerInner::Now {
+                result: Some(result),
+            } => Ok(result),
+            inner => Err(Self { inner }),
+        }
+    }
+}
+
+impl<F: Future<Output = Result<Decision, StoreError>>> Future for Answer<F> {
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().inner.project() {
+            AnswerProj::Now { result } => Poll::Ready(result.take().unwrap_or_else(|| {
+                Err(StoreError::new(
+                    crate::error::StoreErrorKind::Other,
+                    "an answer polled after it completed",
+                ))
+            })),
+            AnswerProj::Later { future } => future.poll(cx),
+        }
+    }
+}
+
+/// The names of the limiters built on one store (see [`Store::names`]).
+#[derive(Clone, Debug, Default)]
+pub struct LimiterNames {
+    taken: Arc<parking_lot::Mutex<HashSet<Box<str>>>>,
+}
+
+impl LimiterNames {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a limiter of this name exists on the store.
+    pub fn contains(&self, name: &str) -> bool {
+        self.taken.lock().contains(name)
+    }
+
+    /// Takes `name` until the claim is dropped.
+    pub(crate) fn claim(&self, name: &str) -> Result<NameClaim, ConfigError> {
+        if !self.taken.lock().insert(name.into()) {
+            return Err(ConfigError::DuplicateName(name.to_owned()));
+        }
+        Ok(NameClaim {
+            names: self.clone(),
+            name: name.into(),
+        })
+    }
+}
+
+/// A name taken on a store, given back when the limiter is dropped.
+pub(crate) struct NameClaim {
+    names: LimiterNames,
+    name: Box<str>,
+}
+
+impl NameClaim {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for NameClaim {
+    fn drop(&mut self) {
+        self.names.taken.lock().remove(&self.name);
     }
 }

@@ -68,20 +68,29 @@ impl FixedWindow {
         self.count += cost;
     }
 
-    /// Gives back `cost` in the same window.
-    /// Gives back `cost` consumed at `at` (`None`: in the current window), only if `at` lies in
-    /// the current window: a refund never frees room in a later window.
-    pub(crate) fn refund(
+    /// Settles a reservation of `reserved` made at `at` for `actual`: the count of the window the
+    /// reservation was counted in moves by `actual - reserved`, or nothing changes if that window
+    /// has ended. A charge above the reservation may take the count to the limit (or leave it where
+    /// it was, if above) but never past it: the debt ends with the window.
+    pub(crate) fn settle(
         &mut self,
         p: &Params,
         now: u64,
-        cost: u64,
+        at: u64,
+        reserved: u64,
+        actual: u64,
         aligned: bool,
-        at: Option<u64>,
     ) {
         let _ = self.check(p, now, 0, aligned);
-        if at.is_none_or(|at| at >= self.start) {
-            self.count = self.count.saturating_sub(cost);
+        let t = now.max(self.start);
+        if at < self.start || t - self.start >= p.window {
+            return;
+        }
+        if actual <= reserved {
+            self.count = self.count.saturating_sub(reserved - actual);
+        } else {
+            let cap = self.count.max(p.limit);
+            self.count = self.count.saturating_add(actual - reserved).min(cap);
         }
     }
 

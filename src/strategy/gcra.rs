@@ -58,12 +58,24 @@ impl Gcra {
             .saturating_add(cost.saturating_mul(p.emission));
     }
 
-    /// Gives back `cost`: TAT moves back by `cost * T`, not below now.
-    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64) {
-        self.tat = self
-            .tat
-            .saturating_sub(cost.saturating_mul(p.emission))
-            .max(now.min(self.tat));
+    /// Settles a reservation of `reserved` for `actual`: TAT moves by `(actual - reserved) * T`,
+    /// never back below now, and never past `now + B*T` (the debt is capped at one horizon: the
+    /// bucket is at most emptied).
+    pub(crate) fn settle(&mut self, p: &Params, now: u64, reserved: u64, actual: u64) {
+        if actual <= reserved {
+            self.tat = self
+                .tat
+                .saturating_sub((reserved - actual).saturating_mul(p.emission))
+                .max(now.min(self.tat));
+        } else {
+            // The content (TAT - now) grows, but not past the bucket's depth (one horizon) unless
+            // already above: a full bucket, never a debt that outlives it.
+            let base = self.tat.max(now);
+            let cap = now.saturating_add(p.tau()).max(self.tat);
+            self.tat = base
+                .saturating_add((actual - reserved).saturating_mul(p.emission))
+                .min(cap);
+        }
     }
 
     /// When the state becomes equivalent to a new key's.

@@ -261,19 +261,37 @@ impl QuotaState {
         }
     }
 
-    pub(crate) fn refund(
+    /// Settles a reservation (see [`Op::Settle`]); returns the charge dropped beyond a full log.
+    pub(crate) fn settle(
         &mut self,
         strategy: Strategy,
         p: &Params,
         now: u64,
-        cost: u64,
-        at: Option<u64>,
-    ) {
+        at: u64,
+        reserved: u64,
+        actual: u64,
+    ) -> u64 {
         match self {
-            QuotaState::Fixed(s) => s.refund(p, now, cost, strategy == Strategy::FixedWindow, at),
-            QuotaState::Moving(s) => s.refund(p, now, cost, at),
-            QuotaState::Sliding(s) => s.refund(p, now, cost, at),
-            QuotaState::Gcra(s) => s.refund(p, now, cost),
+            QuotaState::Fixed(s) => {
+                s.settle(
+                    p,
+                    now,
+                    at,
+                    reserved,
+                    actual,
+                    strategy == Strategy::FixedWindow,
+                );
+                0
+            }
+            QuotaState::Moving(s) => s.settle(p, now, at, reserved, actual),
+            QuotaState::Sliding(s) => {
+                s.settle(p, now, at, reserved, actual);
+                0
+            }
+            QuotaState::Gcra(s) => {
+                s.settle(p, now, reserved, actual);
+                0
+            }
         }
     }
 
@@ -296,17 +314,32 @@ pub enum Op {
     Check(u32),
     /// Report the state without consuming (a check of cost 0).
     Peek,
-    /// Give back `cost` that an earlier check consumed, taken from the current window (the newest
-    /// entries of a moving window).
-    Refund(u32),
-    /// Give back `cost` that the check at time `at` (the store's time, as in [`Decision::time`],
-    /// in nanoseconds since the Unix epoch) consumed: only from the window or bucket it was
-    /// counted in, so a refund never frees room in a later window.
+    /// Settle a reservation: the check at time `at` (the store's time, as in
+    /// [`Decision::time`], in nanoseconds since the Unix epoch) admitted `reserved`; charge `actual`
+    /// instead (0: a full refund), in the window or bucket the reservation was counted in.
     ///
     /// [`Decision::time`]: crate::Decision::time
-    RefundAt(u32, u64),
+    Settle {
+        /// The cost the check admitted.
+        reserved: u32,
+        /// The cost to charge.
+        actual: u32,
+        /// The check's time, nanoseconds since the Unix epoch.
+        at: u64,
+    },
     /// Forget the key's state.
     Reset,
+}
+
+impl Op {
+    /// The settlement of `reservation` for `units` (see [`Op::Settle`]).
+    pub fn settle(reservation: crate::decision::Reservation, units: u32) -> Self {
+        Op::Settle {
+            reserved: reservation.cost,
+            actual: units,
+            at: reservation.time,
+        }
+    }
 }
 
 /// Runs `op` on a key's states (one per quota), all quotas at once: a request rejected by one quota
@@ -321,15 +354,13 @@ pub(crate) fn apply(
     let cost = match op {
         Op::Check(c) => u64::from(c),
         Op::Peek => 0,
-        Op::Refund(c) => {
+        Op::Settle {
+            reserved,
+            actual,
+            at,
+        } => {
             for (s, p) in states.iter_mut().zip(params) {
-                s.refund(strategy, p, now, u64::from(c), None);
-            }
-            0
-        }
-        Op::RefundAt(c, at) => {
-            for (s, p) in states.iter_mut().zip(params) {
-                s.refund(strategy, p, now, u64::from(c), Some(at));
+                s.settle(strategy, p, now, at, u64::from(reserved), u64::from(actual));
             }
             0
         }

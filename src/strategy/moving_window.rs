@@ -58,20 +58,48 @@ impl MovingWindow {
         self.log.extend(std::iter::repeat_n(t, cost as usize));
     }
 
-    /// Drops the newest `cost` entries.
-    /// Drops the newest `cost` entries that are not older than `at` (the time the refunded units
-    /// were admitted; `None`: any), so a refund never removes older, unrelated entries.
-    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64, at: Option<u64>) {
+    /// Settles a reservation of `reserved` made at `at` for `actual`, at the reservation's own
+    /// timestamp: a refund removes entries of time `at` (never another request's newer ones, which
+    /// would over-admit when settlements arrive out of order), a charge adds entries at `at`. Nothing
+    /// changes once `at` has left the window. The log never holds more than `N` entries: the charge
+    /// beyond a full log is dropped, and the number dropped is returned.
+    pub(crate) fn settle(
+        &mut self,
+        p: &Params,
+        now: u64,
+        at: u64,
+        reserved: u64,
+        actual: u64,
+    ) -> u64 {
         let _ = self.check(p, now, 0);
-        let since = at.unwrap_or(0);
-        let newer = self
-            .log
-            .iter()
-            .rev()
-            .take(cost as usize)
-            .take_while(|&&ts| ts >= since)
-            .count();
-        self.log.truncate(self.log.len() - newer);
+        let t = self.now(now);
+        if at > t || t - at >= p.window {
+            return 0;
+        }
+        // The reservation's entries are those of time `at` (a key whose clock stood ahead of the
+        // store's when it was admitted has none: nothing is given back, never another's entries).
+        let from = self.log.partition_point(|&ts| ts < at);
+        if actual <= reserved {
+            let mine = self
+                .log
+                .range(from..)
+                .take(usize::try_from(reserved - actual).unwrap_or(usize::MAX))
+                .take_while(|&&ts| ts == at)
+                .count();
+            self.log.drain(from..from + mine);
+            return 0;
+        }
+        let extra = actual - reserved;
+        let room = p.limit.saturating_sub(self.log.len() as u64);
+        let put = extra.min(room);
+        if put > 0 {
+            let at_end = self.log.partition_point(|&ts| ts <= at);
+            let tail: Vec<u64> = self.log.drain(at_end..).collect();
+            self.log.reserve_exact(put as usize + tail.len());
+            self.log.extend(std::iter::repeat_n(at, put as usize));
+            self.log.extend(tail);
+        }
+        extra - put
     }
 
     /// When the state becomes equivalent to a new key's.

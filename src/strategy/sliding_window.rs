@@ -109,16 +109,27 @@ impl SlidingWindow {
             .saturating_add(u32::try_from(cost).unwrap_or(u32::MAX));
     }
 
-    /// Gives back `cost` in the same bucket.
-    /// Gives back `cost` consumed at `at` (`None`: in the current bucket) from the bucket it was
-    /// counted in: the current one, or the previous one if the buckets rolled once since.
-    pub(crate) fn refund(&mut self, p: &Params, now: u64, cost: u64, at: Option<u64>) {
+    /// Settles a reservation of `reserved` made at `at` for `actual`: the bucket it was counted in
+    /// (the current one, or the previous one if the buckets rolled once since) moves by
+    /// `actual - reserved`; nothing changes if that bucket is older. A charge above the reservation
+    /// takes a bucket's count to the limit at most (or leaves it, if above): the debt lasts at most
+    /// one horizon.
+    pub(crate) fn settle(&mut self, p: &Params, now: u64, at: u64, reserved: u64, actual: u64) {
         let _ = self.check(p, now, 0);
-        let cost = u32::try_from(cost).unwrap_or(u32::MAX);
-        match at {
-            Some(at) if at < self.bucket.saturating_sub(p.window) => {}
-            Some(at) if at < self.bucket => self.prev = self.prev.saturating_sub(cost),
-            _ => self.cur = self.cur.saturating_sub(cost),
+        let limit = u32::try_from(p.limit).unwrap_or(u32::MAX);
+        let adjust = |count: &mut u32| {
+            if actual <= reserved {
+                let give = u32::try_from(reserved - actual).unwrap_or(u32::MAX);
+                *count = count.saturating_sub(give);
+            } else {
+                let take = u32::try_from(actual - reserved).unwrap_or(u32::MAX);
+                *count = count.saturating_add(take).min((*count).max(limit));
+            }
+        };
+        if at >= self.bucket {
+            adjust(&mut self.cur);
+        } else if at >= self.bucket.saturating_sub(p.window) {
+            adjust(&mut self.prev);
         }
     }
 

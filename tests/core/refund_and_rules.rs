@@ -1,9 +1,9 @@
-//! Refunds never free room in a later window, and a key checked under another rule never
+//! Settlements never free room in a later window, and a key checked under another rule never
 //! overflows (both found in review).
 
 use std::time::Duration;
 
-use tollgate::{ManualClock, Outcome, RateLimiter, Rule, Strategy};
+use tollgate::{ManualClock, Op, Outcome, RateLimiter, Rule, Strategy};
 
 const START: Duration = Duration::from_secs(1_700_000_040); // 00:00:00 of a minute boundary - 20 s
 
@@ -33,7 +33,7 @@ fn regression_a_refund_after_the_window_edge_frees_nothing_in_the_new_window() {
         while limiter.check_now(&"k", 1).is_allowed() {
             admitted += 1;
         }
-        limiter.refund_checked_now(&"k", 1, &late);
+        limiter.settle_now(&"k", late.reservation().unwrap(), 0);
         let after = limiter.check_now(&"k", 1);
         if strategy == Strategy::FixedWindow {
             assert_eq!(admitted, 5, "{strategy}");
@@ -63,7 +63,7 @@ fn a_refund_in_the_same_window_gives_the_unit_back() {
         let first = limiter.check_now(&"k", 1);
         assert!(limiter.check_now(&"k", 1).is_allowed());
         assert!(!limiter.check_now(&"k", 1).is_allowed(), "{strategy}");
-        let d = limiter.refund_checked_now(&"k", 1, &first);
+        let d = limiter.settle_now(&"k", first.reservation().unwrap(), 0);
         assert_eq!(d.remaining(), 1, "{strategy}");
         assert!(limiter.check_now(&"k", 1).is_allowed(), "{strategy}");
     }
@@ -86,13 +86,13 @@ fn a_key_has_a_state_of_its_own_under_each_rule() {
             .unwrap();
         assert!(limiter.check_now(&"k", 500).is_allowed());
         let small = Rule::parse(strategy, "100/hour").unwrap();
-        let d = limiter.check_rule_now(&small, &"k", 1);
+        let d = limiter.apply_now(&"k", Some(&small), Op::Check(1));
         assert_eq!(
             (d.is_allowed(), d.remaining(), d.limit()),
             (true, 99, 100),
             "{strategy}"
         );
-        let d = limiter.check_rule_now(&small, &"k", 101);
+        let d = limiter.apply_now(&"k", Some(&small), Op::Check(101));
         assert_eq!(
             (d.outcome(), d.remaining()),
             (Outcome::Exceeds, 99),
@@ -100,9 +100,11 @@ fn a_key_has_a_state_of_its_own_under_each_rule() {
         );
         let d = limiter.check_now(&"k", 1);
         assert_eq!((d.is_allowed(), d.remaining()), (true, 499), "{strategy}");
-        limiter.reset_rule_now(&small, &"k");
+        limiter.apply_now(&"k", Some(&small), Op::Reset);
         assert_eq!(
-            limiter.check_rule_now(&small, &"k", 100).remaining(),
+            limiter
+                .apply_now(&"k", Some(&small), Op::Check(100))
+                .remaining(),
             0,
             "{strategy}"
         );

@@ -12,8 +12,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::{ForwardedIp, GlobalKey, HeaderKey, PeerIp};
 use tollgate::layer::RateLimitLayer;
-use tollgate::store::Store;
-use tollgate::{Decision, ManualClock, RateLimiter, Rule, Stats, StoreError, StoreErrorKind};
+use tollgate::store::{Answer, LimiterNames, Scope, Store};
+use tollgate::{Decision, ManualClock, RateLimiter, Stats, StoreError, StoreErrorKind};
 use tower::{Layer, ServiceExt, service_fn};
 
 /// Everything logged, as text.
@@ -53,16 +53,20 @@ fn echo() -> impl tower::Service<
     })
 }
 
-#[derive(Debug)]
-struct DownStore;
+#[derive(Debug, Default)]
+struct DownStore(LimiterNames);
 
 impl<K> Store<K> for DownStore {
     type Future = Ready<Result<Decision, StoreError>>;
-    fn apply(&self, _: &K, _: &Rule, _: tollgate::Op, _: u64) -> Self::Future {
-        ready(Err(StoreError::new(
+    fn apply(&self, _: &K, _: Scope<'_>, _: tollgate::Op, _: u64) -> Answer<Self::Future> {
+        Answer::now(Err(StoreError::new(
             StoreErrorKind::Timeout,
             "no answer within 50 ms",
         )))
+    }
+
+    fn names(&self) -> &LimiterNames {
+        &self.0
     }
     fn stats(&self) -> Stats {
         Stats::default()
@@ -171,7 +175,7 @@ fn warnings_are_logged_once_not_per_request() {
             let down: RateLimiter<(), DownStore, ManualClock> = RateLimiter::builder()
                 .quotas("1/minute")
                 .unwrap()
-                .store(DownStore)
+                .store(DownStore::default())
                 .clock(clock.clone())
                 .build()
                 .unwrap();
@@ -221,8 +225,15 @@ fn warnings_are_logged_once_not_per_request() {
             assert_eq!(logs.count("rate limited"), 2, "{}", logs.text());
             assert_eq!(
                 logs.count("secret-customer-7"),
+                0,
+                "a header key is never logged as it is: {}",
+                logs.text()
+            );
+            assert_eq!(
+                logs.count("key=\"#"),
                 1,
-                "only the configured layer names the key"
+                "only the configured layer names the key, as a keyed hash: {}",
+                logs.text()
             );
         });
     });

@@ -12,8 +12,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use tollgate::key::{ExtensionKey, ForwardedIp, GlobalKey, HeaderKey, PeerAddr};
-use tollgate::layer::{RateLimitLayer, Refund};
-use tollgate::store::Store;
+use tollgate::layer::{RateLimitLayer, Settle};
+use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{
     Decision, ManualClock, Outcome, RateLimiter, Rule, Stats, StoreError, StoreErrorKind, Strategy,
     TokioClock,
@@ -209,7 +209,7 @@ async fn custom_rejections_get_the_headers_too() {
     assert_eq!(body(res).await, "{\"wait\":60}");
 }
 
-/// Refund hook: a response marked with `Refund` gives its cost back; headers show it.
+/// Settlement hook: a response marked with `Settle::refund()` gives its cost back; headers show it.
 #[tokio::test]
 async fn marked_responses_are_refunded() {
     let clock = ManualClock::new(T0);
@@ -219,7 +219,7 @@ async fn marked_responses_are_refunded() {
         ready(Ok::<_, Infallible>({
             let mut res = Response::new(Body::default());
             if ok {
-                res.extensions_mut().insert(Refund);
+                res.extensions_mut().insert(Settle::refund());
             }
             res
         }))
@@ -267,13 +267,17 @@ async fn an_inner_rejection_keeps_its_fields_under_an_outer_layer() {
 
 /// A store that always fails.
 #[derive(Debug, Default)]
-struct DownStore;
+struct DownStore(LimiterNames);
 
 impl<K> Store<K> for DownStore {
     type Future = Ready<Result<Decision, StoreError>>;
 
-    fn apply(&self, _: &K, _: &Rule, _: tollgate::Op, _: u64) -> Self::Future {
-        ready(Err(StoreError::new(StoreErrorKind::Connection, "down")))
+    fn apply(&self, _: &K, _: Scope<'_>, _: tollgate::Op, _: u64) -> Answer<Self::Future> {
+        Answer::now(Err(StoreError::new(StoreErrorKind::Connection, "down")))
+    }
+
+    fn names(&self) -> &LimiterNames {
+        &self.0
     }
 
     fn stats(&self) -> Stats {
@@ -288,7 +292,7 @@ async fn store_failures_follow_the_policy() {
     let lim: RateLimiter<(), DownStore, ManualClock> = RateLimiter::builder()
         .quotas("1/minute")
         .unwrap()
-        .store(DownStore)
+        .store(DownStore::default())
         .clock(ManualClock::new(T0))
         .build()
         .unwrap();

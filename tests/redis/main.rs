@@ -6,6 +6,7 @@ mod redis_support;
 #[path = "../support/http.rs"]
 mod support;
 
+mod limiter_names;
 mod redis_cluster;
 mod redis_faults;
 mod redis_server;

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_support::RedisCluster;
-use tollgate::store::Store;
 use tollgate::store::redis::RedisStore;
+use tollgate::store::{Scope, Store};
 use tollgate::{Op, RateLimiter, Rule, Strategy};
 
 #[test]
@@ -46,11 +46,11 @@ fn cluster_spreads_keys_and_stays_exact() {
                 _ => format!("{i}"),
             };
             let d = store
-                .apply(&key, &rule, Op::Check(1), 0)
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
                 .await
                 .unwrap_or_else(|e| panic!("{strategy} key {key:?}: {e}"));
             assert!(d.is_allowed());
-            let names = store.redis_keys(&key, &rule);
+            let names = store.redis_keys(&key, Scope::new("default", &rule));
             let slots: HashSet<u16> = names.iter().map(|k| cluster.keyslot(k)).collect();
             assert_eq!(slots.len(), 1, "{names:?}");
             if i < 30 {
@@ -123,22 +123,6 @@ fn cluster_spreads_keys_and_stays_exact() {
     });
 }
 
-/// CRC16/XMODEM, Redis Cluster's key hash.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 /// The Cluster slot of a Redis key (hash tag rules).
 fn slot_of(key: &str) -> u16 {
     let b = key.as_bytes();
@@ -149,7 +133,8 @@ fn slot_of(key: &str) -> u16 {
             .filter(|&len| len > 0)
             .map(|len| &rest[..len])
     });
-    crc16(tagged.unwrap_or(b)) % 16384
+    // CRC16/XMODEM, Redis Cluster's key hash.
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(b)) % 16384
 }
 
 /// TESTING.md T-35 (PR variant): 100 slots move from one master to another with
@@ -185,12 +170,12 @@ fn resharding_100_slots_under_load_stays_exact() {
         let keys: Vec<String> = (0..)
             .map(|i| format!("reshard-{i}"))
             .filter(|k| {
-                let names = store.redis_keys(k, &rule);
+                let names = store.redis_keys(k, Scope::new("default", &rule));
                 names.iter().all(|n| slot_of(n) < 100)
             })
             .take(KEYS)
             .collect();
-        let sample = &store.redis_keys(&keys[0], &rule)[0];
+        let sample = &store.redis_keys(&keys[0], Scope::new("default", &rule))[0];
         assert_eq!(cluster.keyslot(sample), slot_of(sample), "local CRC16");
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let admitted: Arc<Vec<AtomicU64>> =
@@ -214,7 +199,7 @@ fn resharding_100_slots_under_load_stays_exact() {
                         let k = (t + n) % KEYS;
                         let asked = std::time::Instant::now();
                         let d = store
-                            .apply(&keys[k], &rule, Op::Check(1), 0)
+                            .apply(&keys[k], Scope::new("default", &rule), Op::Check(1), 0)
                             .await
                             .unwrap_or_else(|e| panic!("error surfaced during the reshard: {e}"));
                         let took = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -267,7 +252,11 @@ fn resharding_100_slots_under_load_stays_exact() {
         }
         let moved: Vec<usize> = keys
             .iter()
-            .map(|k| cluster.node_of_slot(slot_of(&store.redis_keys(k, &rule)[0])))
+            .map(|k| {
+                cluster.node_of_slot(slot_of(
+                    &store.redis_keys(k, Scope::new("default", &rule))[0],
+                ))
+            })
             .collect();
         assert!(
             moved.iter().all(|&n| n == to),

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redis_support::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
-use tollgate::store::Store;
 use tollgate::store::redis::RedisStore;
+use tollgate::store::{Scope, Store};
 use tollgate::{Op, Rule, StoreErrorKind, Strategy};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -60,7 +60,9 @@ fn spawn_load(
                 let key = format!("load-{i}");
                 while !stop.load(Ordering::Relaxed) {
                     let start = Instant::now();
-                    let r = store.apply(&key, &rule, Op::Check(1), 0).await;
+                    let r = store
+                        .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                        .await;
                     let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
                     load.slowest_us.fetch_max(us, Ordering::Relaxed);
                     match r {
@@ -88,7 +90,15 @@ async fn until_decided(store: &RedisStore, key: &str, within: Duration) -> Durat
     let rule = Rule::parse(Strategy::FixedWindowFirstHit, "10/hour").unwrap();
     let start = Instant::now();
     loop {
-        match store.apply(&key.to_string(), &rule, Op::Check(1), 0).await {
+        match store
+            .apply(
+                &key.to_string(),
+                Scope::new("default", &rule),
+                Op::Check(1),
+                0,
+            )
+            .await
+        {
             Ok(d) => {
                 assert!(d.is_allowed(), "a fresh key after the outage: {d:?}");
                 return start.elapsed();
@@ -172,7 +182,12 @@ fn hung_server_never_holds_a_call_past_the_timeout() {
         let rule = Rule::parse(Strategy::TokenBucket, "10/second").unwrap();
         let start = Instant::now();
         let e = store
-            .apply(&"paused".to_string(), &rule, Op::Check(1), 0)
+            .apply(
+                &"paused".to_string(),
+                Scope::new("default", &rule),
+                Op::Check(1),
+                0,
+            )
             .await
             .unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Timeout, "{e}");
@@ -212,7 +227,11 @@ fn script_flush_mid_run_is_invisible() {
             );
             tasks.push(tokio::spawn(async move {
                 for _ in 0..100 {
-                    if store.apply(&key, &rule, Op::Check(1), 0).await.is_err() {
+                    if store
+                        .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                        .await
+                        .is_err()
+                    {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -226,7 +245,9 @@ fn script_flush_mid_run_is_invisible() {
             t.await.unwrap();
         }
         assert_eq!(errors.load(Ordering::Relaxed), 0);
-        let hash = store.redis_keys(&key, &rule).remove(0);
+        let hash = store
+            .redis_keys(&key, Scope::new("default", &rule))
+            .remove(0);
         assert_eq!(
             server.cli(&["HGET", &hash, "n1"]),
             "6400",
@@ -248,24 +269,36 @@ fn out_of_memory_and_wrong_types_are_store_errors() {
         let rule = Rule::parse(Strategy::FixedWindow, "5/second").unwrap();
         // WRONGTYPE: a string where the store keeps a hash, a hash where it keeps a list.
         let key = "typed".to_string();
-        let hash = store.redis_keys(&key, &rule).remove(0);
+        let hash = store
+            .redis_keys(&key, Scope::new("default", &rule))
+            .remove(0);
         server.cli(&["SET", &hash, "not a hash"]);
-        let e = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap_err();
+        let e = store
+            .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
         assert!(e.message().contains("WRONGTYPE"), "{e}");
         let moving = Rule::parse(Strategy::MovingWindow, "5/second").unwrap();
-        let list = store.redis_keys(&key, &moving).remove(0);
+        let list = store
+            .redis_keys(&key, Scope::new("default", &moving))
+            .remove(0);
         server.cli(&["HSET", &list, "a", "b"]);
         let e = store
-            .apply(&key, &moving, Op::Check(1), 0)
+            .apply(&key, Scope::new("default", &moving), Op::Check(1), 0)
             .await
             .unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Server, "{e}");
         // A non-numeric field reads as 0: still a decision, never a panic.
         let other = "garbled".to_string();
-        let h = store.redis_keys(&other, &rule).remove(0);
+        let h = store
+            .redis_keys(&other, Scope::new("default", &rule))
+            .remove(0);
         server.cli(&["HSET", &h, "n1", "abc", "s1", "x"]);
-        store.apply(&other, &rule, Op::Check(1), 0).await.unwrap();
+        store
+            .apply(&other, Scope::new("default", &rule), Op::Check(1), 0)
+            .await
+            .unwrap();
         // Fill memory, then decide: OOM is a server error.
         let client = redis::Client::open(server.url()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -284,7 +317,12 @@ fn out_of_memory_and_wrong_types_are_store_errors() {
         let mut oom = None;
         for i in 0..3 {
             if let Err(e) = store
-                .apply(&format!("new-{i}"), &rule, Op::Check(1), 0)
+                .apply(
+                    &format!("new-{i}"),
+                    Scope::new("default", &rule),
+                    Op::Check(1),
+                    0,
+                )
                 .await
             {
                 oom = Some(e);
@@ -349,7 +387,10 @@ fn cluster_master_killed_and_restarted() {
         let rule = Rule::parse(Strategy::TokenBucket, "100/second").unwrap();
         let keys: Vec<String> = (0..30).map(|i| format!("c{i}")).collect();
         for k in &keys {
-            store.apply(k, &rule, Op::Check(1), 0).await.unwrap();
+            store
+                .apply(k, Scope::new("default", &rule), Op::Check(1), 0)
+                .await
+                .unwrap();
         }
         tokio::task::block_in_place(|| cluster.nodes[1].kill9());
         // While the node is gone, every call still returns within the timeout.
@@ -358,7 +399,11 @@ fn cluster_master_killed_and_restarted() {
         while Instant::now() < until {
             for k in &keys {
                 let start = Instant::now();
-                if store.apply(k, &rule, Op::Check(1), 0).await.is_err() {
+                if store
+                    .apply(k, Scope::new("default", &rule), Op::Check(1), 0)
+                    .await
+                    .is_err()
+                {
                     failed += 1;
                 }
                 assert!(
@@ -375,7 +420,10 @@ fn cluster_master_killed_and_restarted() {
         let deadline = restarted + Duration::from_secs(7);
         for k in &keys {
             loop {
-                match store.apply(k, &rule, Op::Check(1), 0).await {
+                match store
+                    .apply(k, Scope::new("default", &rule), Op::Check(1), 0)
+                    .await
+                {
                     Ok(_) => break,
                     Err(e) => {
                         assert!(Instant::now() < deadline, "key {k} still failing: {e}");
@@ -407,10 +455,16 @@ fn an_indeterminate_failure_is_never_replayed() {
                 .await
                 .unwrap();
             let key = format!("{mode:?}");
-            store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+            store
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                .await
+                .unwrap();
             server.cli(&["CONFIG", "RESETSTAT"]);
             proxy.set(mode);
-            let e = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap_err();
+            let e = store
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                .await
+                .unwrap_err();
             let expected = if mode == ProxyMode::DropReplies {
                 StoreErrorKind::Timeout
             } else {
@@ -424,7 +478,9 @@ fn an_indeterminate_failure_is_never_replayed() {
                 1,
                 "{mode:?}: sent once, never replayed"
             );
-            let hash = store.redis_keys(&key, &rule).remove(0);
+            let hash = store
+                .redis_keys(&key, Scope::new("default", &rule))
+                .remove(0);
             assert_eq!(
                 server.cli(&["HGET", &hash, "n1"]),
                 "2",
@@ -454,7 +510,10 @@ fn restart_without_persistence_over_admits_at_most_n() {
         let key = "t23".to_string();
         let mut admitted = 0;
         for _ in 0..N + 3 {
-            let d = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+            let d = store
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                .await
+                .unwrap();
             admitted += u32::from(d.is_allowed());
         }
         assert_eq!(admitted, N, "before the restart");
@@ -462,7 +521,10 @@ fn restart_without_persistence_over_admits_at_most_n() {
         let pinged = Instant::now();
         // Until the store reconnects, calls may fail (bounded); they count for nothing.
         let first = loop {
-            match store.apply(&key, &rule, Op::Check(1), 0).await {
+            match store
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                .await
+            {
                 Ok(d) => break d,
                 Err(e) => {
                     assert!(
@@ -477,7 +539,7 @@ fn restart_without_persistence_over_admits_at_most_n() {
         let mut after = u32::from(first.is_allowed());
         for i in 0..2 * N {
             let d = store
-                .apply(&key, &rule, Op::Check(1), 0)
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
                 .await
                 .unwrap_or_else(|e| panic!("call {i} after the reconnect failed: {e}"));
             after += u32::from(d.is_allowed());
@@ -579,7 +641,12 @@ fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
             assert_eq!(res.status(), http::StatusCode::SERVICE_UNAVAILABLE);
             let start = Instant::now();
             let e = store
-                .apply(&"k".to_string(), lim.rule(), Op::Check(1), 0)
+                .apply(
+                    &"k".to_string(),
+                    Scope::new(lim.name(), lim.rule()),
+                    Op::Check(1),
+                    0,
+                )
                 .await
                 .expect_err("a refused reconnect is a store error");
             assert!(start.elapsed() <= TIMEOUT + SLACK, "{:?}", start.elapsed());

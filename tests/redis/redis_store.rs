@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use redis_support::RedisServer;
 use tollgate::store::redis::RedisStore;
-use tollgate::store::{MemoryStore, Store};
+use tollgate::store::{MemoryStore, Scope, Store};
 use tollgate::{Decision, Op, Outcome, Quota, RateLimiter, Rule, StoreErrorKind, Strategy};
 
 const S: u64 = 1_000_000_000;
@@ -101,7 +101,7 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
             check(3570 * S, 5000, A),
             check(3600 * S - MS, 1, R),
             check(3600 * S, 1, A),
-            step(3601 * S, Op::Refund(1), A),
+            step(3601 * S, refund(1, 3600 * S), A),
             check(3602 * S, 5000, A),
         ],
     ));
@@ -130,8 +130,8 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
             check(600 * MS, 1, A),
             check(800 * MS, 1, R),
             check(1110 * MS, 1, A),
-            step(1200 * MS, Op::Refund(2), A),
-            check(1210 * MS, 2, A),
+            step(1200 * MS, refund(1, 1110 * MS), A),
+            check(1210 * MS, 1, A),
             check(1220 * MS, 4, X),
         ],
     ));
@@ -188,7 +188,7 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
             check(50 * S, 1, R),
             check(54 * S, 1, A),
             check(54 * S, 4, X),
-            step(55 * S, Op::Refund(1), A),
+            step(55 * S, refund(1, 54 * S), A),
         ],
     ));
     // Leaky bucket meter, several quotas: one rejects, the other keeps its units.
@@ -223,7 +223,7 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
                 any(3661 * day + 12_345_678_000, Op::Check(1)),
                 any(3662 * day, Op::Check(4_294_967_295)),
                 any(5000 * day + 1000, Op::Peek),
-                any(5000 * day + 2000, Op::Refund(123_456_789)),
+                any(5000 * day + 2000, refund(123_456_789, 3662 * day)),
                 any(7320 * day + 3000, Op::Check(2_000_000_000)),
                 any(7321 * day, Op::Check(2_294_967_296)),
             ],
@@ -241,6 +241,15 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
     out
 }
 
+/// Gives back `cost` admitted by the check at `check_at` (relative to `BASE`).
+fn refund(cost: u32, check_at: u64) -> Op {
+    Op::Settle {
+        reserved: cost,
+        actual: 0,
+        at: BASE + check_at,
+    }
+}
+
 async fn run_both(
     memory: &MemoryStore<String>,
     redis: &RedisStore,
@@ -251,7 +260,7 @@ async fn run_both(
 ) -> (Decision, Decision) {
     let m = memory.decide(key, rule, op, at);
     let r = redis
-        .apply(key, rule, op, at)
+        .apply(key, Scope::new("default", rule), op, at)
         .await
         .expect("redis decision");
     (m, r)
@@ -280,12 +289,22 @@ fn scenario_table_gives_identical_decisions() {
         let key = "rounding".to_string();
         for (at, cost) in [(0, 5), (72 * S, 3), (78 * S, 1)] {
             redis
-                .apply(&key, &rule, Op::Check(cost), BASE + at)
+                .apply(
+                    &key,
+                    Scope::new("default", &rule),
+                    Op::Check(cost),
+                    BASE + at,
+                )
                 .await
                 .unwrap();
         }
         let d = redis
-            .apply(&key, &rule, Op::Check(1), BASE + 78 * S)
+            .apply(
+                &key,
+                Scope::new("default", &rule),
+                Op::Check(1),
+                BASE + 78 * S,
+            )
             .await
             .unwrap();
         assert_eq!(d.retry_after(), Some(Duration::from_micros(6_000_001)));
@@ -349,8 +368,8 @@ fn random_traces_give_identical_decisions() {
             let op = match *op {
                 TraceOp::Check(c) => Op::Check(c),
                 TraceOp::Peek => Op::Peek,
-                TraceOp::Refund(c) => Op::Refund(c),
-                TraceOp::RefundAt(c, back) => Op::RefundAt(c, t.saturating_sub(back * 1000)),
+                TraceOp::Refund(c) => Op::Settle { reserved: c, actual: 0, at: t },
+                TraceOp::RefundAt(c, back) => Op::Settle { reserved: c, actual: 0, at: t.saturating_sub(back * 1000) },
                 TraceOp::Reset => Op::Reset,
             };
             let (m, r) = rt.block_on(run_both(&memory, &redis, &key, &rule, op, t));
@@ -450,10 +469,12 @@ fn same_instant_requests_are_all_counted() {
             .unwrap();
         let rule = Rule::parse(Strategy::MovingWindow, "1500/minute").unwrap();
         let key = "instant".to_string();
-        let list = store.redis_keys(&key, &rule).remove(0);
+        let list = store
+            .redis_keys(&key, Scope::new("default", &rule))
+            .remove(0);
         // 1000 in flight at once on one connection: many share one server microsecond.
         let calls: Vec<_> = (0..1000)
-            .map(|_| store.apply(&key, &rule, Op::Check(1), 0))
+            .map(|_| store.apply(&key, Scope::new("default", &rule), Op::Check(1), 0))
             .collect();
         let decisions = futures_join(calls).await;
         assert!(decisions.iter().all(|d| d.is_allowed()));
@@ -466,7 +487,7 @@ fn same_instant_requests_are_all_counted() {
         let mut admitted = 0;
         for _ in 0..700 {
             if clocked
-                .apply(&key, &rule, Op::Check(1), at)
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), at)
                 .await
                 .unwrap()
                 .is_allowed()
@@ -479,7 +500,9 @@ fn same_instant_requests_are_all_counted() {
     });
 }
 
-async fn futures_join(calls: Vec<tollgate::store::redis::RedisFuture>) -> Vec<Decision> {
+async fn futures_join(
+    calls: Vec<tollgate::store::Answer<tollgate::store::redis::RedisFuture>>,
+) -> Vec<Decision> {
     let handles: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
     let mut out = Vec::new();
     for h in handles {
@@ -506,7 +529,14 @@ fn every_key_expires() {
         for strategy in Strategy::ALL {
             let rule = Rule::parse(strategy, "2/second; 3/2s").unwrap();
             let calls: Vec<_> = (0..500)
-                .map(|i| store.apply(&format!("{strategy}-{i}"), &rule, Op::Check(1), 0))
+                .map(|i| {
+                    store.apply(
+                        &format!("{strategy}-{i}"),
+                        Scope::new("default", &rule),
+                        Op::Check(1),
+                        0,
+                    )
+                })
                 .collect();
             futures_join(calls).await;
         }
@@ -539,18 +569,28 @@ fn every_key_expires() {
         // A key left without a TTL (a crash, an older version) gets one on its next write.
         let rule = Rule::parse(Strategy::FixedWindow, "5/second").unwrap();
         let key = "no-ttl".to_string();
-        let hash = store.redis_keys(&key, &rule).remove(0);
+        let hash = store
+            .redis_keys(&key, Scope::new("default", &rule))
+            .remove(0);
         server.cli(&["HSET", &hash, "s1", "0", "n1", "0"]);
         assert_eq!(ttl_ms(&server, &hash), -1);
-        store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+        store
+            .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+            .await
+            .unwrap();
         assert!(ttl_ms(&server, &hash) > 0);
         let rule = Rule::parse(Strategy::MovingWindow, "5/second").unwrap();
-        let list = store.redis_keys(&key, &rule).remove(0);
+        let list = store
+            .redis_keys(&key, Scope::new("default", &rule))
+            .remove(0);
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
         let now_us = (secs * 1_000_000 + micros).to_string();
         server.cli(&["RPUSH", &list, &now_us]);
         assert_eq!(ttl_ms(&server, &list), -1);
-        store.apply(&key, &rule, Op::Peek, 0).await.unwrap();
+        store
+            .apply(&key, Scope::new("default", &rule), Op::Peek, 0)
+            .await
+            .unwrap();
         assert!(ttl_ms(&server, &list) > 0);
         // Once traffic stops, everything is gone within the horizon + 2 s.
         let start = std::time::Instant::now();
@@ -586,7 +626,8 @@ fn peek_refund_reset_and_stats() {
             "0",
             "peeking at a new key writes nothing"
         );
-        assert!(limiter.check(&key, 2).await.unwrap().is_allowed());
+        let admitted = limiter.check(&key, 2).await.unwrap();
+        assert!(admitted.is_allowed());
         let d = limiter.check(&key, 1).await.unwrap();
         assert_eq!(d.outcome(), Outcome::Rejected);
         assert!(d.retry_after().unwrap() <= Duration::from_millis(500));
@@ -594,7 +635,10 @@ fn peek_refund_reset_and_stats() {
             limiter.check(&key, 3).await.unwrap().outcome(),
             Outcome::Exceeds
         );
-        limiter.refund(&key, 1).await.unwrap();
+        limiter
+            .settle(&key, admitted.reservation().unwrap(), 1)
+            .await
+            .unwrap();
         assert!(limiter.check(&key, 1).await.unwrap().is_allowed());
         limiter.reset(&key).await.unwrap();
         assert_eq!(server.cli(&["DBSIZE"]), "0");
@@ -629,24 +673,30 @@ fn block_cache_answers_locally_until_the_reported_wait() {
         let key = "hot".to_string();
         assert!(
             store
-                .apply(&key, &rule, Op::Check(1), 0)
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
                 .await
                 .unwrap()
                 .is_allowed()
         );
         assert!(
             store
-                .apply(&key, &rule, Op::Check(1), 0)
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
                 .await
                 .unwrap()
                 .is_allowed()
         );
-        let first = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+        let first = store
+            .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+            .await
+            .unwrap();
         assert_eq!(first.outcome(), Outcome::Rejected);
         let before = server.command_calls("evalsha");
         let mut last = first.retry_after().unwrap();
         for _ in 0..100 {
-            let d = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+            let d = store
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                .await
+                .unwrap();
             assert_eq!(d.outcome(), Outcome::Rejected);
             assert!(d.retry_after().unwrap() <= last);
             last = d.retry_after().unwrap();
@@ -655,7 +705,7 @@ fn block_cache_answers_locally_until_the_reported_wait() {
         tokio::time::sleep(first.retry_after().unwrap()).await;
         assert!(
             store
-                .apply(&key, &rule, Op::Check(1), 0)
+                .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
                 .await
                 .unwrap()
                 .is_allowed()
@@ -665,7 +715,10 @@ fn block_cache_answers_locally_until_the_reported_wait() {
         for i in 0..20 {
             let k = format!("k{i}");
             for _ in 0..3 {
-                store.apply(&k, &rule, Op::Check(1), 0).await.unwrap();
+                store
+                    .apply(&k, Scope::new("default", &rule), Op::Check(1), 0)
+                    .await
+                    .unwrap();
             }
         }
         assert!(store.cached_keys() <= 2);
@@ -768,7 +821,10 @@ fn sliding_counter_on_server_time_across_bucket_edges() {
             tasks.push(tokio::spawn(async move {
                 let mut times = Vec::new();
                 while std::time::Instant::now() < deadline {
-                    let d = store.apply(&key, &rule, Op::Check(1), 0).await.unwrap();
+                    let d = store
+                        .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
+                        .await
+                        .unwrap();
                     if d.is_allowed() {
                         times.push(d.time());
                     }
@@ -797,7 +853,9 @@ fn sliding_counter_on_server_time_across_bucket_edges() {
                 "{in_window} admitted in one trailing window"
             );
         }
-        let hash = store.redis_keys(&key, &rule).remove(0);
+        let hash = store
+            .redis_keys(&key, Scope::new("default", &rule))
+            .remove(0);
         assert!(ttl_ms(&server, &hash) > 0);
     });
 }

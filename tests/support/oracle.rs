@@ -131,8 +131,18 @@ pub(crate) trait QuotaOracle {
     fn check(&mut self, t: u64, cost: u64) -> Expect;
     /// Records an admitted request.
     fn commit(&mut self, t: u64, cost: u64);
-    /// Gives back `cost` at `t` (DESIGN.md "Refund").
-    fn refund(&mut self, t: u64, cost: u64);
+    /// Settles, at `t`, a reservation of `reserved` admitted at `at`, for `actual`.
+    fn settle(&mut self, t: u64, at: u64, reserved: u64, actual: u64);
+}
+
+/// `count` moved by `actual - reserved`: not below 0, and a charge not past `cap` (unless the count
+/// is already above it).
+fn settled(count: u64, reserved: u64, actual: u64, cap: u64) -> u64 {
+    if actual <= reserved {
+        count.saturating_sub(reserved - actual)
+    } else {
+        (count + (actual - reserved)).min(count.max(cap))
+    }
 }
 
 /// `N`, `W` (ns), `B` and `T = ceil(W / N)` of a quota in the memory store's unit.
@@ -204,10 +214,12 @@ impl QuotaOracle for FixedAligned {
         *self.per.entry(t / self.p.w).or_default() += cost;
     }
 
-    /// `n -= c` in the same window.
-    fn refund(&mut self, t: u64, cost: u64) {
-        if let Some(n) = self.per.get_mut(&(t / self.p.w)) {
-            *n -= cost.min(*n);
+    /// The count of the reservation's window moves, if that window is the current one.
+    fn settle(&mut self, t: u64, at: u64, reserved: u64, actual: u64) {
+        let k = at / self.p.w;
+        if k == t / self.p.w {
+            let n = self.per.entry(k).or_default();
+            *n = settled(*n, reserved, actual, self.p.n);
         }
     }
 }
@@ -254,10 +266,11 @@ impl QuotaOracle for FixedFirstHit {
         };
     }
 
-    /// `n -= c` in the same window; a window refunded to 0 is closed (the next admission opens one).
-    fn refund(&mut self, t: u64, cost: u64) {
-        if let Some((s, used)) = self.open(t) {
-            self.window = Some((s, used - cost.min(used)));
+    /// The count of the reservation's window moves if it is still open; a window settled to 0 is
+    /// closed (the next admission opens one).
+    fn settle(&mut self, t: u64, at: u64, reserved: u64, actual: u64) {
+        if let Some((s, used)) = self.open(t).filter(|&(s, _)| at >= s) {
+            self.window = Some((s, settled(used, reserved, actual, self.p.n)));
         }
     }
 }
@@ -303,20 +316,30 @@ impl QuotaOracle for Moving {
         self.log.push_back((t, cost));
     }
 
-    /// Drops the newest `c` units of the live log.
-    fn refund(&mut self, t: u64, mut cost: u64) {
-        while self.log.front().is_some_and(|&(ts, _)| t - ts >= self.p.w) {
+    /// At the reservation's own time: a refund removes units admitted at `at`, a charge adds units
+    /// at `at` up to `N` live units (the rest is dropped). Nothing once `at` left the window.
+    fn settle(&mut self, t: u64, at: u64, reserved: u64, actual: u64) {
+        let P { n, w, .. } = self.p;
+        while self.log.front().is_some_and(|&(ts, _)| t - ts >= w) {
             self.log.pop_front();
         }
-        while cost > 0 {
-            let Some(last) = self.log.back_mut() else {
-                break;
-            };
-            let take = cost.min(last.1);
-            last.1 -= take;
-            cost -= take;
-            if last.1 == 0 {
-                self.log.pop_back();
+        if at > t || t - at >= w {
+            return;
+        }
+        if actual <= reserved {
+            let mut give = reserved - actual;
+            for e in self.log.iter_mut().filter(|e| e.0 == at) {
+                let take = give.min(e.1);
+                e.1 -= take;
+                give -= take;
+            }
+            self.log.retain(|e| e.1 > 0);
+        } else {
+            let used: u64 = self.log.iter().map(|e| e.1).sum();
+            let put = (actual - reserved).min(n.saturating_sub(used));
+            if put > 0 {
+                let i = self.log.partition_point(|e| e.0 <= at);
+                self.log.insert(i, (at, put));
             }
         }
     }
@@ -372,6 +395,9 @@ impl QuotaOracle for Sliding {
         let reset = |extra| self.first(t, extra, |x| x == 0);
         if cost > n {
             Expect::exceeds(n, remaining, reset(0))
+        } else if cost == 0 {
+            // A peek is always admitted, also over a charge that took the weighted count past `N`.
+            Expect::allowed(n, remaining, reset(0))
         } else if wc + cost <= n {
             Expect::allowed(n, n - wc - cost, reset(cost))
         } else {
@@ -384,10 +410,12 @@ impl QuotaOracle for Sliding {
         *self.buckets.entry(t / self.p.w).or_default() += cost;
     }
 
-    /// `cur -= c` in the same bucket.
-    fn refund(&mut self, t: u64, cost: u64) {
-        if let Some(n) = self.buckets.get_mut(&(t / self.p.w)) {
-            *n -= cost.min(*n);
+    /// The count of the reservation's bucket moves, if it is the current or the previous one.
+    fn settle(&mut self, t: u64, at: u64, reserved: u64, actual: u64) {
+        let (k, now) = (at / self.p.w, t / self.p.w);
+        if k == now || k + 1 == now {
+            let n = self.buckets.entry(k).or_default();
+            *n = settled(*n, reserved, actual, self.p.n);
         }
     }
 }
@@ -426,11 +454,16 @@ impl QuotaOracle for Bucket {
         self.lct = t;
     }
 
-    /// TAT -= c*T, not below now: the content drops by `c*T`, not below 0.
-    fn refund(&mut self, t: u64, cost: u64) {
-        self.x = self
-            .content(t)
-            .saturating_sub(cost.saturating_mul(self.p.t));
+    /// TAT moves by `(actual - reserved) * T`: the content drops, not below 0, or grows, not past
+    /// the bucket's depth (unless already above).
+    fn settle(&mut self, t: u64, _at: u64, reserved: u64, actual: u64) {
+        let x = self.content(t);
+        let cap = self.p.b * self.p.t;
+        self.x = if actual <= reserved {
+            x.saturating_sub((reserved - actual) * self.p.t)
+        } else {
+            (x + (actual - reserved) * self.p.t).min(x.max(cap))
+        };
         self.lct = t;
     }
 }
@@ -447,10 +480,16 @@ impl RuleOracle {
         }
     }
 
-    /// A refund of `cost` on every quota, answered as a peek afterwards.
-    pub(crate) fn refund(&mut self, t: u64, cost: u64) -> (usize, Expect) {
+    /// A settlement on every quota, answered as a peek afterwards.
+    pub(crate) fn settle(
+        &mut self,
+        t: u64,
+        at: u64,
+        reserved: u64,
+        actual: u64,
+    ) -> (usize, Expect) {
         for o in &mut self.quotas {
-            o.refund(t, cost);
+            o.settle(t, at, reserved, actual);
         }
         self.decide(t, 0)
     }

@@ -10,7 +10,7 @@ use crate::strategy::{self, Op, QuotaState, Verdict};
 /// (`DashMap::get_mut`): two atomic operations per call, where a read lock plus a per-key mutex
 /// took four.
 pub(super) struct Entry {
-    /// [`Rule::tag`] of `state`'s rule.
+    /// The scope tag of `state` ([`Scope::tag`](crate::store::Scope::tag)).
     tag: u64,
     state: KeyState,
     /// States under other rules. Most keys have none: a thin pointer costs a word, a `Vec` three.
@@ -31,10 +31,11 @@ impl Entry {
         }
     }
 
-    /// Applies `op` to the key's state under `rule`: the index of the reported quota and its verdict.
-    pub(super) fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+    /// Applies `op` to the key's state under `rule` in the scope of tag `tag`: the index of the
+    /// reported quota and its verdict.
+    pub(super) fn run(&mut self, rule: &Rule, tag: u64, op: Op, now: u64) -> (usize, Verdict) {
         self.used = true;
-        self.state_for(rule.tag(), now).run(rule, op, now)
+        self.state_for(tag, now).run(rule, op, now)
     }
 
     fn state_for(&mut self, tag: u64, now: u64) -> &mut KeyState {

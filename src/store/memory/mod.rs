@@ -13,7 +13,7 @@ mod model;
 mod packed;
 mod table;
 
-use std::future::{Ready, ready};
+use std::future::Ready;
 use std::hash::{BuildHasher, Hash};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,7 +26,7 @@ use self::blocked::BlockedCache;
 use self::general::Entry;
 use self::packed::{NOW_LIMIT, PackedRule};
 use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
-use super::Store;
+use super::{Answer, LimiterNames, Scope, Store};
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
@@ -92,6 +92,7 @@ pub struct MemoryStore<K> {
     rejected: Counter,
     evictions: Counter,
     overflow_hits: Counter,
+    names: LimiterNames,
 }
 
 impl<K> std::fmt::Debug for MemoryStore<K> {
@@ -129,9 +130,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Default for MemoryStore<K> {
     }
 }
 
-/// Whether `op` would create state for an unknown key.
+/// Whether `op` would create state for an unknown key: a check that consumes, or a settlement
+/// that charges more than was reserved (the key's state may have been swept as fresh since).
 fn creates_state(op: Op) -> bool {
-    matches!(op, Op::Check(c) if c > 0)
+    match op {
+        Op::Check(c) => c > 0,
+        Op::Settle {
+            reserved, actual, ..
+        } => actual > reserved,
+        _ => false,
+    }
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
@@ -166,6 +174,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             rejected: Counter::default(),
             evictions: Counter::default(),
             overflow_hits: Counter::default(),
+            names: LimiterNames::default(),
         }
     }
 
@@ -184,41 +193,49 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         (self.max_keys != usize::MAX).then_some(self.max_keys)
     }
 
-    /// Applies `op` to `key` now; the memory store never fails.
-    #[inline]
+    /// Applies `op` to `key` under `rule` (unscoped: the rule's own tag), at `now` in nanoseconds.
+    /// For the crate's tests and oracles: not part of the API.
+    #[doc(hidden)]
     pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
+        self.decide_in(key, rule, rule.tag(), op, now)
+    }
+
+    /// Applies `op` to `key` under `rule` in the scope of tag `tag`, now; the memory store never
+    /// fails.
+    #[inline]
+    pub(crate) fn decide_in(&self, key: &K, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
         self.tick(now);
         let hash = self.route.hash_one(key);
         let i = hash as usize % SEGMENTS;
         if now < NOW_LIMIT {
-            if let Some((t, table)) = self.packed_table(rule) {
+            if let Some((t, table)) = self.packed_table(rule, tag) {
                 // The key's fingerprint in the blocked cache: its hash, told apart per table.
                 let fingerprint = hash ^ ((t as u64) << 58);
-                return self.decide_packed(table, i, fingerprint, key, rule, op, now);
+                return self.decide_packed(table, i, fingerprint, key, rule, tag, op, now);
             }
         }
-        self.decide_general(i, key, rule, op, now)
+        self.decide_general(i, key, rule, tag, op, now)
     }
 
     /// The packed table of `rule`, claiming a free one for a packable rule seen for the first time.
     #[inline]
-    fn packed_table(&self, rule: &Rule) -> Option<(usize, &Table<K, AtomicU64>)> {
-        if rule.tag() == self.unpackable.load(Ordering::Relaxed) {
+    fn packed_table(&self, rule: &Rule, tag: u64) -> Option<(usize, &Table<K, AtomicU64>)> {
+        if tag == self.unpackable.load(Ordering::Relaxed) {
             return None;
         }
         for (t, slot) in self.packed.iter().enumerate() {
             let table = match slot.get() {
                 Some(table) => table,
-                None => match self.claim(slot, rule) {
+                None => match self.claim(slot, rule, tag) {
                     Some(table) => table,
                     None => break,
                 },
             };
-            if table.ctx.matches(rule) {
+            if table.ctx.matches(rule, tag) {
                 return Some((t, table));
             }
         }
-        self.unpackable.store(rule.tag(), Ordering::Relaxed);
+        self.unpackable.store(tag, Ordering::Relaxed);
         None
     }
 
@@ -227,8 +244,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         &self,
         slot: &'a OnceLock<Table<K, AtomicU64>>,
         rule: &Rule,
+        tag: u64,
     ) -> Option<&'a Table<K, AtomicU64>> {
-        let packed = PackedRule::for_rule(rule)?;
+        let packed = PackedRule::for_rule(rule)?.scoped(tag);
         // Another rule may win the race for this slot: the caller then looks at the next one.
         Some(slot.get_or_init(|| Table::new(packed)))
     }
@@ -242,6 +260,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         fingerprint: u64,
         key: &K,
         rule: &Rule,
+        tag: u64,
         op: Op,
         now: u64,
     ) -> Decision {
@@ -281,7 +300,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             return self.finish(0, v, now, op);
         }
         let Some((cell, inserted)) = self.insert(table, i, key, || AtomicU64::new(0), now) else {
-            return self.run_overflow(rule, op, now);
+            return self.run_overflow(rule, tag, op, now);
         };
         let v = table.ctx.apply(&*cell, op, now);
         drop(cell);
@@ -291,20 +310,28 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         self.finish(0, v, now, op)
     }
 
-    fn decide_general(&self, i: usize, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
+    fn decide_general(
+        &self,
+        i: usize,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+    ) -> Decision {
         let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
-            return self.run(&mut entry, rule, op, now);
+            return self.run(&mut entry, rule, tag, op, now);
         }
         if !creates_state(op) {
-            let (index, v) = Entry::new().run(rule, op, now);
+            let (index, v) = Entry::new().run(rule, tag, op, now);
             return self.finish(index, v, now, op);
         }
         let Some((mut entry, inserted)) = self.insert(&self.general, i, key, Entry::new, now)
         else {
-            return self.run_overflow(rule, op, now);
+            return self.run_overflow(rule, tag, op, now);
         };
-        let decision = self.run(&mut entry, rule, op, now);
+        let decision = self.run(&mut entry, rule, tag, op, now);
         drop(entry);
         if inserted {
             self.after_insert(now);
@@ -339,12 +366,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     #[inline]
-    fn run(&self, entry: &mut Entry, rule: &Rule, op: Op, now: u64) -> Decision {
-        let (index, v) = entry.run(rule, op, now);
+    fn run(&self, entry: &mut Entry, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
+        let (index, v) = entry.run(rule, tag, op, now);
         self.finish(index, v, now, op)
     }
 
-    fn run_overflow(&self, rule: &Rule, op: Op, now: u64) -> Decision {
+    fn run_overflow(&self, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
         self.overflow_hits.add(1);
         if self.overflow_warn.ready(OVERFLOW_WARN_EVERY) {
             tracing::warn!(
@@ -353,20 +380,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 "rate-limit memory store is full of blocked keys; new keys share one overflow quota"
             );
         }
-        let (index, v) = self.overflow.lock().run(rule, op, now);
+        let (index, v) = self.overflow.lock().run(rule, tag, op, now);
         self.finish(index, v, now, op)
     }
 
     #[inline]
     fn finish(&self, index: usize, v: Verdict, now: u64, op: Op) -> Decision {
-        if let Op::Check(_) = op {
+        let mut d = to_decision(index, v, now, 1);
+        if let Op::Check(cost) = op {
             if v.outcome == Outcome::Allowed {
                 self.allowed.add(1);
+                // An admitted check's cost is its reservation.
+                d.cost = cost;
             } else {
                 self.rejected.add(1);
             }
         }
-        to_decision(index, v, now, 1)
+        d
     }
 
     /// Every table: the general entries, then the packed tables claimed so far.
@@ -537,14 +567,21 @@ pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: 
         retry_after: v.retry_after.saturating_mul(tick_nanos),
         time: now_ticks.saturating_mul(tick_nanos),
         quota: u16::try_from(index).unwrap_or(u16::MAX),
+        cost: 0,
     }
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Store<K> for MemoryStore<K> {
+    /// Never used: the memory store answers at once.
     type Future = Ready<Result<Decision, StoreError>>;
 
-    fn apply(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Self::Future {
-        ready(Ok(self.decide(key, rule, op, now)))
+    #[inline]
+    fn apply(&self, key: &K, scope: Scope<'_>, op: Op, now: u64) -> Answer<Self::Future> {
+        Answer::now(Ok(self.decide_in(key, scope.rule(), scope.tag(), op, now)))
+    }
+
+    fn names(&self) -> &LimiterNames {
+        &self.names
     }
 
     fn stats(&self) -> Stats {
@@ -626,7 +663,11 @@ mod tests {
                 x ^= x << 17;
                 now += x % (S / 4);
                 let op = match i % 7 {
-                    0 if i % 3 == 0 => Op::Refund(1),
+                    0 if i % 3 == 0 => Op::Settle {
+                        reserved: 1,
+                        actual: 0,
+                        at: now,
+                    },
                     0 if i % 97 == 0 => Op::Reset,
                     1 => Op::Peek,
                     2 => Op::Check(u32::try_from(x % 7).unwrap()),
@@ -634,7 +675,11 @@ mod tests {
                 };
                 let got = store.decide(&7, &rule, op, now);
                 let (index, v) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
-                assert_eq!(got, to_decision(index, v, now, 1), "{strategy} step {i}");
+                assert_eq!(
+                    got,
+                    to_decision(index, v, now, 1).answering(op),
+                    "{strategy} step {i}"
+                );
             }
         }
     }
@@ -700,7 +745,16 @@ mod tests {
             Some(std::time::Duration::from_millis(500))
         );
         // A refund gives room back: nothing cached survives it.
-        store.decide(&1, &rule, Op::Refund(1), 101 * S);
+        store.decide(
+            &1,
+            &rule,
+            Op::Settle {
+                reserved: 1,
+                actual: 0,
+                at: 100 * S,
+            },
+            101 * S,
+        );
         assert!(
             store
                 .decide(&1, &rule, Op::Check(1), 100 * S + S / 2)

@@ -41,6 +41,8 @@ pub(crate) struct PackedRule {
     strategy: Strategy,
     params: Params,
     layout: Layout,
+    /// The scope's tag ([`Scope::tag`](crate::store::Scope::tag)): a table holds one scope's states.
+    tag: u64,
 }
 
 /// A word that can be loaded and compared-and-swapped: `AtomicU64`, or a model checker's.
@@ -102,6 +104,7 @@ impl PackedRule {
             strategy,
             params,
             layout,
+            tag: rule.tag(),
         })
     }
 
@@ -134,10 +137,16 @@ impl PackedRule {
         }
     }
 
-    /// Whether `rule` is the rule this was made from.
+    /// This packed rule for the scope of tag `tag`.
+    pub(crate) fn scoped(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// Whether `rule` in the scope of tag `tag` is what this was made from.
     #[inline]
-    pub(crate) fn matches(&self, rule: &Rule) -> bool {
-        self.strategy == rule.strategy() && rule.nanos() == [self.params]
+    pub(crate) fn matches(&self, rule: &Rule, tag: u64) -> bool {
+        self.tag == tag && self.strategy == rule.strategy() && rule.nanos() == [self.params]
     }
 
     /// The state in `word` (the second-chance bit ignored).
@@ -384,7 +393,11 @@ mod tests {
             for i in 0..2000u64 {
                 now += (i * 7919) % (S / 3);
                 let op = if i % 11 == 0 {
-                    Op::Refund(1)
+                    Op::Settle {
+                        reserved: 1,
+                        actual: 0,
+                        at: now,
+                    }
                 } else {
                     Op::Check(1)
                 };

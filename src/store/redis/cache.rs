@@ -129,6 +129,7 @@ mod tests {
             retry_after: wait_ms * 1_000_000,
             time: 1_000_000_000,
             quota: 0,
+            cost: 0,
         }
     }
 

@@ -55,9 +55,9 @@ use ::redis::{Cmd, ErrorKind, RedisError, Value};
 use self::cache::BlockCache;
 use self::scripts::Family;
 use super::memory::to_decision;
-use super::{Store, StoreKey};
+use super::{Answer, LimiterNames, Scope, Store, StoreKey};
 use crate::decision::{Decision, Outcome};
-use crate::error::{StoreError, StoreErrorKind};
+use crate::error::{ConfigError, StoreError, StoreErrorKind};
 use crate::rule::{Rule, horizon_ticks};
 use crate::stats::{Counter, Stats};
 use crate::strategy::{self, Op, Params, Strategy, Verdict};
@@ -97,6 +97,7 @@ struct Inner {
     rejected: Counter,
     errors: Counter,
     last_warn: crate::throttle::Throttle,
+    names: LimiterNames,
 }
 
 #[derive(Clone)]
@@ -218,6 +219,7 @@ impl RedisStoreBuilder {
                 rejected: Counter::default(),
                 errors: Counter::default(),
                 last_warn: crate::throttle::Throttle::default(),
+                names: LimiterNames::default(),
             }),
         };
         store.prepare(self.connect_timeout).await?;
@@ -371,11 +373,13 @@ impl RedisStore {
         self.inner.timeout
     }
 
-    /// The Redis keys holding `key`'s state under `rule` (for inspection and tests; the moving
-    /// window keeps one list per quota). A key's states under different rules are kept apart.
-    pub fn redis_keys<K: StoreKey>(&self, key: &K, rule: &Rule) -> Vec<String> {
+    /// The Redis keys holding `key`'s state in `scope` (a limiter's name and rule; for inspection
+    /// and tests; the moving window keeps one list per quota). A key's states in different scopes
+    /// are kept apart.
+    pub fn redis_keys<K: StoreKey>(&self, key: &K, scope: Scope<'_>) -> Vec<String> {
         let base = keys::base_key(&self.inner.prefix, key);
-        redis_keys(&base, rule.strategy(), rule.tag(), rule.quotas().len())
+        let rule = scope.rule();
+        redis_keys(&base, rule.strategy(), scope.tag(), rule.quotas().len())
     }
 
     /// How many blocked keys the local cache holds now (0 without a cache).
@@ -479,9 +483,8 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
     let (code, cost, at_us) = match op {
         Op::Check(c) => (0, u64::from(c), 0),
         Op::Peek => (1, 0, 0),
-        Op::Refund(c) => (2, u64::from(c), 0),
-        // The check's time came from the same clock (server time), in µs; 0 means "current window".
-        Op::RefundAt(c, at) => (2, u64::from(c), (at / 1000).max(1)),
+        // The check's time came from the same clock (server time), in µs.
+        Op::Settle { reserved, at, .. } => (2, u64::from(reserved), (at / 1000).max(1)),
         Op::Reset => (3, 0, 0),
     };
     let horizon = params
@@ -509,6 +512,9 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
         ));
     }
     args.push(at_us.min(MAX_SAFE / 2));
+    if let Op::Settle { actual, .. } = op {
+        args.push(u64::from(actual));
+    }
     Ok(args)
 }
 
@@ -598,7 +604,32 @@ pub(crate) fn fuzz_key_names<K: StoreKey>(
 impl<K: StoreKey> Store<K> for RedisStore {
     type Future = RedisFuture;
 
-    fn apply(&self, key: &K, rule: &Rule, op: Op, now: u64) -> RedisFuture {
+    fn apply(&self, key: &K, scope: Scope<'_>, op: Op, now: u64) -> Answer<RedisFuture> {
+        Answer::later(self.apply_in(key, scope.rule(), scope.tag(), op, now))
+    }
+
+    fn validate(&self, rule: &Rule) -> Result<(), ConfigError> {
+        rule.params_in(TICK_NANOS).map(drop)
+    }
+
+    fn names(&self) -> &LimiterNames {
+        &self.inner.names
+    }
+
+    fn stats(&self) -> Stats {
+        self.counters()
+    }
+}
+
+impl RedisStore {
+    fn apply_in<K: StoreKey>(
+        &self,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+    ) -> RedisFuture {
         let params = match rule.params_in(TICK_NANOS) {
             Ok(p) => p,
             Err(e) => return self.fail(StoreError::new(StoreErrorKind::Other, e.to_string())),
@@ -613,7 +644,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
         let base = keys::base_key(&self.inner.prefix, key);
-        let redis_keys = redis_keys(&base, rule.strategy(), rule.tag(), params.len());
+        let redis_keys = redis_keys(&base, rule.strategy(), tag, params.len());
         let cache_key = self
             .inner
             .cache
@@ -627,7 +658,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
                         return Box::pin(std::future::ready(Ok(d)));
                     }
                 }
-                Op::Refund(_) | Op::RefundAt(..) | Op::Reset => cache.remove(ck),
+                Op::Settle { .. } | Op::Reset => cache.remove(ck),
                 _ => {}
             }
         }
@@ -665,7 +696,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
                     format!("no reply within {:?}", inner.timeout),
                 )),
                 Ok(Err(e)) => Err(map_error(&e)),
-                Ok(Ok(v)) => decode(&v, quotas),
+                Ok(Ok(v)) => decode(&v, quotas).map(|d| d.answering(op)),
             };
             match result {
                 Ok(d) => {
@@ -692,7 +723,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
         })
     }
 
-    fn stats(&self) -> Stats {
+    fn counters(&self) -> Stats {
         Stats {
             allowed: self.inner.allowed.get(),
             rejected: self.inner.rejected.get(),

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::store::Store;
 use tollgate::store::redis::RedisStore;
+use tollgate::store::{Scope, Store};
 use tollgate::{Op, Rule, Strategy};
 
 const IN_FLIGHT: usize = 64;
@@ -78,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = store.clone();
     let r = rule.clone();
     let through_store = run(secs, move |k| {
-        let f = s.apply(&k, &r, Op::Check(1), 0);
+        let f = s.apply(&k, Scope::new("default", &r), Op::Check(1), 0);
         async move { f.await.is_ok() }
     })
     .await;
@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sha_in = sha.clone();
     let plain = run(secs, move |k| {
         let mut conn = conn.clone();
-        let key = store.redis_keys(&k, &rule).remove(0);
+        let key = store.redis_keys(&k, Scope::new("default", &rule)).remove(0);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&sha_in).arg(1).arg(key);
         // op, cost, now (0: TIME), ttl ms, aligned, quotas, then limit, window µs, T µs, burst.

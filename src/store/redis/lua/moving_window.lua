@@ -1,0 +1,118 @@
+local function prune(key, w, t)
+  local len = redis.call('LLEN', key)
+  if len == 0 then return 0 end
+  local lo, hi = 0, len
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if tonumber(redis.call('LINDEX', key, mid)) + w <= t then lo = mid + 1 else hi = mid end
+  end
+  if lo == len then
+    redis.call('DEL', key)
+    return 0
+  elseif lo > 0 then
+    redis.call('LTRIM', key, lo, -1)
+  end
+  return len - lo
+end
+local function now_of(key)
+  local newest = redis.call('LINDEX', key, -1)
+  if newest then return max(now, tonumber(newest)) end
+  return now
+end
+local function check(key, q, c)
+  local t = now_of(key)
+  local w, lim = q.w, q.lim
+  local used = prune(key, w, t)
+  local reset = 0
+  if used > 0 then reset = tonumber(redis.call('LINDEX', key, -1)) + w - t end
+  if c > lim then return {2, lim, max(lim - used, 0), reset, 0} end
+  if used + c <= lim then
+    if c > 0 then reset = w end
+    return {0, lim, lim - used - c, reset, 0}
+  end
+  local k = used + c - lim - 1
+  local ts = redis.call('LINDEX', key, k)
+  local wait = 0
+  if ts then wait = tonumber(ts) + w - t end
+  return {1, lim, max(lim - used, 0), reset, wait}
+end
+local function commit(key, c)
+  local t = now_of(key)
+  local left = c
+  while left > 0 do
+    local chunk = min(left, 1024)
+    local vals = {}
+    for j = 1, chunk do vals[j] = t end
+    redis.call('RPUSH', key, unpack(vals))
+    left = left - chunk
+  end
+end
+if op == 3 then
+  redis.call('DEL', unpack(KEYS))
+elseif op == 2 then
+  -- Settle at the reservation's own timestamp: a refund removes entries of time `at` (never
+  -- another request's newer ones), a charge adds entries at `at`, at most up to N entries in all.
+  for i = 1, n do
+    local key = KEYS[i]
+    local t = now_of(key)
+    check(key, Q[i], 0)
+    if at <= t and t - at < Q[i].w then
+      local log = redis.call('LRANGE', key, 0, -1)
+      local out_log = {}
+      local from = #log + 1
+      for j = 1, #log do
+        if tonumber(log[j]) >= at then from = j; break end
+      end
+      local changed = false
+      if actual <= arg_cost then
+        local drop = arg_cost - actual
+        for j = 1, #log do
+          if j >= from and drop > 0 and tonumber(log[j]) == at then
+            drop = drop - 1
+            changed = true
+          else
+            out_log[#out_log + 1] = log[j]
+          end
+        end
+      else
+        local put = min(actual - arg_cost, max(Q[i].lim - #log, 0))
+        local placed = false
+        for j = 1, #log do
+          if not placed and tonumber(log[j]) > at then
+            for _ = 1, put do out_log[#out_log + 1] = at end
+            placed = true
+          end
+          out_log[#out_log + 1] = log[j]
+        end
+        if not placed then for _ = 1, put do out_log[#out_log + 1] = at end end
+        changed = put > 0
+      end
+      if changed then
+        redis.call('DEL', key)
+        local j = 1
+        while j <= #out_log do
+          local chunk = {}
+          for m = j, min(j + 1023, #out_log) do chunk[#chunk + 1] = out_log[m] end
+          redis.call('RPUSH', key, unpack(chunk))
+          j = j + 1024
+        end
+      end
+    end
+  end
+end
+local out = {now}
+local all = true
+local V = {}
+for i = 1, n do
+  local v = check(KEYS[i], Q[i], cost)
+  if v[1] ~= 0 then all = false end
+  V[i] = v
+end
+if all and cost > 0 then
+  for i = 1, n do commit(KEYS[i], cost) end
+end
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], Q[i].ttl) end
+end
+for i = 1, n do for j = 1, 5 do out[#out + 1] = V[i][j] end end
+return out

@@ -1,0 +1,88 @@
+//! Headers across stacked limiters: on an allowed response the `x-ratelimit-*` fields are the
+//! limiter's with the fewest remaining (ties: the later reset), and every limiter adds its items
+//! to the IETF fields; a 429 carries the rejecting limiter's fields.
+
+use std::convert::Infallible;
+use std::future::ready;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use tollgate::key::GlobalKey;
+use tollgate::layer::{HeaderStyle, RateLimitLayer};
+use tollgate::{ManualClock, RateLimiter, Strategy};
+use tower::{Layer, ServiceExt, service_fn};
+
+const T0: Duration = Duration::from_secs(1_699_999_980);
+
+type Body = Full<Bytes>;
+
+fn limiter(
+    name: &str,
+    quotas: &str,
+    clock: &ManualClock,
+) -> RateLimiter<(), tollgate::store::MemoryStore<()>, ManualClock> {
+    RateLimiter::builder()
+        .name(name)
+        .strategy(Strategy::FixedWindow)
+        .quotas(quotas)
+        .unwrap()
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+fn ok()
+-> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send>
++ Clone {
+    service_fn(|_req: Request<Body>| ready(Ok::<_, Infallible>(Response::new(Body::default()))))
+}
+
+fn get() -> Request<Body> {
+    Request::get("/").body(Body::default()).unwrap()
+}
+
+#[tokio::test]
+async fn an_allowed_response_shows_the_budget_that_runs_out_first() {
+    // Per IP 100/minute outside, the plan's 3/minute inside: the client must see the plan's.
+    let clock = ManualClock::new(T0);
+    let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    let ip = RateLimitLayer::new(limiter("ip", "100/minute; 1000/hour", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    let svc = ip.layer(plan.layer(ok()));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-limit"], "3");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    assert_eq!(
+        res.headers()["ratelimit-policy"],
+        "\"plan\";q=3;w=60, \"ip-0\";q=100;w=60, \"ip-1\";q=1000;w=3600"
+    );
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"plan\";r=2;t=60, \"ip-0\";r=99;t=60"
+    );
+    svc.clone().oneshot(get()).await.unwrap();
+    svc.clone().oneshot(get()).await.unwrap();
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        res.headers()["x-ratelimit-limit"],
+        "3",
+        "the rejecting limiter's fields"
+    );
+    assert_eq!(res.headers()["retry-after"], "60");
+}
+
+#[tokio::test]
+async fn the_outer_limiter_reports_when_it_has_fewer_left() {
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(limiter("inner", "50/minute", &clock), GlobalKey);
+    let outer = RateLimitLayer::new(limiter("outer", "2/minute", &clock), GlobalKey);
+    let svc = outer.layer(inner.layer(ok()));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
+}
