@@ -14,7 +14,8 @@ use tower_service::Service;
 use super::Settle;
 use super::layer::Core;
 use super::response::{
-    FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
+    FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
+    write_allowed_headers, write_headers,
 };
 use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
@@ -115,6 +116,16 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         ))
     }
 
+    /// The request's partition key (`pk`), when the layer writes one.
+    fn partition_key(&self) -> Option<String> {
+        let ietf = matches!(
+            self.core.headers.style,
+            HeaderStyle::Ietf | HeaderStyle::Both
+        );
+        let secret = self.core.headers.pk.as_ref().filter(|_| ietf)?;
+        Some(secret.partition_key(&self.key))
+    }
+
     fn key_text(&self) -> Option<String> {
         self.core.log_keys.then(|| self.key.log_text())
     }
@@ -141,8 +152,17 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             exceeds = d.outcome() == Outcome::Exceeds,
             "rate limited"
         );
-        let mut res = self.core.rejection.on_rejected(&d);
-        write_headers(res.headers_mut(), &d, self.rule(), &self.core.headers);
+        let rule = self.rule();
+        let violated = item_name(&self.core.headers, rule, d.quota_index());
+        let mut res = self.core.rejection.on_rejected_by(&d, &[&violated]);
+        let pk = self.partition_key();
+        write_headers(
+            res.headers_mut(),
+            &d,
+            rule,
+            &self.core.headers,
+            pk.as_deref(),
+        );
         res.extensions_mut().insert(d);
         res
     }
@@ -485,8 +505,15 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
     if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
         let below = res.extensions_mut().remove::<Reported>();
-        let reported =
-            write_allowed_headers(below, res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+        let pk = ctx.partition_key();
+        let reported = write_allowed_headers(
+            below,
+            res.headers_mut(),
+            d,
+            ctx.rule(),
+            &ctx.core.headers,
+            pk.as_deref(),
+        );
         res.extensions_mut().insert(reported);
     }
 }

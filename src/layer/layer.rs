@@ -288,6 +288,43 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
+    /// Writes the IETF partition key `pk` on this limiter's `RateLimit-Policy` and `RateLimit`
+    /// items: the first 96 bits of HMAC-SHA256(`secret`, the key's [encoding](crate::store::StoreKey)),
+    /// base64, never the key itself. Give every instance the same secret so that they agree on a
+    /// client's `pk`; keep it secret, or clients could test guesses of other clients' keys.
+    pub fn partition_key(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.headers.pk = Some(super::ietf::PkSecret::new(secret.as_ref()));
+        self
+    }
+
+    /// Writes `pk` like [`partition_key`](Self::partition_key) with a secret drawn at random once
+    /// per process, and warns: instances then give one client different partition keys.
+    pub fn partition_key_random(mut self) -> Self {
+        tracing::warn!(
+            "rate-limit partition keys (pk) use a random per-process secret: instances disagree \
+             on a client's pk; configure a shared secret with partition_key(..)"
+        );
+        self.headers.pk = Some(super::ietf::PkSecret::random());
+        self
+    }
+
+    /// The IETF `qu` parameter (the quota unit) on this limiter's `RateLimit-Policy` items, e.g.
+    /// `"content-bytes"` when the cost is the body size. `"requests"` (the draft's default) is not
+    /// written.
+    pub fn quota_unit(mut self, unit: impl Into<Arc<str>>) -> Self {
+        let unit = unit.into();
+        self.headers.quota_unit = (&*unit != "requests").then_some(unit);
+        self
+    }
+
+    /// Adds a random whole number of seconds, up to `max` (rounded up), to the IETF `t` of allowed
+    /// responses, so that clients told the same reset do not all come back at once. `t` of a 429
+    /// stays equal to `Retry-After`; `x-ratelimit-reset` is not changed.
+    pub fn jitter(mut self, max: Duration) -> Self {
+        self.headers.jitter = max.as_secs() + u64::from(max.subsec_nanos() > 0);
+        self
+    }
+
     /// `x-ratelimit-reset` as seconds from now (default) or as Unix time.
     pub fn reset_format(mut self, format: ResetFormat) -> Self {
         self.headers.reset = format;

@@ -107,6 +107,7 @@
 )]
 
 mod future;
+mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
 mod pace;
@@ -117,9 +118,9 @@ pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, RATELIMIT,
-    RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
+    RATELIMIT, RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
 

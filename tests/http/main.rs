@@ -14,6 +14,8 @@ mod example_login;
 
 mod http_examples;
 mod http_layer;
+mod ietf_draft_examples;
+mod ietf_fields;
 mod keys_spoofing;
 mod layer_future;
 mod layer_misconfig;
