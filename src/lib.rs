@@ -67,6 +67,7 @@ pub mod fuzzing;
 pub mod key;
 pub mod layer;
 mod limiter;
+mod offset;
 mod quota;
 mod rule;
 mod stats;
@@ -79,6 +80,7 @@ pub use decision::{Decision, Outcome, Reservation};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
+pub use offset::{OffsetError, WindowOffset};
 pub use quota::{
     MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas,
 };

@@ -14,3 +14,4 @@ mod simulate;
 mod strategy_examples;
 mod strategy_props;
 mod time_and_numbers;
+mod window_offset;

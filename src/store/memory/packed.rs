@@ -78,6 +78,10 @@ impl PackedRule {
         let &[params] = rule.nanos() else {
             return None;
         };
+        // Window starts are packed as multiples of W: shifted windows (a window offset) are not.
+        if params.offset != 0 {
+            return None;
+        }
         let strategy = rule.strategy();
         // The largest window index any time below NOW_LIMIT can have must fit in `index_bits`.
         let fits = |index_bits: u32| {

@@ -494,7 +494,7 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
         .unwrap_or(0);
     let ttl_ms = horizon.div_ceil(1000).saturating_add(TTL_SLACK_MS);
     let aligned = u64::from(rule.strategy() == Strategy::FixedWindow);
-    let mut args = Vec::with_capacity(6 + 4 * params.len());
+    let mut args = Vec::with_capacity(8 + 5 * params.len());
     args.extend([code, cost, now_us, ttl_ms, aligned, params.len() as u64]);
     for p in params {
         // Sums the scripts form (a start plus two windows, a TAT plus the depth) stay below 2^53.
@@ -504,7 +504,7 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
                 p.limit, p.window
             ));
         }
-        args.extend([p.limit, p.window, p.emission, p.burst]);
+        args.extend([p.limit, p.window, p.emission, p.burst, p.offset]);
     }
     if now_us >= MAX_SAFE / 2 {
         return Err(format!(
