@@ -48,7 +48,7 @@
 //! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` | exit 2 |
 //! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
 //! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
-//! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window`: not available yet; warns with other strategies | exit 2 |
+//! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
 //! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue that waits up to MAX_WAIT_MS: not available yet; warns with other strategies | exit 2 |
 //!
 //! `GET /metrics` (issue 14) will be served, never limited, once metrics exist.
@@ -68,7 +68,7 @@ use tollgate::key::{
 };
 use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
 use tollgate::store::{Store, StoreKey};
-use tollgate::{Clock, RateLimiter, Strategy};
+use tollgate::{Clock, RateLimiter, Strategy, WindowOffset};
 
 /// The longest `--delay-ms` (10 minutes): a demo handler, not a way to park connections forever.
 const MAX_DELAY_MS: u64 = 600_000;
@@ -194,7 +194,7 @@ struct Cli {
 
     /// UTC offset of clock-aligned windows: [+-]HH:MM, or [+-]Nh, Nm, NhMm; under 24 h
     #[arg(long, value_name = "OFFSET", value_parser = window_offset, allow_hyphen_values = true)]
-    window_offset: Option<i64>,
+    window_offset: Option<WindowOffset>,
 
     /// With leaky-bucket, queue requests up to MAX_WAIT_MS instead of rejecting them
     #[arg(long, value_name = "MAX_WAIT_MS", value_parser = positive_ms)]
@@ -315,40 +315,9 @@ fn delay(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("expected milliseconds from 0 to {MAX_DELAY_MS}"))
 }
 
-/// `[+-]HH:MM`, or `[+-]` then `Nh`, `Nm` or `NhMm`, below 24 h in size: the offset in seconds.
-fn window_offset(s: &str) -> Result<i64, String> {
-    const FORMS: &str = "expected [+-]HH:MM or [+-]Nh, Nm, NhMm (e.g. +08:00, -5h, 30m, 5h30m)";
-    let (sign, body) = match s.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let number = |t: &str| -> Option<i64> {
-        (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| t.parse().ok())
-            .flatten()
-    };
-    let minutes = if let Some((h, m)) = body.split_once(':') {
-        match (number(h), number(m)) {
-            (Some(h), Some(m)) if m < 60 => h * 60 + m,
-            _ => return Err(FORMS.into()),
-        }
-    } else if let Some(m) = body.strip_suffix('m') {
-        match m.split_once('h') {
-            Some((h, m)) => match (number(h), number(m)) {
-                (Some(h), Some(m)) if m < 60 => h * 60 + m,
-                _ => return Err(FORMS.into()),
-            },
-            None => number(m).ok_or(FORMS)?,
-        }
-    } else if let Some(h) = body.strip_suffix('h') {
-        number(h).ok_or(FORMS)? * 60
-    } else {
-        return Err(FORMS.into());
-    };
-    if minutes >= 24 * 60 {
-        return Err("the offset must be under 24 hours".into());
-    }
-    Ok(sign * minutes * 60)
+/// `--window-offset`: the library's notation ([`WindowOffset`]).
+fn window_offset(s: &str) -> Result<WindowOffset, String> {
+    s.parse().map_err(|e: tollgate::OffsetError| e.to_string())
 }
 
 // ---- the meaning of the flags together ----
@@ -430,6 +399,8 @@ struct Settings {
     store_timeout: Option<Duration>,
     cost: u32,
     delay: Duration,
+    /// `--window-offset` (UTC unless set, and only with a clock-aligned strategy).
+    window_offset: WindowOffset,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -490,6 +461,10 @@ impl Settings {
             store,
             cost: cli.cost.unwrap_or(1),
             delay: cli.delay_ms.unwrap_or(Duration::ZERO),
+            window_offset: cli
+                .window_offset
+                .filter(|_| matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow))
+                .unwrap_or_default(),
         };
         Ok((settings, warnings))
     }
@@ -655,7 +630,6 @@ fn not_available_yet(
     strategy: Strategy,
 ) -> Result<(), Usage> {
     let redis = matches!(store, StoreChoice::Redis(_));
-    let aligned = matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow);
     let pending = [
         ("--rules", cli.rules.is_some()),
         ("--fail-mode local", fail == FailMode::Local && redis),
@@ -668,7 +642,6 @@ fn not_available_yet(
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
         ("--settle-header", cli.settle_header.is_some()),
         ("--concurrency", cli.concurrency.is_some()),
-        ("--window-offset", cli.window_offset.is_some() && aligned),
         (
             "--queue",
             cli.queue.is_some() && strategy == Strategy::LeakyBucket,
@@ -899,6 +872,7 @@ async fn main() -> ExitCode {
     if let Some(b) = o.burst {
         builder = builder.burst(b);
     }
+    builder = builder.window_offset(o.window_offset);
     match &o.store {
         StoreChoice::Memory => {
             let builder = match o.max_keys {

@@ -102,7 +102,7 @@ impl fmt::Display for OffsetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid window offset {:?}: {} (expected [+-]HH:MM, or [+-] followed by Nh, Nm or NhMm, below 24 hours)",
+            "invalid window offset {:?}: {} (expected [+-]HH:MM, or [+-] followed by Nh, Nm or NhMm, under 24 hours)",
             self.input, self.reason
         )
     }

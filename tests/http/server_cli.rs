@@ -278,11 +278,6 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
         (vec!["--rules", &file], "--rules"),
         (vec!["--concurrency", "4"], "--concurrency"),
         (vec!["--settle-header", "x-used"], "--settle-header"),
-        (vec!["--window-offset", "+08:00"], "--window-offset"),
-        (
-            vec!["--strategy", "fixed-window", "--window-offset", "-5h"],
-            "--window-offset",
-        ),
         (
             vec!["--strategy", "leaky-bucket", "--queue", "3000"],
             "--queue",
@@ -566,5 +561,40 @@ fn the_readme_and_the_example_docs_show_the_same_flag_table() {
                     || row.contains(&format!(", `{flag} "))),
             "{flag} has no row in the flag table"
         );
+    }
+}
+
+#[tokio::test]
+async fn window_offset_moves_the_daily_reset_to_the_zones_midnight() {
+    for (offset, east_secs) in [("8h", 8 * 3600), ("-05:00", 19 * 3600)] {
+        let server = Running::start(&[
+            "--addr",
+            "127.0.0.1:0",
+            "--strategy",
+            "fixed-window",
+            "--quota",
+            "1/day",
+            "--window-offset",
+            offset,
+        ])
+        .await;
+        let client = TestClient::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // Seconds to the next midnight of the zone (16:00 UTC for +8h, 05:00 UTC for -5h).
+        let expected = 86_400 - (now + east_secs) % 86_400;
+        let res = client.get(&server.url("/")).await;
+        assert_eq!(res.status, StatusCode::OK);
+        let reset = res.num("x-ratelimit-reset");
+        assert!(
+            reset.abs_diff(expected) <= 1,
+            "{offset}: {reset} vs {expected}"
+        );
+        let res = client.get(&server.url("/")).await;
+        assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(res.num("retry-after").abs_diff(expected) <= 1, "{offset}");
+        assert_eq!(server.stop().await, "", "{offset}: no warning");
     }
 }
