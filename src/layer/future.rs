@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::Settle;
-use super::layer::Core;
+use super::layer::{Core, Pacing};
 use super::response::{
     FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
     write_allowed_headers, write_headers,
@@ -70,6 +70,8 @@ pub(crate) struct Ctx<K, St, C, R> {
     cost: u32,
     rule: Option<Arc<Rule>>,
     waited: Duration,
+    /// In queue mode: the request's departure was reserved and it waits for it (or has left).
+    departed: bool,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
 }
@@ -88,6 +90,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             cost,
             rule,
             waited: Duration::ZERO,
+            departed: false,
             id,
         }
     }
@@ -106,8 +109,33 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             .apply(&self.key, self.rule.as_deref(), Op::Check(self.cost))
     }
 
+    /// The state of the queue at departure, for the headers.
+    fn peek(&self) -> Answer<St::Future> {
+        self.core
+            .limiter
+            .apply(&self.key, self.rule.as_deref(), Op::Peek)
+    }
+
+    /// In queue mode, how long an admitted request waits for its departure: the check reserved
+    /// the slot `[departure, departure + cost x T)`, and its reset is the slot's end.
+    fn queue_wait(&self, d: &Decision) -> Duration {
+        match (&self.core.pacing, &self.rule) {
+            (Some(Pacing::Queue { rule, emission }), Some(mine))
+                if !self.departed && d.is_allowed() && Arc::ptr_eq(rule, mine) =>
+            {
+                let slot = u64::from(self.cost).saturating_mul(*emission);
+                Duration::from_nanos(d.reset_after.saturating_sub(slot))
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Settles what the check answered by `checked` reserved for `units`, in the window it counted in.
+    /// Not in queue mode, where a slot given back would put two waiters in one.
     fn settle(&self, checked: &Decision, units: u32) -> Option<Answer<St::Future>> {
+        if matches!(self.core.pacing, Some(Pacing::Queue { .. })) {
+            return None;
+        }
         let reservation = checked.reservation()?;
         Some(self.core.limiter.apply(
             &self.key,
@@ -266,7 +294,7 @@ where
         ctx: Ctx<K, St, C, R>,
     ) -> Self {
         let state = match result {
-            Ok(d) if d.is_allowed() => {
+            Ok(d) if d.is_allowed() && ctx.queue_wait(&d).is_zero() => {
                 mark_counted(request.extensions_mut(), ctx.id);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
@@ -274,7 +302,10 @@ where
                     decision: Some(d),
                 }
             }
-            Ok(d) if d.outcome() == Outcome::Exceeds || ctx.core.pacing.is_none() => {
+            Ok(d)
+                if d.outcome() == Outcome::Exceeds
+                    || (!d.is_allowed() && !matches!(ctx.core.pacing, Some(Pacing::Sleep(_)))) =>
+            {
                 // The request never reaches `inner`: give back what its `poll_ready` reserved
                 // (e.g. a concurrency permit) rather than hold it until the next request.
                 let fresh = inner.clone();
@@ -345,7 +376,12 @@ where
                         return broken("a state without its request, context or answer");
                     };
                     ctx.waited = ctx.waited.saturating_add(*wait);
-                    let check = ctx.check();
+                    // A queued request has its slot: at departure only the headers are left.
+                    let check = if ctx.departed {
+                        ctx.peek()
+                    } else {
+                        ctx.check()
+                    };
                     let pending = pending.take();
                     this.state.set(State::Deciding { check, pending });
                 }
@@ -467,6 +503,17 @@ where
         }
     };
     match d.outcome() {
+        Outcome::Allowed if !ctx.queue_wait(&d).is_zero() => {
+            let wait = ctx.queue_wait(&d);
+            ctx.departed = true;
+            p.unready();
+            State::Pacing {
+                sleep: tokio::time::sleep(wait),
+                wait,
+                pending: Some(p),
+                guard: Some(WaitGuard::new(&ctx.core.waiting)),
+            }
+        }
         Outcome::Allowed => {
             p.request.extensions_mut().insert(d);
             State::Readying {
@@ -477,7 +524,7 @@ where
         Outcome::Rejected => {
             let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
             match ctx.core.pacing {
-                Some(max) if ctx.waited.saturating_add(wait) <= max => {
+                Some(Pacing::Sleep(max)) if ctx.waited.saturating_add(wait) <= max => {
                     p.unready();
                     State::Pacing {
                         sleep: tokio::time::sleep(wait),

@@ -25,4 +25,5 @@ mod playground;
 mod problem_json;
 mod server_cli;
 mod settlement;
+mod shaping_queue;
 mod stacked_headers;
