@@ -49,7 +49,7 @@
 //! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
 //! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
 //! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
-//! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue that waits up to MAX_WAIT_MS: not available yet; warns with other strategies | exit 2 |
+//! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2 |
 //!
 //! `GET /metrics` (issue 14) will be served, never limited, once metrics exist.
 
@@ -401,6 +401,8 @@ struct Settings {
     delay: Duration,
     /// `--window-offset` (UTC unless set, and only with a clock-aligned strategy).
     window_offset: WindowOffset,
+    /// `--queue MAX_WAIT_MS` (only with `leaky-bucket`).
+    queue: Option<Duration>,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -427,7 +429,7 @@ impl Settings {
         tls_files(cli, &store)?;
         let strategy = cli.strategy.unwrap_or(Strategy::SlidingWindow);
         let warnings = warnings(cli, &store, fail_mode, strategy);
-        not_available_yet(cli, &store, fail_mode, strategy)?;
+        not_available_yet(cli, &store, fail_mode)?;
         let settings = Settings {
             addr: cli
                 .addr
@@ -465,6 +467,7 @@ impl Settings {
                 .window_offset
                 .filter(|_| matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow))
                 .unwrap_or_default(),
+            queue: cli.queue.filter(|_| strategy == Strategy::LeakyBucket),
         };
         Ok((settings, warnings))
     }
@@ -623,12 +626,7 @@ fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) 
 
 /// Flags whose behaviour the library does not offer yet, where they would take effect: one line
 /// each. Giving a flag its behaviour = deleting its line here and wiring it in `app` or `main`.
-fn not_available_yet(
-    cli: &Cli,
-    store: &StoreChoice,
-    fail: FailMode,
-    strategy: Strategy,
-) -> Result<(), Usage> {
+fn not_available_yet(cli: &Cli, store: &StoreChoice, fail: FailMode) -> Result<(), Usage> {
     let redis = matches!(store, StoreChoice::Redis(_));
     let pending = [
         ("--rules", cli.rules.is_some()),
@@ -642,10 +640,6 @@ fn not_available_yet(
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
         ("--settle-header", cli.settle_header.is_some()),
         ("--concurrency", cli.concurrency.is_some()),
-        (
-            "--queue",
-            cli.queue.is_some() && strategy == Strategy::LeakyBucket,
-        ),
     ];
     match pending.iter().find(|(_, on)| *on) {
         Some((flag, _)) => Err(Usage(format!(
@@ -699,8 +693,11 @@ impl KeyExtractor for DemoKey {
 }
 
 /// The app: `GET /` answers `ok` (after `--delay-ms`); everything, 404s included, goes through the
-/// limiter.
-fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &Settings) -> Router {
+/// limiter (in a shaping queue with `--queue`). A queue the library refuses is a usage error.
+fn app<St: Store<Vec<u8>>, C: Clock>(
+    limiter: RateLimiter<Vec<u8>, St, C>,
+    o: &Settings,
+) -> Result<Router, String> {
     let key = match &o.key {
         KeyChoice::Ip if o.trusted.is_empty() => DemoKey::Peer(PeerIp::default()),
         KeyChoice::Ip => {
@@ -717,8 +714,11 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
     if o.missing_global {
         layer = layer.fallback_key(global_key());
     }
+    if let Some(max_wait) = o.queue {
+        layer = layer.queue(max_wait).map_err(|e| format!("--queue: {e}"))?;
+    }
     let delay = o.delay;
-    Router::new()
+    Ok(Router::new()
         .route(
             "/",
             get(move || async move {
@@ -728,7 +728,7 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
                 "ok"
             }),
         )
-        .layer(layer)
+        .layer(layer))
 }
 
 /// Binds the first of `--addr`'s addresses that accepts (exit 2 if the name does not resolve,
@@ -760,6 +760,10 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
     o: &Settings,
 ) -> ExitCode {
+    let app = match app(limiter, o) {
+        Ok(app) => app,
+        Err(message) => return usage_error(&message),
+    };
     let listener = match bind(&o.addr).await {
         Ok(l) => l,
         Err(code) => return code,
@@ -771,7 +775,6 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
             return ExitCode::FAILURE;
         }
     };
-    let app = app(limiter, o);
     let shutdown = shutdown_signal();
     println!("listening on http://{addr}");
     use std::io::Write as _;

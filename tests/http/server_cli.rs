@@ -279,10 +279,6 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
         (vec!["--concurrency", "4"], "--concurrency"),
         (vec!["--settle-header", "x-used"], "--settle-header"),
         (
-            vec!["--strategy", "leaky-bucket", "--queue", "3000"],
-            "--queue",
-        ),
-        (
             vec!["--store", "redis+sentinel://127.0.0.1:1/mymaster"],
             "redis+sentinel",
         ),
@@ -597,4 +593,59 @@ async fn window_offset_moves_the_daily_reset_to_the_zones_midnight() {
         assert!(res.num("retry-after").abs_diff(expected) <= 1, "{offset}");
         assert_eq!(server.stop().await, "", "{offset}: no warning");
     }
+}
+
+#[tokio::test]
+async fn queue_delays_requests_to_the_rate_and_refuses_beyond_the_maximum_wait() {
+    // 10/s (T = 100 ms), MAX_WAIT 300 ms: of six requests at once, four leave 0, 100, 200 and
+    // 300 ms after the first; two get 429 at once.
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--strategy",
+        "leaky-bucket",
+        "--quota",
+        "10/second",
+        "--queue",
+        "300",
+        "--key",
+        "global",
+    ])
+    .await;
+    let client = TestClient::new();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..6u64 {
+        let (client, url) = (client.clone(), server.url("/"));
+        tasks.push(tokio::spawn(async move {
+            // Staggered by 5 ms so that they arrive in this order.
+            tokio::time::sleep(Duration::from_millis(5 * i)).await;
+            let res = client.get(&url).await;
+            (res.status, start.elapsed())
+        }));
+    }
+    let mut ok = Vec::new();
+    let mut refused = Vec::new();
+    for t in tasks {
+        let (status, at) = t.await.unwrap();
+        match status {
+            StatusCode::OK => ok.push(at),
+            StatusCode::TOO_MANY_REQUESTS => refused.push(at),
+            s => panic!("unexpected {s}"),
+        }
+    }
+    assert_eq!((ok.len(), refused.len()), (4, 2), "{ok:?} {refused:?}");
+    for at in &refused {
+        assert!(*at < Duration::from_millis(200), "a 429 at once: {at:?}");
+    }
+    ok.sort();
+    for pair in ok.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(80),
+            "departures T apart: {ok:?}"
+        );
+    }
+    assert!(ok[3] - ok[0] <= Duration::from_millis(400), "{ok:?}");
+    assert_eq!(server.stop().await, "", "no warning");
 }
