@@ -11,4 +11,5 @@ mod redis_cluster;
 mod redis_faults;
 mod redis_server;
 mod redis_store;
+mod shaping_queue;
 mod window_offset;
