@@ -635,17 +635,18 @@ async fn queue_delays_requests_to_the_rate_and_refuses_beyond_the_maximum_wait()
         }
     }
     assert_eq!((ok.len(), refused.len()), (4, 2), "{ok:?} {refused:?}");
+    // Refused ones would have left at 400 ms or later: they are answered well before.
     for at in &refused {
-        assert!(*at < Duration::from_millis(200), "a 429 at once: {at:?}");
+        assert!(*at < Duration::from_millis(350), "a 429 at once: {at:?}");
     }
+    // A timer never fires early: the k-th answer comes at least k intervals after the start.
     ok.sort();
-    for pair in ok.windows(2) {
-        let gap = pair[1] - pair[0];
+    for (k, at) in ok.iter().enumerate() {
         assert!(
-            gap >= Duration::from_millis(80),
+            *at >= Duration::from_millis(100 * k as u64),
             "departures T apart: {ok:?}"
         );
     }
-    assert!(ok[3] - ok[0] <= Duration::from_millis(400), "{ok:?}");
+    assert!(ok[3] <= Duration::from_millis(300 + 500), "{ok:?}");
     assert_eq!(server.stop().await, "", "no warning");
 }
