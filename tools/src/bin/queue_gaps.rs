@@ -167,7 +167,7 @@ async fn main() -> ExitCode {
     #[cfg(feature = "redis")]
     if let Some(url) = &o.redis {
         let store = match tollgate::store::redis::RedisStore::builder(url)
-            .prefix(&format!("queue-gaps-{}:", std::process::id()))
+            .prefix(format!("queue-gaps-{}:", std::process::id()))
             .build()
             .await
         {
