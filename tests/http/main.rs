@@ -27,3 +27,4 @@ mod server_cli;
 mod settlement;
 mod shaping_queue;
 mod stacked_headers;
+mod window_offset_layer;
