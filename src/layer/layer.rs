@@ -100,7 +100,8 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
     /// rate-limit headers computed at departure. The only bound is the maximum wait: a request whose
     /// departure would come later than `max_wait` after its arrival (`max_wait` rounded down to a
     /// whole number of `T`) gets a `429` at once. Works on every store (on Redis the queue is
-    /// shared by every instance).
+    /// shared by every instance). The headers describe the queue: `x-ratelimit-limit` is its depth
+    /// (`max_wait / T + 1` places), `x-ratelimit-remaining` the places free when the request left.
     ///
     /// A waiter whose client goes away (the future is dropped) keeps its slot: the gap stays, and
     /// the waiters behind it keep their departures. Settlement does not apply in this mode: giving
