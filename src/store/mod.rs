@@ -13,7 +13,7 @@ pub mod redis;
 use std::future::Future;
 
 pub use key::StoreKey;
-pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use memory::{DEFAULT_MAX_KEYS, MAX_SKETCH_BYTES, MemoryStore, MemoryStoreBuilder};
 
 use crate::decision::Decision;
 use crate::error::StoreError;

@@ -1,9 +1,45 @@
 //! The general per-key entry: any strategy, any number of quotas, with the times eviction needs
 //! kept next to the state. Updated under its shard's write lock.
 
+use std::collections::HashMap;
+
+use parking_lot::RwLock;
+
+use super::sketch::{self, Sketch, Spent};
+use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::Rule;
-use crate::strategy::{self, Op, QuotaState, Verdict};
+use crate::strategy::{self, Op, Params, QuotaState, Strategy, Verdict};
+
+/// The most rules [`Rules`] remembers; keys of further rules are recorded, when evicted, as having
+/// spent their whole limit until their state would have been fresh (an over-count, never less).
+const MAX_RULES: usize = 4096;
+
+/// The strategy and quotas of the rules general entries were used with, by [`Rule::tag`]: what an
+/// evicted key's states are read with. Written when a key's state under a rule is created (not on
+/// the hot path), read at eviction.
+#[derive(Debug, Default)]
+pub(super) struct Rules {
+    known: RwLock<HashMap<u64, Shape>>,
+}
+
+/// A rule's strategy and quotas.
+type Shape = (Strategy, Box<[Params]>);
+
+impl Rules {
+    /// Remembers `rule`.
+    fn register(&self, rule: &Rule) {
+        if self.known.read().contains_key(&rule.tag()) {
+            return;
+        }
+        let mut known = self.known.write();
+        if known.len() < MAX_RULES {
+            known
+                .entry(rule.tag())
+                .or_insert_with(|| (rule.strategy(), rule.nanos().into()));
+        }
+    }
+}
 
 /// One key's entry: its state under the rule it was first used with, and under other rules (tiers,
 /// stacked layers with their own rules). It is updated under its shard's write lock
@@ -18,6 +54,9 @@ pub(super) struct Entry {
     others: Option<Box<Vec<(u64, KeyState)>>>,
     /// Set on use, cleared by eviction: the second-chance bit.
     pub(super) used: bool,
+    /// How near a new key's state the last call left the key (see [`nearness`]), without the
+    /// second-chance bit.
+    near: u16,
 }
 
 impl Entry {
@@ -28,16 +67,111 @@ impl Entry {
             state: KeyState::new(),
             others: None,
             used: true,
+            near: 0,
         }
     }
 
-    /// Applies `op` to the key's state under `rule`: the index of the reported quota and its verdict.
-    pub(super) fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
-        self.used = true;
-        self.state_for(rule.tag(), now).run(rule, op, now)
+    /// A new key's entry under `rule` at `now`: at least as spent as what `sketch` recalls of it
+    /// (routed by `key_hash`), if anything.
+    pub(super) fn recalled(
+        rules: &Rules,
+        sketch: &Sketch,
+        key_hash: u64,
+        rule: &Rule,
+        now: u64,
+    ) -> Self {
+        let mut entry = Self::new();
+        let strategy = rule.strategy();
+        let params = rule.nanos();
+        let mut recalled = false;
+        let states: Vec<QuotaState> = params
+            .iter()
+            .enumerate()
+            .map(
+                |(i, p)| match sketch.lookup(sketch::quota_hash(key_hash, rule.tag(), i), now) {
+                    Some(spent) => {
+                        recalled = true;
+                        sketch::restore(strategy, p, spent, now)
+                    }
+                    None => QuotaState::new(strategy),
+                },
+            )
+            .collect();
+        if recalled {
+            rules.register(rule);
+            let fresh_at = states
+                .iter()
+                .zip(params)
+                .map(|(s, p)| s.fresh_at(p))
+                .max()
+                .unwrap_or(0);
+            entry.tag = rule.tag();
+            entry.state = KeyState {
+                quotas: match <[QuotaState; 1]>::try_from(states) {
+                    Ok([one]) => States::One(one),
+                    Err(many) => States::Many(many.into_boxed_slice()),
+                },
+                fresh_at,
+                blocked_until: 0,
+            };
+        }
+        entry
     }
 
-    fn state_for(&mut self, tag: u64, now: u64) -> &mut KeyState {
+    /// Applies `op` to the key's state under `rule`: the index of the reported quota and its verdict.
+    pub(super) fn run(&mut self, rules: &Rules, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+        self.used = true;
+        let (index, v) = self.state_for(rules, rule, now).run(rule, op, now);
+        self.near = nearness(v.limit, v.remaining, false);
+        (index, v)
+    }
+
+    /// How the key looks to eviction at `now`.
+    pub(super) fn look(&self, now: u64) -> Look {
+        if self.is_fresh(now) {
+            return Look::Fresh;
+        }
+        match self.blocked_until() {
+            until if until > now => Look::Blocked(until),
+            _ => Look::Room(self.near | u16::from(self.used)),
+        }
+    }
+
+    /// Folds what every state of the key (routed by `key_hash`) has spent into `sketch`.
+    pub(super) fn forget(&self, rules: &Rules, key_hash: u64, now: u64, sketch: &Sketch) {
+        let known = rules.known.read();
+        let others = self.others.iter().flat_map(|v| v.iter());
+        for (tag, state) in
+            std::iter::once((self.tag, &self.state)).chain(others.map(|(t, s)| (*t, s)))
+        {
+            if state.is_fresh(now) {
+                continue;
+            }
+            let quotas = state.quotas();
+            match known.get(&tag) {
+                Some((_, params)) if params.len() == quotas.len() => {
+                    for (i, (q, p)) in quotas.iter().zip(params.iter()).enumerate() {
+                        if let Some(spent) = sketch::summary(q, p, now) {
+                            sketch.record(sketch::quota_hash(key_hash, tag, i), spent, now);
+                        }
+                    }
+                }
+                // Unknown: the whole limit of every quota until the state would be fresh.
+                _ => {
+                    let spent = Spent {
+                        units: u64::MAX,
+                        until: state.fresh_at,
+                    };
+                    for i in 0..quotas.len() {
+                        sketch.record(sketch::quota_hash(key_hash, tag, i), spent, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn state_for(&mut self, rules: &Rules, rule: &Rule, now: u64) -> &mut KeyState {
+        let tag = rule.tag();
         if self.tag == tag {
             return &mut self.state;
         }
@@ -56,6 +190,7 @@ impl Entry {
         if self.others.as_ref().is_some_and(|o| o.is_empty()) {
             self.others = None;
         }
+        rules.register(rule);
         if self.state.is_fresh(now) {
             // The old rule's state is spent: the slot is this rule's now, with a new state.
             self.tag = tag;
@@ -100,6 +235,15 @@ enum States {
 }
 
 impl KeyState {
+    /// The per-quota states.
+    fn quotas(&self) -> &[QuotaState] {
+        match &self.quotas {
+            States::Empty => &[],
+            States::One(s) => std::slice::from_ref(s),
+            States::Many(v) => v,
+        }
+    }
+
     const fn new() -> Self {
         Self {
             quotas: States::Empty,

@@ -11,6 +11,7 @@ mod general;
 #[cfg(any(tollgate_loom, shuttle))]
 mod model;
 mod packed;
+mod sketch;
 mod table;
 
 use std::future::{Ready, ready};
@@ -23,8 +24,10 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use self::blocked::BlockedCache;
-use self::general::Entry;
+use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
+pub use self::sketch::MAX_SKETCH_BYTES;
+use self::sketch::Sketch;
 use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
 use super::Store;
 use crate::decision::{Decision, Outcome};
@@ -41,8 +44,11 @@ const PACKED_RULES: usize = 4;
 const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
 /// Segments a new key may examine to make room at the cap: bounds the work one request causes.
 const SEGMENTS_PER_ROOM_CALL: usize = 2;
-/// Segments (of every table) the last-resort eviction of one key with room may look at.
-const SEGMENTS_PER_EVICTION: usize = 8;
+/// Entries the last-resort eviction of one key with room may look at (past the first segment
+/// holding one): all of a small store, a bounded part of a large one.
+const ENTRIES_PER_EVICTION: usize = 4096;
+/// The key cap of a store built without one: 8 x 10^6 keys.
+pub const DEFAULT_MAX_KEYS: usize = 8_000_000;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -68,6 +74,8 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// Concurrent inserts may overshoot the cap by at most the number of inserting threads.
 pub struct MemoryStore<K> {
     general: Table<K, Entry>,
+    /// What eviction forgot: evicted keys' spent quota (see [`sketch`]).
+    sketch: Sketch,
     packed: [OnceLock<Table<K, AtomicU64>>; PACKED_RULES],
     /// The tag of the last rule found not packable with every packed slot taken or unfit: its
     /// calls skip the search (see [`MemoryStore::packed_table`]).
@@ -111,7 +119,8 @@ pub struct MemoryStoreBuilder {
 }
 
 impl MemoryStoreBuilder {
-    /// Caps the number of keys held (see [`MemoryStore`] for what happens at the cap).
+    /// Caps the number of keys held (see [`MemoryStore`] for what happens at the cap); the
+    /// default is [`DEFAULT_MAX_KEYS`], and `usize::MAX` lifts the cap.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys.max(1));
         self
@@ -119,7 +128,7 @@ impl MemoryStoreBuilder {
 
     /// Builds the store.
     pub fn build<K: Hash + Eq + Clone + Send + Sync + 'static>(self) -> MemoryStore<K> {
-        MemoryStore::with_cap(self.max_keys.unwrap_or(usize::MAX))
+        MemoryStore::with_cap(self.max_keys.unwrap_or(DEFAULT_MAX_KEYS))
     }
 }
 
@@ -135,9 +144,9 @@ fn creates_state(op: Op) -> bool {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
-    /// A store without a cap on the number of keys.
+    /// A store with the default cap on the number of keys, [`DEFAULT_MAX_KEYS`].
     pub fn new() -> Self {
-        Self::with_cap(usize::MAX)
+        Self::with_cap(DEFAULT_MAX_KEYS)
     }
 
     /// Options: a cap on the number of keys.
@@ -146,12 +155,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     fn with_cap(max_keys: usize) -> Self {
+        let route = RandomState::default();
         Self {
-            general: Table::new(()),
+            general: Table::new(Rules::default(), route),
+            sketch: Sketch::new(max_keys),
             packed: std::array::from_fn(|_| OnceLock::new()),
             unpackable: AtomicU64::new(0),
             blocked: BlockedCache::default(),
-            route: RandomState::default(),
+            route,
             max_keys,
             keys: AtomicUsize::new(0),
             cursor: AtomicUsize::new(0),
@@ -179,7 +190,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         self.len() == 0
     }
 
-    /// The cap on the number of keys, if any.
+    /// The cap on the number of keys, if any (`None`: lifted with `max_keys(usize::MAX)`).
     pub fn max_keys(&self) -> Option<usize> {
         (self.max_keys != usize::MAX).then_some(self.max_keys)
     }
@@ -189,15 +200,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
         self.tick(now);
         let hash = self.route.hash_one(key);
-        let i = hash as usize % SEGMENTS;
         if now < NOW_LIMIT {
             if let Some((t, table)) = self.packed_table(rule) {
                 // The key's fingerprint in the blocked cache: its hash, told apart per table.
                 let fingerprint = hash ^ ((t as u64) << 58);
-                return self.decide_packed(table, i, fingerprint, key, rule, op, now);
+                return self.decide_packed(table, hash, fingerprint, key, rule, op, now);
             }
         }
-        self.decide_general(i, key, rule, op, now)
+        self.decide_general(hash, key, rule, op, now)
     }
 
     /// The packed table of `rule`, claiming a free one for a packable rule seen for the first time.
@@ -230,7 +240,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     ) -> Option<&'a Table<K, AtomicU64>> {
         let packed = PackedRule::for_rule(rule)?;
         // Another rule may win the race for this slot: the caller then looks at the next one.
-        Some(slot.get_or_init(|| Table::new(packed)))
+        Some(slot.get_or_init(|| Table::new(packed, self.route)))
     }
 
     #[inline]
@@ -238,7 +248,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     fn decide_packed(
         &self,
         table: &Table<K, AtomicU64>,
-        i: usize,
+        hash: u64,
         fingerprint: u64,
         key: &K,
         rule: &Rule,
@@ -246,6 +256,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         now: u64,
     ) -> Decision {
         let packed = &table.ctx;
+        let i = hash as usize % SEGMENTS;
         // A request of cost 1 (the layer's) from a key known to be blocked: answered here.
         let miss = match op {
             Op::Check(1) => match self
@@ -280,7 +291,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             let v = table.ctx.apply(&AtomicU64::new(0), op, now);
             return self.finish(0, v, now, op);
         }
-        let Some((cell, inserted)) = self.insert(table, i, key, || AtomicU64::new(0), now) else {
+        let new = || AtomicU64::new(packed.recall(&self.sketch, hash, now));
+        let Some((cell, inserted)) = self.insert(table, i, key, new, now) else {
             return self.run_overflow(rule, op, now);
         };
         let v = table.ctx.apply(&*cell, op, now);
@@ -291,17 +303,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         self.finish(0, v, now, op)
     }
 
-    fn decide_general(&self, i: usize, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
+    fn decide_general(&self, hash: u64, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
+        let i = hash as usize % SEGMENTS;
         let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
             return self.run(&mut entry, rule, op, now);
         }
         if !creates_state(op) {
-            let (index, v) = Entry::new().run(rule, op, now);
+            let (index, v) = Entry::new().run(&self.general.ctx, rule, op, now);
             return self.finish(index, v, now, op);
         }
-        let Some((mut entry, inserted)) = self.insert(&self.general, i, key, Entry::new, now)
-        else {
+        let new = || Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, now);
+        let Some((mut entry, inserted)) = self.insert(&self.general, i, key, new, now) else {
             return self.run_overflow(rule, op, now);
         };
         let decision = self.run(&mut entry, rule, op, now);
@@ -340,7 +353,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     #[inline]
     fn run(&self, entry: &mut Entry, rule: &Rule, op: Op, now: u64) -> Decision {
-        let (index, v) = entry.run(rule, op, now);
+        let (index, v) = entry.run(&self.general.ctx, rule, op, now);
         self.finish(index, v, now, op)
     }
 
@@ -353,7 +366,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 "rate-limit memory store is full of blocked keys; new keys share one overflow quota"
             );
         }
-        let (index, v) = self.overflow.lock().run(rule, op, now);
+        let (index, v) = self.overflow.lock().run(&self.general.ctx, rule, op, now);
         self.finish(index, v, now, op)
     }
 
@@ -455,6 +468,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             freed: 0,
             evicted: 0,
             soonest_room: u64::MAX,
+            visited: 0,
+            sketch: &self.sketch,
         };
         home.make_room(home_i, now, &mut scan);
         for _ in 1..SEGMENTS_PER_ROOM_CALL {
@@ -467,26 +482,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             }
         }
         if scan.freed == 0 {
-            // Every key with room here was used since the last pass: evict one of them anyway
-            // (the second-chance order is a preference, not a reason to turn a new client away).
-            // The new key's own segment first, then the same segment of every table (the new
-            // key's table may be new and empty while others fill the cap).
-            home.evict_one(home_i, now, &mut scan);
-            // Then that segment of every table, then the next segments (a small cap leaves many
-            // segments empty), a bounded number of them.
-            let mut i = home_i;
-            for _ in 0..SEGMENTS_PER_EVICTION {
-                if scan.freed > 0 {
-                    break;
-                }
-                for table in self.tables() {
-                    if scan.freed > 0 {
-                        break;
-                    }
-                    table.evict_one(i, now, &mut scan);
-                }
-                i = (i + 1) % SEGMENTS;
-            }
+            // The segments looked at held no key with room (a small cap leaves most segments
+            // empty): evict the nearest key with room of the next segments of every table, from the
+            // new key's, up to every segment of a small store and a bounded number of entries of a
+            // large one.
+            self.evict_nearest(home_i, now, &mut scan);
         }
         self.keys.fetch_sub(scan.freed, Ordering::Relaxed);
         self.evictions.add(scan.evicted);
@@ -511,6 +511,37 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             self.full_until.store(until, Ordering::Relaxed);
         }
         false
+    }
+
+    /// Evicts the key with room nearest a new key's state among the segments from `home_i` on,
+    /// until [`ENTRIES_PER_EVICTION`] entries were looked at (or every segment).
+    fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) {
+        let mut best: Option<(u16, usize, usize)> = None;
+        let mut i = home_i;
+        for _ in 0..SEGMENTS {
+            for (t, table) in self.tables().enumerate() {
+                if let Some(n) = table.nearest(i, now, scan) {
+                    if best.is_none_or(|(b, _, _)| n < b) {
+                        best = Some((n, t, i));
+                    }
+                }
+            }
+            if best.is_some_and(|(n, _, _)| n == 0) || scan.visited >= ENTRIES_PER_EVICTION {
+                break;
+            }
+            i = (i + 1) % SEGMENTS;
+        }
+        if let Some((n, t, i)) = best {
+            if let Some(table) = self.tables().nth(t) {
+                table.evict_one(i, now, n, scan);
+            }
+        }
+    }
+
+    /// Bytes taken by the record of evicted keys' spent quota (0 until a key with spent quota was
+    /// evicted; at most [`MAX_SKETCH_BYTES`]).
+    pub fn sketch_bytes(&self) -> usize {
+        self.sketch.bytes()
     }
 
     fn counters(&self) -> Stats {
