@@ -7,6 +7,7 @@ mod oracle;
 mod accuracy;
 mod concurrency;
 mod fuzz_replay;
+mod key_cap;
 mod memory_store;
 mod refund_and_rules;
 mod strategy_examples;
