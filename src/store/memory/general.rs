@@ -80,7 +80,6 @@ impl Entry {
         rule: &Rule,
         now: u64,
     ) -> Self {
-        let mut entry = Self::new();
         let strategy = rule.strategy();
         let params = rule.nanos();
         let mut recalled = false;
@@ -98,24 +97,33 @@ impl Entry {
             )
             .collect();
         if recalled {
-            rules.register(rule);
-            let fresh_at = states
-                .iter()
-                .zip(params)
-                .map(|(s, p)| s.fresh_at(p))
-                .max()
-                .unwrap_or(0);
-            entry.tag = rule.tag();
-            entry.state = KeyState {
+            Self::with_states(rules, rule, states)
+        } else {
+            Self::new()
+        }
+    }
+
+    /// A key's entry holding `states` (one per quota) under `rule`.
+    pub(super) fn with_states(rules: &Rules, rule: &Rule, states: Vec<QuotaState>) -> Self {
+        rules.register(rule);
+        let fresh_at = states
+            .iter()
+            .zip(rule.nanos())
+            .map(|(s, p)| s.fresh_at(p))
+            .max()
+            .unwrap_or(0);
+        Self {
+            tag: rule.tag(),
+            state: KeyState {
                 quotas: match <[QuotaState; 1]>::try_from(states) {
                     Ok([one]) => States::One(one),
                     Err(many) => States::Many(many.into_boxed_slice()),
                 },
                 fresh_at,
                 blocked_until: 0,
-            };
+            },
+            ..Self::new()
         }
-        entry
     }
 
     /// Applies `op` to the key's state under `rule`: the index of the reported quota and its verdict.

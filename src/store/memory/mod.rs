@@ -34,7 +34,7 @@ use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
-use crate::strategy::{Op, Verdict};
+use crate::strategy::{Op, QuotaState, Verdict};
 
 /// How many distinct packable rules get a packed table; keys of further rules use general entries.
 const PACKED_RULES: usize = 4;
@@ -313,7 +313,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             let (index, v) = Entry::new().run(&self.general.ctx, rule, op, now);
             return self.finish(index, v, now, op);
         }
-        let new = || Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, now);
+        // From NOW_LIMIT on, a packable rule's keys live in general entries: a key still held in
+        // its packed table moves over with its state (no fresh start across that instant).
+        let handed = (now >= NOW_LIMIT)
+            .then(|| self.take_packed(i, key, rule))
+            .flatten();
+        let new = || match handed {
+            Some(state) => Entry::with_states(&self.general.ctx, rule, vec![state]),
+            None => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, now),
+        };
         let Some((mut entry, inserted)) = self.insert(&self.general, i, key, new, now) else {
             return self.run_overflow(rule, op, now);
         };
@@ -323,6 +331,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             self.after_insert(now);
         }
         decision
+    }
+
+    /// Removes `key` from the packed table of `rule`, if it has one and holds the key: its state.
+    #[cold]
+    fn take_packed(&self, i: usize, key: &K, rule: &Rule) -> Option<QuotaState> {
+        let table = self
+            .packed
+            .iter()
+            .filter_map(OnceLock::get)
+            .find(|t| t.ctx.matches(rule))?;
+        let (_, cell) = table.segment(i).remove(key)?;
+        self.keys.fetch_sub(1, Ordering::Relaxed);
+        Some(table.ctx.state_of(cell.into_inner()))
     }
 
     /// The entry of a key not found a moment ago, inserted if still missing (and whether it was),
@@ -666,6 +687,51 @@ mod tests {
                 let got = store.decide(&7, &rule, op, now);
                 let (index, v) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
                 assert_eq!(got, to_decision(index, v, now, 1), "{strategy} step {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn at_the_end_of_packed_time_keys_carry_their_state_over() {
+        // Across 2^62 ns packed keys move to general entries with their state: the decisions are
+        // the pure arithmetic's on one state throughout (before: N more admissions at that instant).
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindow,
+            Strategy::TokenBucket,
+            Strategy::LeakyBucket,
+        ] {
+            for quota in ["5/s", "100/hour"] {
+                let rule = Rule::parse(strategy, quota).unwrap();
+                let store = MemoryStore::<u64>::new();
+                let mut reference = [
+                    vec![crate::strategy::QuotaState::new(strategy)],
+                    vec![crate::strategy::QuotaState::new(strategy)],
+                ];
+                let mut now = NOW_LIMIT - S;
+                let mut x = 0x2545_f491_4f6c_dd1d_u64;
+                for i in 0..400 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    now += x % (S / 100);
+                    let key = x % 2;
+                    let op = if i % 17 == 0 {
+                        Op::Peek
+                    } else {
+                        Op::Check(1 + (x % 3) as u32)
+                    };
+                    let got = store.decide(&key, &rule, op, now);
+                    let states = &mut reference[key as usize];
+                    let (index, v) = strategy::apply(states, strategy, rule.nanos(), now, op);
+                    assert_eq!(
+                        got,
+                        to_decision(index, v, now, 1),
+                        "{strategy} {quota} step {i}"
+                    );
+                }
+                assert!(now > NOW_LIMIT, "{now}");
+                assert!(store.len() <= 2);
             }
         }
     }

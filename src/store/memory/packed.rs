@@ -270,6 +270,11 @@ impl PackedRule {
         }
     }
 
+    /// The strategy state in `word` (handed over to a general entry at the end of packed time).
+    pub(super) fn state_of(&self, word: u64) -> QuotaState {
+        self.unpack(word)
+    }
+
     /// Folds what the key in `word` has spent into `sketch` (it is being evicted).
     pub(super) fn forget(&self, word: u64, key_hash: u64, now: u64, sketch: &Sketch) {
         if let Some(spent) = sketch::summary(&self.unpack(word), &self.params, now) {
