@@ -31,13 +31,10 @@ pub(super) enum Look {
 
 /// The nearness of a key with `remaining` of `limit` left, used since the last look or not.
 pub(super) fn nearness(limit: u64, remaining: u64, used: bool) -> u16 {
-    let spent = limit.saturating_sub(remaining);
-    let level = if limit == 0 {
-        0
-    } else {
-        u128::from(spent) * 255 / u128::from(limit)
-    };
-    u16::try_from(level).unwrap_or(255) * 2 + u16::from(used)
+    // Limits and bursts fit in 32 bits: `spent * 255` fits in 64.
+    let spent = limit.saturating_sub(remaining).min(u64::from(u32::MAX));
+    let level = (spent * 255).checked_div(limit).unwrap_or(0).min(255);
+    level as u16 * 2 + u16::from(used)
 }
 
 /// The largest nearness plus one.
