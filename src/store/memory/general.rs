@@ -16,8 +16,8 @@ use crate::strategy::{self, Op, Params, QuotaState, Strategy, Verdict};
 const MAX_RULES: usize = 4096;
 
 /// The strategy and quotas of the rules general entries were used with, by [`Rule::tag`]: what an
-/// evicted key's states are read with. Written when a key's state under a rule is created (not on
-/// the hot path), read at eviction.
+/// evicted key's states are read with. Written when a key is inserted (not on the hot path), read
+/// at eviction.
 #[derive(Debug, Default)]
 pub(super) struct Rules {
     known: RwLock<HashMap<u64, Shape>>,
@@ -54,9 +54,6 @@ pub(super) struct Entry {
     others: Option<Box<Vec<(u64, KeyState)>>>,
     /// Set on use, cleared by eviction: the second-chance bit.
     pub(super) used: bool,
-    /// How near a new key's state the last call left the key (see [`nearness`]), without the
-    /// second-chance bit.
-    near: u16,
 }
 
 impl Entry {
@@ -67,12 +64,12 @@ impl Entry {
             state: KeyState::new(),
             others: None,
             used: true,
-            near: 0,
         }
     }
 
     /// A new key's entry under `rule` at `now`: at least as spent as what `sketch` recalls of it
-    /// (routed by `key_hash`), if anything.
+    /// (routed by `key_hash`), if anything. Registers `rule` in `rules` (a key's state under a
+    /// further rule, not registered, is recorded at eviction as fully spent: an over-count).
     pub(super) fn recalled(
         rules: &Rules,
         sketch: &Sketch,
@@ -96,6 +93,7 @@ impl Entry {
                 },
             )
             .collect();
+        rules.register(rule);
         if recalled {
             Self::with_states(rules, rule, states)
         } else {
@@ -127,22 +125,42 @@ impl Entry {
     }
 
     /// Applies `op` to the key's state under `rule`: the index of the reported quota and its verdict.
-    pub(super) fn run(&mut self, rules: &Rules, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+    pub(super) fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
         self.used = true;
-        let (index, v) = self.state_for(rules, rule, now).run(rule, op, now);
-        self.near = nearness(v.limit, v.remaining, false);
-        (index, v)
+        self.state_for(rule, now).run(rule, op, now)
     }
 
-    /// How the key looks to eviction at `now`.
-    pub(super) fn look(&self, now: u64) -> Look {
+    /// How the key looks to eviction at `now`: its nearness is its reported quota's (a state of
+    /// a rule not in `rules` counts as fully spent). Worked out here, not on every call: the hot
+    /// path pays nothing for it. Rolls the states to `now` (what any call does first).
+    pub(super) fn look(&mut self, rules: &Rules, now: u64) -> Look {
         if self.is_fresh(now) {
             return Look::Fresh;
         }
-        match self.blocked_until() {
-            until if until > now => Look::Blocked(until),
-            _ => Look::Room(self.near | u16::from(self.used)),
+        let until = self.blocked_until();
+        if until > now {
+            return Look::Blocked(until);
         }
+        let known = rules.known.read();
+        let mut near = 0;
+        let others = self.others.iter_mut().flat_map(|v| v.iter_mut());
+        let states =
+            std::iter::once((self.tag, &mut self.state)).chain(others.map(|(t, s)| (*t, s)));
+        for (tag, state) in states {
+            if state.is_fresh(now) {
+                continue;
+            }
+            let quotas = state.quotas_mut();
+            match known.get(&tag) {
+                Some((strategy, params)) if params.len() == quotas.len() => {
+                    // A peek: the reported quota is the one with the fewest left.
+                    let (_, v) = strategy::apply(quotas, *strategy, params, now, Op::Peek);
+                    near = near.max(nearness(v.limit, v.remaining, false));
+                }
+                _ => near = near.max(nearness(1, 0, false)),
+            }
+        }
+        Look::Room(near | u16::from(self.used))
     }
 
     /// Folds what every state of the key (routed by `key_hash`) has spent into `sketch`.
@@ -178,7 +196,7 @@ impl Entry {
         }
     }
 
-    fn state_for(&mut self, rules: &Rules, rule: &Rule, now: u64) -> &mut KeyState {
+    fn state_for(&mut self, rule: &Rule, now: u64) -> &mut KeyState {
         let tag = rule.tag();
         if self.tag == tag {
             return &mut self.state;
@@ -198,7 +216,6 @@ impl Entry {
         if self.others.as_ref().is_some_and(|o| o.is_empty()) {
             self.others = None;
         }
-        rules.register(rule);
         if self.state.is_fresh(now) {
             // The old rule's state is spent: the slot is this rule's now, with a new state.
             self.tag = tag;
@@ -243,6 +260,15 @@ enum States {
 }
 
 impl KeyState {
+    /// The per-quota states, to roll.
+    fn quotas_mut(&mut self) -> &mut [QuotaState] {
+        match &mut self.quotas {
+            States::Empty => &mut [],
+            States::One(s) => std::slice::from_mut(s),
+            States::Many(v) => v,
+        }
+    }
+
     /// The per-quota states.
     fn quotas(&self) -> &[QuotaState] {
         match &self.quotas {

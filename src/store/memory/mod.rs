@@ -310,7 +310,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             return self.run(&mut entry, rule, op, now);
         }
         if !creates_state(op) {
-            let (index, v) = Entry::new().run(&self.general.ctx, rule, op, now);
+            let (index, v) = Entry::new().run(rule, op, now);
             return self.finish(index, v, now, op);
         }
         // From NOW_LIMIT on, a packable rule's keys live in general entries: a key still held in
@@ -374,7 +374,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     #[inline]
     fn run(&self, entry: &mut Entry, rule: &Rule, op: Op, now: u64) -> Decision {
-        let (index, v) = entry.run(&self.general.ctx, rule, op, now);
+        let (index, v) = entry.run(rule, op, now);
         self.finish(index, v, now, op)
     }
 
@@ -387,7 +387,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 "rate-limit memory store is full of blocked keys; new keys share one overflow quota"
             );
         }
-        let (index, v) = self.overflow.lock().run(&self.general.ctx, rule, op, now);
+        let (index, v) = self.overflow.lock().run(rule, op, now);
         self.finish(index, v, now, op)
     }
 

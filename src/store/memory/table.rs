@@ -62,8 +62,8 @@ impl Held for Entry {
         Entry::is_fresh(self, now)
     }
 
-    fn look(&mut self, _: &Rules, now: u64) -> Look {
-        Entry::look(self, now)
+    fn look(&mut self, rules: &Rules, now: u64) -> Look {
+        Entry::look(self, rules, now)
     }
 
     fn clear_used(&mut self) {
