@@ -66,8 +66,8 @@ fn a_flood_of_ten_times_the_cap_gives_a_spent_key_nothing_back() {
         );
         // The false-reject bound: a returning flood key (1 of 10 spent) is counted as having spent
         // at most what the keys it collides with in every probe of the sketch spent: 1 each, 2
-        // for those already back. With ~2000 records in 2^15 cells and 8 probes, about 3 x 10^-4
-        // of the keys collide so (~0.6 of 2000 expected); 2% would be far outside the bound.
+        // for those already back. With ~2000 records in 2^15 cells and 8 probes, about 5 x 10^-4
+        // of the keys collide so (~1 of 2000 expected); 2% would be far outside the bound.
         clock.advance(std::time::Duration::from_secs(1));
         let flood = 10 * cap as u64;
         let mut over_counted = 0;
