@@ -8,8 +8,10 @@ use parking_lot::RwLock;
 use super::sketch::{self, Sketch, Spent};
 use super::table::{Look, nearness};
 use crate::decision::Outcome;
-use crate::rule::Rule;
-use crate::strategy::{self, Op, Params, QuotaState, Strategy, Verdict};
+use crate::rule::{MAX_QUOTAS, Rule};
+use crate::strategy::{
+    self, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy, Verdict,
+};
 
 /// The most rules [`Rules`] remembers; keys of further rules are recorded, when evicted, as having
 /// spent their whole limit until their state would have been fresh (an over-count, never less).
@@ -113,10 +115,7 @@ impl Entry {
         Self {
             tag: rule.tag(),
             state: KeyState {
-                quotas: match <[QuotaState; 1]>::try_from(states) {
-                    Ok([one]) => States::One(one),
-                    Err(many) => States::Many(many.into_boxed_slice()),
-                },
+                quotas: States::new(rule.strategy(), states),
                 fresh_at,
                 blocked_until: 0,
             },
@@ -150,15 +149,15 @@ impl Entry {
             if state.is_fresh(now) {
                 continue;
             }
-            let quotas = state.quotas_mut();
-            match known.get(&tag) {
+            let shape = known.get(&tag);
+            near = near.max(state.with_quotas(|quotas| match shape {
                 Some((strategy, params)) if params.len() == quotas.len() => {
                     // A peek: the reported quota is the one with the fewest left.
                     let (_, v) = strategy::apply(quotas, *strategy, params, now, Op::Peek);
-                    near = near.max(nearness(v.limit, v.remaining, false));
+                    nearness(v.limit, v.remaining, false)
                 }
-                _ => near = near.max(nearness(1, 0, false)),
-            }
+                _ => nearness(1, 0, false),
+            }));
         }
         Look::Room(near | u16::from(self.used))
     }
@@ -173,8 +172,8 @@ impl Entry {
             if state.is_fresh(now) {
                 continue;
             }
-            let quotas = state.quotas();
-            match known.get(&tag) {
+            let shape = known.get(&tag);
+            state.with_quotas_ref(|quotas| match shape {
                 Some((_, params)) if params.len() == quotas.len() => {
                     for (i, (q, p)) in quotas.iter().zip(params.iter()).enumerate() {
                         if let Some(spent) = sketch::summary(q, p, now) {
@@ -192,7 +191,7 @@ impl Entry {
                         sketch.record(sketch::quota_hash(key_hash, tag, i), spent, now);
                     }
                 }
-            }
+            });
         }
     }
 
@@ -256,25 +255,113 @@ struct KeyState {
 enum States {
     Empty,
     One(QuotaState),
+    /// Several quotas of the moving window: each a log.
     Many(Box<[QuotaState]>),
+    /// Several quotas of another strategy, as tightly as it allows: a bucket's TAT in one word, a
+    /// window's start and count (or a sliding counter's bucket, and its two counts) in two, where a
+    /// `QuotaState` takes 32 bytes.
+    Words(Strategy, Box<[u64]>),
+}
+
+/// Words per quota of `strategy` in [`States::Words`] (0: not held so).
+const fn words_per_quota(strategy: Strategy) -> usize {
+    match strategy {
+        Strategy::TokenBucket | Strategy::LeakyBucket => 1,
+        Strategy::MovingWindow => 0,
+        _ => 2,
+    }
+}
+
+/// The state of quota `i` in `words`.
+#[inline]
+fn decode(strategy: Strategy, words: &[u64], i: usize) -> QuotaState {
+    match words_per_quota(strategy) {
+        1 => QuotaState::Gcra(Gcra::from_tat(words[i])),
+        _ => {
+            let (a, b) = (words[2 * i], words[2 * i + 1]);
+            match strategy {
+                Strategy::SlidingWindow => {
+                    QuotaState::Sliding(SlidingWindow::from_parts(a, (b >> 32) as u32, b as u32))
+                }
+                _ => QuotaState::Fixed(FixedWindow::from_parts(a, b)),
+            }
+        }
+    }
+}
+
+/// Writes `state` as quota `i` of `words`.
+#[inline]
+fn encode(state: &QuotaState, words: &mut [u64], i: usize) {
+    match state {
+        QuotaState::Gcra(g) => words[i] = g.tat(),
+        QuotaState::Fixed(f) => {
+            let (start, count) = f.parts();
+            words[2 * i] = start;
+            words[2 * i + 1] = count;
+        }
+        QuotaState::Sliding(w) => {
+            let (bucket, cur, prev) = w.parts();
+            words[2 * i] = bucket;
+            words[2 * i + 1] = (u64::from(cur) << 32) | u64::from(prev);
+        }
+        // Not held as words.
+        QuotaState::Moving(_) => {}
+    }
+}
+
+/// The states held in `words` (eviction; a check decodes them on the stack instead).
+fn unpacked(strategy: Strategy, words: &[u64]) -> Vec<QuotaState> {
+    let n = words.len() / words_per_quota(strategy).max(1);
+    (0..n).map(|i| decode(strategy, words, i)).collect()
+}
+
+/// When `states` (under `params`) become a new key's.
+fn fresh_at_of(states: &[QuotaState], params: &[Params]) -> u64 {
+    states
+        .iter()
+        .zip(params)
+        .map(|(s, p)| s.fresh_at(p))
+        .max()
+        .unwrap_or(0)
+}
+
+impl States {
+    /// `states` (of `strategy`), held as tightly as the strategy allows.
+    fn new(strategy: Strategy, states: Vec<QuotaState>) -> Self {
+        let per = words_per_quota(strategy);
+        match <[QuotaState; 1]>::try_from(states) {
+            Ok([one]) => States::One(one),
+            Err(many) if per == 0 => States::Many(many.into_boxed_slice()),
+            Err(many) => {
+                let mut words = vec![0; per * many.len()].into_boxed_slice();
+                for (i, s) in many.iter().enumerate() {
+                    encode(s, &mut words, i);
+                }
+                States::Words(strategy, words)
+            }
+        }
+    }
 }
 
 impl KeyState {
-    /// The per-quota states, to roll.
-    fn quotas_mut(&mut self) -> &mut [QuotaState] {
+    /// Runs `f` on the per-quota states (a copy of them when held as words: what `f` changes
+    /// there is not kept).
+    fn with_quotas<R>(&mut self, f: impl FnOnce(&mut [QuotaState]) -> R) -> R {
         match &mut self.quotas {
-            States::Empty => &mut [],
-            States::One(s) => std::slice::from_mut(s),
-            States::Many(v) => v,
+            States::Empty => f(&mut []),
+            States::One(s) => f(std::slice::from_mut(s)),
+            States::Many(v) => f(v),
+            States::Words(strategy, words) => f(&mut unpacked(*strategy, words)),
         }
     }
 
-    /// The per-quota states.
-    fn quotas(&self) -> &[QuotaState] {
+    /// Runs `f` on the per-quota states.
+    fn with_quotas_ref<R>(&self, f: impl FnOnce(&[QuotaState]) -> R) -> R {
         match &self.quotas {
-            States::Empty => &[],
-            States::One(s) => std::slice::from_ref(s),
-            States::Many(v) => v,
+            States::Empty => f(&[]),
+            States::One(s) => f(std::slice::from_ref(s)),
+            States::Many(v) => f(v),
+            States::Words(strategy, words) => f(&unpacked(*strategy, words)),
         }
     }
 
@@ -286,26 +373,18 @@ impl KeyState {
         }
     }
 
-    /// The per-quota states for `rule`, replaced by new ones if the rule's shape changed.
-    fn states_for(&mut self, rule: &Rule) -> &mut [QuotaState] {
+    /// Makes the per-quota states fit `rule`, new ones if the rule's shape changed.
+    fn fit(&mut self, rule: &Rule) {
         let strategy = rule.strategy();
         let n = rule.nanos().len();
         let fits = match &self.quotas {
             States::Empty => false,
             States::One(s) => n == 1 && s.fits(strategy),
             States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
+            States::Words(s, w) => *s == strategy && w.len() == n * words_per_quota(strategy),
         };
         if !fits {
-            self.quotas = if n == 1 {
-                States::One(QuotaState::new(strategy))
-            } else {
-                States::Many(vec![QuotaState::new(strategy); n].into_boxed_slice())
-            };
-        }
-        match &mut self.quotas {
-            States::Empty => &mut [],
-            States::One(s) => std::slice::from_mut(s),
-            States::Many(v) => v,
+            self.quotas = States::new(strategy, vec![QuotaState::new(strategy); n]);
         }
     }
 
@@ -328,14 +407,36 @@ impl KeyState {
                 return (0, v);
             }
         }
-        let states = self.states_for(rule);
-        let (index, v) = strategy::apply(states, strategy, params, now, op);
-        let fresh_at = states
-            .iter()
-            .zip(params)
-            .map(|(s, p)| s.fresh_at(p))
-            .max()
-            .unwrap_or(0);
+        self.fit(rule);
+        let (index, v, fresh_at) = match &mut self.quotas {
+            States::Words(strategy, words) => {
+                // On the stack: no allocation per check.
+                let n = params.len();
+                let mut buf: [QuotaState; MAX_QUOTAS] = std::array::from_fn(|i| {
+                    if i < n {
+                        decode(*strategy, words, i)
+                    } else {
+                        QuotaState::Gcra(Gcra::default())
+                    }
+                });
+                let states = &mut buf[..n];
+                let (index, v) = strategy::apply(states, *strategy, params, now, op);
+                for (i, s) in states.iter().enumerate() {
+                    encode(s, words, i);
+                }
+                (index, v, fresh_at_of(states, params))
+            }
+            States::One(s) => {
+                let states = std::slice::from_mut(s);
+                let (index, v) = strategy::apply(states, strategy, params, now, op);
+                (index, v, fresh_at_of(states, params))
+            }
+            States::Many(states) => {
+                let (index, v) = strategy::apply(states, strategy, params, now, op);
+                (index, v, fresh_at_of(states, params))
+            }
+            States::Empty => (0, Verdict::allowed(0, 0, 0), 0),
+        };
         self.fresh_at = fresh_at;
         self.set_blocked(&v, now);
         (index, v)

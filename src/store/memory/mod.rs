@@ -692,6 +692,35 @@ mod tests {
     }
 
     #[test]
+    fn multi_quota_states_held_as_words_decide_as_the_pure_arithmetic() {
+        for strategy in Strategy::ALL {
+            let rule = Rule::parse(strategy, "3/s; 7/10s; 20/minute; 100000/hour").unwrap();
+            let store = MemoryStore::<u64>::new();
+            let mut reference = vec![vec![crate::strategy::QuotaState::new(strategy); 4]; 3];
+            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            let mut now = 1_000 * S;
+            for i in 0..3000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                now += x % (S / 3);
+                let op = match i % 9 {
+                    0 => Op::Refund(1),
+                    1 => Op::Peek,
+                    2 => Op::Check(u32::try_from(x % 5).unwrap()),
+                    3 if i % 7 == 0 => Op::RefundAt(1, now - x % S),
+                    _ => Op::Check(1),
+                };
+                let key = x % 3;
+                let got = store.decide(&key, &rule, op, now);
+                let states = &mut reference[key as usize];
+                let (index, v) = strategy::apply(states, strategy, rule.nanos(), now, op);
+                assert_eq!(got, to_decision(index, v, now, 1), "{strategy} step {i}");
+            }
+        }
+    }
+
+    #[test]
     fn at_the_end_of_packed_time_keys_carry_their_state_over() {
         // Across 2^62 ns packed keys move to general entries with their state: the decisions are
         // the pure arithmetic's on one state throughout (before: N more admissions at that instant).
