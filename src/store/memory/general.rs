@@ -70,8 +70,7 @@ impl Entry {
     }
 
     /// A new key's entry under `rule` at `now`: at least as spent as what `sketch` recalls of it
-    /// (routed by `key_hash`), if anything. Registers `rule` in `rules` (a key's state under a
-    /// further rule, not registered, is recorded at eviction as fully spent: an over-count).
+    /// (routed by `key_hash`), if anything. Registers `rule` in `rules`.
     pub(super) fn recalled(
         rules: &Rules,
         sketch: &Sketch,
@@ -79,27 +78,52 @@ impl Entry {
         rule: &Rule,
         now: u64,
     ) -> Self {
-        let strategy = rule.strategy();
-        let params = rule.nanos();
-        let mut recalled = false;
-        let states: Vec<QuotaState> = params
-            .iter()
-            .enumerate()
-            .map(
-                |(i, p)| match sketch.lookup(sketch::quota_hash(key_hash, rule.tag(), i), now) {
-                    Some(spent) => {
-                        recalled = true;
-                        sketch::restore(strategy, p, spent, now)
-                    }
-                    None => QuotaState::new(strategy),
-                },
-            )
-            .collect();
         rules.register(rule);
-        if recalled {
-            Self::with_states(rules, rule, states)
+        match recall(sketch, key_hash, rule, now) {
+            Some(states) => Self::with_states(rules, rule, states),
+            None => Self::new(),
+        }
+    }
+
+    /// Whether the first slot holds the state under `rule` (the common case: one rule per key).
+    #[inline]
+    pub(super) fn first_is(&self, rule: &Rule) -> bool {
+        self.tag == rule.tag()
+    }
+
+    /// Before a call under `rule` on a held key whose first slot is another rule's: a state under
+    /// `rule` the entry does not hold is recalled from `sketch` (the key may have been evicted with
+    /// it and come back under another rule).
+    #[cold]
+    pub(super) fn recall_other(
+        &mut self,
+        rules: &Rules,
+        sketch: &Sketch,
+        key_hash: u64,
+        rule: &Rule,
+        now: u64,
+    ) {
+        let tag = rule.tag();
+        if self.tag == tag
+            || self
+                .others
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|(t, _)| *t == tag))
+        {
+            return;
+        }
+        rules.register(rule);
+        let Some(states) = recall(sketch, key_hash, rule, now) else {
+            return;
+        };
+        let state = Self::with_states(rules, rule, states).state;
+        if self.state.is_fresh(now) {
+            self.tag = tag;
+            self.state = state;
         } else {
-            Self::new()
+            self.others
+                .get_or_insert_with(Box::default)
+                .push((tag, state));
         }
     }
 
@@ -307,6 +331,28 @@ fn encode(state: &QuotaState, words: &mut [u64], i: usize) {
         // Not held as words.
         QuotaState::Moving(_) => {}
     }
+}
+
+/// What `sketch` recalls of the key routed by `key_hash` under `rule` at `now`: a state per quota
+/// at least as spent as the key's when it was evicted, or `None` if nothing is recorded.
+fn recall(sketch: &Sketch, key_hash: u64, rule: &Rule, now: u64) -> Option<Vec<QuotaState>> {
+    let strategy = rule.strategy();
+    let mut recalled = false;
+    let states = rule
+        .nanos()
+        .iter()
+        .enumerate()
+        .map(
+            |(i, p)| match sketch.lookup(sketch::quota_hash(key_hash, rule.tag(), i), now) {
+                Some(spent) => {
+                    recalled = true;
+                    sketch::restore(strategy, p, spent, now)
+                }
+                None => QuotaState::new(strategy),
+            },
+        )
+        .collect();
+    recalled.then_some(states)
 }
 
 /// The states held in `words` (eviction; a check decodes them on the stack instead).

@@ -307,6 +307,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let i = hash as usize % SEGMENTS;
         let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
+            if !entry.first_is(rule) {
+                entry.recall_other(&self.general.ctx, &self.sketch, hash, rule, now);
+            }
             return self.run(&mut entry, rule, op, now);
         }
         if !creates_state(op) {
@@ -717,6 +720,26 @@ mod tests {
                 let (index, v) = strategy::apply(states, strategy, rule.nanos(), now, op);
                 assert_eq!(got, to_decision(index, v, now, 1), "{strategy} step {i}");
             }
+        }
+    }
+
+    #[test]
+    fn an_evicted_key_back_under_its_second_rule_is_as_spent_as_it_left() {
+        for strategy in [Strategy::MovingWindow, Strategy::FixedWindowFirstHit] {
+            let a = Rule::parse(strategy, "10/hour").unwrap();
+            let b = Rule::parse(strategy, "10/2hours").unwrap();
+            let store = MemoryStore::<u64>::builder().max_keys(1).build();
+            let now = 3_600 * S;
+            assert!(store.decide(&1, &a, Op::Check(1), now).is_allowed());
+            assert!(store.decide(&1, &b, Op::Check(9), now).is_allowed());
+            // Key 2 evicts key 1 (the cap is 1), which comes back under rule a, then under b.
+            assert!(store.decide(&2, &a, Op::Check(1), now + S).is_allowed());
+            assert!(store.stats().evictions >= 1, "{strategy}");
+            let d = store.decide(&1, &a, Op::Check(1), now + 2 * S);
+            assert_eq!((d.is_allowed(), d.remaining()), (true, 8), "{strategy}");
+            let d = store.decide(&1, &b, Op::Check(1), now + 3 * S);
+            assert_eq!((d.is_allowed(), d.remaining()), (true, 0), "{strategy}");
+            assert!(!store.decide(&1, &b, Op::Check(1), now + 4 * S).is_allowed());
         }
     }
 
