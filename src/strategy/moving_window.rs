@@ -23,9 +23,10 @@ impl MovingWindow {
         let t = self.now(now);
         // Ages, not expiry times: `t >= ts` for every entry (see `now`), and `ts + W` would saturate
         // near the end of `u64` time and expire entries early (over-admission).
-        if self.log.front().is_some_and(|&ts| t - ts >= p.window) {
-            self.expire(p, t);
+        while self.log.front().is_some_and(|&ts| t - ts >= p.window) {
+            self.log.pop_front();
         }
+        self.shrink();
         let used = self.log.len() as u64;
         let reset = self.log.back().map_or(0, |&ts| p.window - (t - ts));
         if cost > p.limit {
@@ -39,16 +40,6 @@ impl MovingWindow {
         let k = (used + cost - p.limit - 1) as usize;
         let wait = self.log.get(k).map_or(0, |&ts| p.window - (t - ts));
         Verdict::rejected(p.limit, p.limit.saturating_sub(used), reset, wait)
-    }
-
-    /// Drops the entries expired at `t`, and returns memory (out of line: the hot path only tests
-    /// the oldest entry).
-    #[inline(never)]
-    fn expire(&mut self, p: &Params, t: u64) {
-        while self.log.front().is_some_and(|&ts| t - ts >= p.window) {
-            self.log.pop_front();
-        }
-        self.shrink();
     }
 
     /// A log of `count` entries at `at` (for stores that restore a state from a summary of it).
@@ -70,8 +61,14 @@ impl MovingWindow {
     fn shrink(&mut self) {
         let capacity = self.log.capacity();
         if capacity > 4 && self.log.len() <= capacity / 4 {
-            self.log.shrink_to((2 * self.log.len()).max(4));
+            self.shrink_now();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shrink_now(&mut self) {
+        self.log.shrink_to((2 * self.log.len()).max(4));
     }
 
     /// Appends `cost` entries at `now` after a successful [`check`](Self::check).
