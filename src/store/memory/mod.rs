@@ -62,11 +62,15 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// - Keys whose state has become equivalent to a new key's are removed automatically and
 ///   incrementally, as traffic flows (no call from the user, no long pause), and the maps shrink.
 ///   [`RateLimiter::sweep`](crate::RateLimiter::sweep) forces a full pass.
-/// - An optional cap on the number of keys ([`MemoryStoreBuilder::max_keys`]) bounds memory. When it
-///   is reached, room is made by dropping, in order: expired keys; keys not used since the last pass
-///   that still have room (second chance, an approximation of least recently used). A key that is
-///   currently blocked is never evicted, so flooding new keys cannot reset an attacker's key. When
-///   every held key is blocked, new keys share one overflow state with the same quotas (counted in
+/// - A cap on the number of keys bounds memory: [`DEFAULT_MAX_KEYS`] (8 x 10^6) unless changed with
+///   [`MemoryStoreBuilder::max_keys`] (`usize::MAX` lifts it). When it is reached, room is made by
+///   dropping expired keys, then the keys with room nearest a new key's state (the least spent
+///   first; among equals, those unused since the last look). What an evicted key had spent is kept
+///   in a bounded sketch (at most [`MAX_SKETCH_BYTES`], see [`MemoryStore::sketch_bytes`]) and a
+///   returning key starts at least as spent: a flood of new keys never gives a key back quota it
+///   spent, at the price of a rare, bounded over-count (a key colliding in the sketch with a more
+///   spent one). A key that is currently blocked is never evicted. When every held key is blocked,
+///   new keys share one overflow state with the same quotas (counted in
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
 /// A key's state belongs to the rule it was used with: the same key under another rule (a tier
