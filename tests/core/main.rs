@@ -8,6 +8,7 @@ mod oracle;
 mod accuracy;
 mod concurrency;
 mod fuzz_replay;
+mod key_cap;
 mod memory_store;
 mod refund_and_rules;
 mod simulate;

@@ -541,3 +541,54 @@ async fn server_key_flood_of_20000_ips_keeps_the_cap_and_the_block() {
     assert!(res.num("retry-after") >= 1);
     server.stop_with("-TERM").await;
 }
+
+/// Issue 17 from outside: `server --max-keys 2` behind a trusted loopback proxy, 40 distinct client
+/// IPs at 5/minute: every one gets in (a key with room is evicted, nearest a new key's state first,
+/// and its spent quota kept in the sketch; nothing goes to the overflow quota), and a returning
+/// client comes back as spent as it left.
+#[tokio::test]
+async fn server_with_two_keys_admits_forty_clients_and_forgets_nothing() {
+    let server = start(
+        "server",
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--key",
+            "ip",
+            "--trust-proxy",
+            "127.0.0.1",
+            "--quota",
+            "5/minute",
+            "--max-keys",
+            "2",
+        ],
+    )
+    .await;
+    let url = server.url("/");
+    let client = TestClient::new();
+    let xff = |i: u32| format!("198.51.100.{i}");
+    for i in 0..40 {
+        let res = client
+            .get_with(&url, &[("x-forwarded-for", xff(i).as_str())])
+            .await;
+        assert_eq!(res.status, StatusCode::OK, "client {i}");
+        assert_eq!(res.num("x-ratelimit-remaining"), 4, "client {i}");
+    }
+    // Client 0 spends the rest of its 5, through a flood of 20 new clients between its requests:
+    // 4 more admissions, never a fifth.
+    let mut admitted = 0;
+    for round in 0..8u32 {
+        let res = client
+            .get_with(&url, &[("x-forwarded-for", xff(0).as_str())])
+            .await;
+        admitted += u32::from(res.status == StatusCode::OK);
+        for j in 0..20 {
+            let flood = format!("10.0.{round}.{j}");
+            client
+                .get_with(&url, &[("x-forwarded-for", flood.as_str())])
+                .await;
+        }
+    }
+    assert_eq!(admitted, 4, "client 0 got back quota it had spent");
+    server.stop_with("-TERM").await;
+}

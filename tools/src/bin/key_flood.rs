@@ -78,9 +78,8 @@ fn run(o: &Options, cap: Option<usize>) -> ExitCode {
         .strategy(Strategy::SlidingWindow)
         .quotas(&o.quota)
         .unwrap_or_else(|e| panic!("--quota {}: {e}", o.quota));
-    if let Some(c) = cap {
-        builder = builder.max_keys(c);
-    }
+    // No cap: lifted (the store is capped at 8 x 10^6 keys by default).
+    builder = builder.max_keys(cap.unwrap_or(usize::MAX));
     let limiter = builder.build().expect("valid rule");
     let label = cap.map_or_else(|| "none".to_owned(), |c| c.to_string());
     let base = rss_mib();
