@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# T-56, the longer tier: cargo-fuzz on every fuzz target (bodies in src/fuzzing.rs; the PR tier replays
-# the same targets in tests/fuzz_replay.rs). One fuzzer at a time, one process each.
+# The longer tier's fuzzing: cargo-fuzz on every fuzz target (bodies in src/fuzzing.rs, compiled under
+# cargo-fuzz's `--cfg fuzzing`; every test run replays the corpora through the same bodies in the lib's
+# unit tests, src/fuzzing/replay.rs). One fuzzer at a time, one process each.
 #
 #   bash scripts/fuzz.sh                         # 30 minutes per target
 #   FUZZ_SECONDS=60 bash scripts/fuzz.sh         # a short run
@@ -9,7 +10,7 @@
 # New inputs go to fuzz/target/corpus-work/<target> (not checked in), seeded from fuzz/corpus/<target>.
 # A crash leaves its input in fuzz/artifacts/<target>/ and makes the script exit 1 after all targets
 # ran; replay one with `cargo fuzz run <target> <file>` inside fuzz/, then add the minimized input to
-# fuzz/corpus/<target>/ once fixed (tests/fuzz_replay.rs replays every corpus file in CI).
+# fuzz/corpus/<target>/ once fixed (`cargo test --lib fuzzing` replays every corpus file).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 SECS=${FUZZ_SECONDS:-1800}

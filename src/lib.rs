@@ -62,6 +62,8 @@
 mod clock;
 mod decision;
 mod error;
+// Fuzz target bodies: for cargo-fuzz (`--cfg fuzzing`) and the lib's tests only.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod key;

@@ -1,12 +1,14 @@
-//! T-56, PR tier: every checked-in fuzz corpus file replayed through its target, and a proptest
-//! harness per target (the same target bodies as `cargo fuzz`, in `tollgate::fuzzing`).
+//! The fuzz targets in every test run: each checked-in corpus file (`fuzz/corpus/<target>/`)
+//! replayed through its target, and a proptest harness per target (the same bodies `cargo fuzz`
+//! runs).
 //!
 //! The longer tier is `scripts/fuzz.sh` (cargo-fuzz, 30 minutes per target by default).
 
 use std::path::PathBuf;
 
 use proptest::prelude::*;
-use tollgate::fuzzing;
+
+use crate::fuzzing;
 
 type Target = fn(&[u8]);
 
