@@ -25,10 +25,10 @@ cargo build --release --all-features --examples
 cargo test --release --all-features -- --nocapture
 
 step "time and numbers with overflow checks on (test profile), at the scaled case count (T-09, T-10)"
-cargo test --all-features --test time_and_numbers
+cargo test --all-features --test core time_and_numbers
 
 step "time and numbers with overflow checks off (release): debug and release must agree (T-10)"
-cargo test --release --all-features --test time_and_numbers
+cargo test --release --all-features --test core time_and_numbers
 
 step "key flood: $FLOOD_KEYS distinct keys, capped at 10^6 then uncapped, VmRSS printed (T-52)"
 cargo run --release --example key_flood -- --keys "$FLOOD_KEYS"
