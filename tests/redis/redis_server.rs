@@ -1,8 +1,8 @@
 //! The `server` example on the Redis store: two processes share one Redis, so together they admit
 //! exactly the limit (issue 4: "two server processes sharing one Redis").
 
-use crate::support as http_support;
 use crate::redis_support;
+use crate::support as http_support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

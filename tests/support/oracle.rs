@@ -1,5 +1,5 @@
-//! Brute-force oracles for the strategies, written from the definitions in DESIGN.md ("The
-//! algorithms", "Decisions and headers"), independently of `src/strategy`: they keep the log of
+//! Brute-force oracles for the strategies, written from the definitions in the crate's guide
+//! (`tollgate::guide`: "Choosing a strategy", "Formulas per strategy"), independently of `src/strategy`: they keep the log of
 //! admitted requests (or, for GCRA, the continuous-state leaky bucket, ITU-T I.371's other
 //! formulation) and recompute every figure from it.
 //!
@@ -131,7 +131,7 @@ pub(crate) trait QuotaOracle {
     fn check(&mut self, t: u64, cost: u64) -> Expect;
     /// Records an admitted request.
     fn commit(&mut self, t: u64, cost: u64);
-    /// Gives back `cost` at `t` (DESIGN.md "Refund").
+    /// Gives back `cost` at `t` (the guide's formulas, refunds).
     fn refund(&mut self, t: u64, cost: u64);
 }
 
@@ -435,7 +435,7 @@ impl QuotaOracle for Bucket {
     }
 }
 
-/// Several quotas: all must admit; the reported quota per DESIGN.md.
+/// Several quotas: all must admit; the reported quota per the guide's "Headers".
 pub(crate) struct RuleOracle {
     pub(crate) quotas: Vec<Box<dyn QuotaOracle>>,
 }
