@@ -1,5 +1,5 @@
 //! Fuzz target bodies, shared by the cargo-fuzz crate under `fuzz/` and by the lib's own tests
-//! (every file of `fuzz/corpus` replayed, and a proptest harness per target: `fuzzing/replay.rs`).
+//! (every file of `src/fuzzing/corpus` replayed, and a proptest harness per target: `fuzzing/replay.rs`).
 //! Compiled only under `cfg(fuzzing)` (set by cargo-fuzz) and `cfg(test)`: not part of the public
 //! API, and absent from a user's build.
 //!

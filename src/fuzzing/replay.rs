@@ -1,4 +1,4 @@
-//! The fuzz targets in every test run: each checked-in corpus file (`fuzz/corpus/<target>/`)
+//! The fuzz targets in every test run: each checked-in corpus file (`src/fuzzing/corpus/<target>/`)
 //! replayed through its target, and a proptest harness per target (the same bodies `cargo fuzz`
 //! runs).
 //!
@@ -23,7 +23,7 @@ const TARGETS: &[(&str, Target)] = &[
 
 fn corpus_files(target: &str) -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
+        .join("src/fuzzing/corpus")
         .join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
