@@ -85,8 +85,11 @@
 //!
 //! An admitted request moves the state: the fixed window adds `c` to `n`, the moving window logs `c`
 //! units at `t`, the sliding window counter adds `c` to `cur`, GCRA sets `TAT = max(TAT, t) + c*T`.
-//! A refund gives units back (GCRA: `TAT` moves back by `c*T`, never below `t`; the windows take
-//! them from the window or bucket they were counted in, or do nothing once it has ended).
+//! A refund of a checked request ([`RateLimiter::refund_checked`](crate::RateLimiter::refund_checked),
+//! what the layer's refund hook uses) gives units back only where they were counted: GCRA moves
+//! `TAT` back by `c*T`, never below `t`; the windows take them from the window or bucket of the
+//! check, or do nothing once it has ended; the moving window drops only entries not older than the
+//! check. A refund never frees room in a later window.
 //!
 //! # Bounds
 //!
