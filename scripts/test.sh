@@ -13,6 +13,13 @@ if need_redis; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 # The package starts no server we rely on: every Redis test starts its own on a free port.
+need_chromium() { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }
+if need_chromium; then
+  echo "installing chromium and chromium-driver (Debian packages) for the playground's browser test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 
 export RUST_BACKTRACE=1
 cargo test --all-features "$@"

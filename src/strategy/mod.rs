@@ -21,6 +21,28 @@ pub(crate) use moving_window::MovingWindow;
 pub(crate) use sliding_window::SlidingWindow;
 
 /// Which algorithm a rule uses. The [guide](crate::guide#choosing-a-strategy) compares them.
+///
+/// # Drawn: the edge attack
+///
+/// Five requests 100 ms before a window edge and five at it, twice, under `5/10s` (burst 5): the
+/// clock-aligned fixed window admits all ten within 100 ms; every other strategy admits five. Each
+/// dot is a request (filled: admitted; cross: rejected), the line the admitted count in the
+/// trailing 10 s, grey verticals the windows. Drawn by the `simulate` example
+/// (`cargo run --example simulate -- --traffic edge-attack --quota 5/10s --burst 5 --out DIR`;
+/// `scripts/plots.sh` regenerates these pictures).
+///
+#[doc = include_str!("../../docs/img/edge-attack/fixed-window.svg")]
+///
+#[doc = include_str!("../../docs/img/edge-attack/fixed-window-first-hit.svg")]
+///
+#[doc = include_str!("../../docs/img/edge-attack/moving-window.svg")]
+///
+#[doc = include_str!("../../docs/img/edge-attack/sliding-window.svg")]
+///
+#[doc = include_str!("../../docs/img/edge-attack/token-bucket.svg")]
+///
+#[doc = include_str!("../../docs/img/edge-attack/leaky-bucket.svg")]
+///
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Strategy {

@@ -1,5 +1,6 @@
 //! Core tests: the strategies against their worked examples and oracles, quotas, clocks and numbers,
-//! the memory store, races, accuracy. (The fuzz corpora are replayed by the lib's unit tests.)
+//! the memory store, races, accuracy, and the `simulate` example replaying the worked examples from
+//! trace files. (The fuzz corpora are replayed by the lib's unit tests.)
 
 #[path = "../support/oracle.rs"]
 mod oracle;
@@ -8,6 +9,7 @@ mod accuracy;
 mod concurrency;
 mod memory_store;
 mod refund_and_rules;
+mod simulate;
 mod strategy_examples;
 mod strategy_props;
 mod time_and_numbers;

@@ -1,5 +1,6 @@
 //! HTTP tests: the layer and its service over real connections, key extraction and spoofing, the
-//! examples (`server`, `hyper`, `client`, `login`) as users run them.
+//! examples (`server`, `hyper`, `client`, `login`) as users run them, and the `playground` over its
+//! JSON API and in headless Chromium.
 
 #[path = "../support/http.rs"]
 mod support;
@@ -17,3 +18,5 @@ mod keys_spoofing;
 mod layer_misconfig;
 mod layer_service;
 mod login;
+mod playground;
+mod server_cli;

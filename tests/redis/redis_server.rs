@@ -125,3 +125,31 @@ async fn server_with_an_unreachable_redis_exits_with_an_error() {
     assert!(String::from_utf8_lossy(&out.stdout).is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("redis"));
 }
+
+/// A Redis that answers and refuses the password: exit 1 (a failure at run time), and neither the
+/// password given nor the server's is printed.
+#[tokio::test]
+async fn server_with_a_wrong_redis_password_exits_1_without_printing_it() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Set after the start (the harness waits for an unauthenticated PING).
+    redis.cli(&["CONFIG", "SET", "requirepass", "the-right-one"]);
+    let url = format!("redis://:hunter2-wrong@127.0.0.1:{}", redis.port);
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(server_binary())
+            .args(["--addr", "127.0.0.1:0", "--store", &url])
+            .args(["--store-timeout", "2000"])
+            .output(),
+    )
+    .await
+    .expect("the server did not exit")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains(":***@"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert!(!stderr.contains("the-right-one"), "{stderr}");
+}
