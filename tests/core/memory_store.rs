@@ -1,4 +1,4 @@
-//! The memory store under floods and idleness (TESTING.md T-52, T-53, T-54 at PR scale; issue 6
+//! The memory store under floods and idleness (T-52, T-53, T-54 at PR scale; issue 6
 //! item 2), through the public `RateLimiter` API on a `ManualClock`.
 //!
 //! - T-52: a flood of 10^5 distinct keys (PR scale; `TOLLGATE_SCALE=100` gives the 10^7 of the

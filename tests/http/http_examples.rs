@@ -449,7 +449,7 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
-/// Issue 6 item 2 from outside (TESTING.md T-52, PR scale): `server --max-keys 2000` behind a trusted
+/// Issue 6 item 2 from outside (T-52, PR scale): `server --max-keys 2000` behind a trusted
 /// loopback proxy receives 20,000 distinct client IPs (forged `X-Forwarded-For` from the trusted
 /// peer). A client blocked before the flood is still blocked after it, and the server's resident
 /// memory after the second half of the flood is not materially above its level after the first half

@@ -137,7 +137,7 @@ fn slot_of(key: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(b)) % 16384
 }
 
-/// TESTING.md T-35 (PR variant): 100 slots move from one master to another with
+/// T-35 (PR variant): 100 slots move from one master to another with
 /// `redis-cli --cluster reshard` while 8 keys living in those slots are hammered by 16 tasks. No
 /// error reaches the caller (MOVED / ASK / TRYAGAIN are retried inside the client) and every key
 /// admits exactly its limit.

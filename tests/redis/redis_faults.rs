@@ -1,4 +1,4 @@
-//! Redis faults (TESTING.md D, T-36 short variant): kill -9 and restart, a hung server (SIGSTOP,
+//! Redis faults (catalogue D, T-36 short variant): kill -9 and restart, a hung server (SIGSTOP,
 //! CLIENT PAUSE), SCRIPT FLUSH mid-run, out of memory, a wrong value type, a Cluster master killed
 //! and restarted. Run one at a time (a process-wide lock), each on its own server(s), with the
 //! store's default 50 ms timeout.
@@ -29,8 +29,8 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A call never takes longer than the timeout plus this much scheduling slack (TESTING.md: CI asserts
-/// timeout + 1 s).
+/// A call never takes longer than the timeout plus this much scheduling slack (the catalogue: CI
+/// asserts timeout + 1 s).
 const SLACK: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -494,7 +494,7 @@ fn an_indeterminate_failure_is_never_replayed() {
     });
 }
 
-/// TESTING.md T-23: a restart of a Redis without persistence (`--save '' --appendonly no`) forgets
+/// T-23: a restart of a Redis without persistence (`--save '' --appendonly no`) forgets
 /// every counter, so a key may be admitted up to N more times per restart (documented bound), and
 /// never more; after the reconnect no call errors.
 #[test]
@@ -566,7 +566,7 @@ fn redis_cli_auth(port: u16, password: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// TESTING.md T-30 (credentials): a wrong or missing password is a store error at connect time, and
+/// T-30 (credentials): a wrong or missing password is a store error at connect time, and
 /// a password changed under a running store (its connections killed, the reconnect refused) makes
 /// every decision a store error (no panic, within the timeout); behind the layer, fail-closed
 /// answers 503 and never admits.
@@ -665,7 +665,7 @@ fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
     });
 }
 
-/// TESTING.md T-32 (PR variant, 5 s) and T-43 against a real failure, over HTTP: Redis is killed
+/// T-32 (PR variant, 5 s) and T-43 against a real failure, over HTTP: Redis is killed
 /// for 5 s under ~100 requests/s through two axum apps sharing one Redis-backed limiter (fail-open
 /// and fail-closed). Fail-open answers 200 without `x-ratelimit-*` headers, fail-closed 503, every
 /// response within the timeout + slack; the store's warning is logged at most once per second; the

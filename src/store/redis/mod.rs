@@ -586,11 +586,13 @@ fn decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
 }
 
 /// [`decode`], for the fuzz targets (`crate::fuzzing`).
+#[cfg(any(fuzzing, test))]
 pub(crate) fn fuzz_decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
     decode(v, quotas)
 }
 
 /// The Redis keys of `key` under `prefix`, for the fuzz targets (`crate::fuzzing`).
+#[cfg(any(fuzzing, test))]
 pub(crate) fn fuzz_key_names<K: StoreKey>(
     prefix: &str,
     key: &K,
