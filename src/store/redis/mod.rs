@@ -972,7 +972,14 @@ impl<K: StoreKey> Store<K> for RedisStore {
             .map(|_| cache::fingerprint(&redis_keys, args.get(4..).unwrap_or_default()));
         if let (Some(cache), Some(ck)) = (&self.inner.cache, cache_key) {
             match op {
-                Op::Check(c) if c > 0 => {
+                // Only costs every quota could ever admit: a larger one is `Exceeds`, which only
+                // Redis's answer tells apart from a rejection.
+                Op::Check(c)
+                    if c > 0
+                        && params
+                            .iter()
+                            .all(|p| u64::from(c) <= p.limit.min(p.burst.max(1))) =>
+                {
                     if let Some(d) = cache.get(ck, Instant::now()) {
                         self.inner.rejected.add(1);
                         return Box::pin(std::future::ready(Ok(d)));
@@ -1011,27 +1018,6 @@ impl<K: StoreKey> Store<K> for RedisStore {
                 "the Redis store needs a Tokio runtime",
             )));
         };
-        let permit = match Arc::clone(&inner.gate).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if probe {
-                    inner.breaker.release_probe();
-                }
-                // Full: Redis is busy answering (overload) or stalled (an outage).
-                let since = inner.clock().saturating_sub(nanos(inner.timeout));
-                return ready(if inner.replied_since(since) {
-                    Ok(self.shed(limit_of(rule), now))
-                } else {
-                    fallback(StoreError::new(
-                        StoreErrorKind::Timeout,
-                        format!(
-                            "{} calls in flight and no reply within {:?}",
-                            inner.max_in_flight, inner.timeout
-                        ),
-                    ))
-                });
-            }
-        };
         let fam = family(rule.strategy());
         let (sha, src) = match Family::ALL.iter().position(|f| *f == fam) {
             Some(i) => match self.inner.scripts.get(i) {
@@ -1041,61 +1027,90 @@ impl<K: StoreKey> Store<K> for RedisStore {
             None => return self.fail(bad_reply("no script")),
         };
         let quotas = params.len();
-        let (tx, rx) = oneshot::channel();
-        let sent_at = inner.clock();
-        let sender = self.clone();
-        // The call runs on its own task holding its in-flight slot until the reply comes (or
-        // the connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does not
-        // free the slot of a call still queued in front of Redis.
-        rt.spawn(async move {
-            let _slot = permit;
-            let inner = &sender.inner;
-            let call = |name: &str, body: &str| {
-                let mut c = ::redis::cmd(name);
-                c.arg(body)
-                    .arg(redis_keys.len())
-                    .arg(&redis_keys)
-                    .arg(&args);
-                c
-            };
-            let reply = match conn.query(&call("EVALSHA", &sha)).await {
-                Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                    conn.query(&call("EVAL", &src)).await
-                }
-                r => r,
-            };
-            let answered = match &reply {
-                Ok(_) => true,
-                Err(e) => !matches!(
-                    map_error(e).kind(),
-                    StoreErrorKind::Connection | StoreErrorKind::Timeout
-                ),
-            };
-            if answered {
-                inner.replied();
-            }
-            if let Err(unseen) = tx.send(reply) {
-                inner.late_replies.add(1);
-                if let (Op::Check(_), Ok(v)) = (op, &unseen) {
-                    if decode(v, quotas).is_ok_and(|d| d.is_allowed()) {
-                        inner.late_admitted.add(1);
-                    }
-                }
-                if answered {
-                    inner.breaker.success();
-                }
-            }
-        });
         let local = inner.local.as_ref().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
         let store = self.clone();
+        let deadline = tokio::time::Instant::now() + inner.timeout;
         Box::pin(async move {
             let inner = &store.inner;
             let outage = |e: StoreError| match &local {
                 Some((base, rule)) => store.outage(base, rule, op, now, e),
                 None => store.outage_error(e),
             };
-            let reply = match tokio::time::timeout(inner.timeout, rx).await {
+            // A slot among the calls in flight, waiting at most until the deadline: past it, the
+            // check would not be answered in time anyway. No room in time: shed (429) if Redis is
+            // answering others (overload), else the failure policy (an outage).
+            let waited_from = inner.clock();
+            let permit = match Arc::clone(&inner.gate).try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => {
+                    let gate = Arc::clone(&inner.gate);
+                    match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            if probe {
+                                inner.breaker.release_probe();
+                            }
+                            if inner.replied_since(waited_from) {
+                                return Ok(store.shed(limit, now));
+                            }
+                            return outage(StoreError::new(
+                                StoreErrorKind::Timeout,
+                                format!(
+                                    "{} calls in flight and no reply within {:?}",
+                                    inner.max_in_flight, inner.timeout
+                                ),
+                            ));
+                        }
+                    }
+                }
+            };
+            let (tx, rx) = oneshot::channel();
+            let sent_at = inner.clock();
+            let sender = store.clone();
+            // The call runs on its own task holding its in-flight slot until the reply comes (or
+            // the connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does
+            // not free the slot of a call still queued in front of Redis.
+            rt.spawn(async move {
+                let _slot = permit;
+                let inner = &sender.inner;
+                let call = |name: &str, body: &str| {
+                    let mut c = ::redis::cmd(name);
+                    c.arg(body)
+                        .arg(redis_keys.len())
+                        .arg(&redis_keys)
+                        .arg(&args);
+                    c
+                };
+                let reply = match conn.query(&call("EVALSHA", &sha)).await {
+                    Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                        conn.query(&call("EVAL", &src)).await
+                    }
+                    r => r,
+                };
+                let answered = match &reply {
+                    Ok(_) => true,
+                    Err(e) => !matches!(
+                        map_error(e).kind(),
+                        StoreErrorKind::Connection | StoreErrorKind::Timeout
+                    ),
+                };
+                if answered {
+                    inner.replied();
+                }
+                if let Err(unseen) = tx.send(reply) {
+                    inner.late_replies.add(1);
+                    if let (Op::Check(_), Ok(v)) = (op, &unseen) {
+                        if decode(v, quotas).is_ok_and(|d| d.is_allowed()) {
+                            inner.late_admitted.add(1);
+                        }
+                    }
+                    if answered {
+                        inner.breaker.success();
+                    }
+                }
+            });
+            let reply = match tokio::time::timeout_at(deadline, rx).await {
                 Ok(Ok(reply)) => reply,
                 Ok(Err(_)) => {
                     if probe {
