@@ -77,6 +77,12 @@ impl RedisServer {
         Some(Self::start_on(port, extra))
     }
 
+    /// Starts a server on `port` (one a test reserved earlier, e.g. for a client started before its
+    /// Redis); `None` (after a message) when Redis is not installed.
+    pub fn start_on_port(port: u16, extra: &[&str]) -> Option<Self> {
+        available().then(|| Self::start_on(port, extra))
+    }
+
     fn start_on(port: u16, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
