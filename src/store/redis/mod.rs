@@ -81,6 +81,10 @@ const TTL_SLACK_MS: u64 = 1000;
 const WARN_EVERY: Duration = Duration::from_secs(1);
 /// The wait a decision shed for overload asks for.
 const SHED_WAIT: Duration = Duration::from_secs(1);
+/// How long Redis must have been silent (no reply to any call) for a timeout to count as an outage
+/// rather than overload. Below it, a call that gets no slot or no reply in time is shed (rejected
+/// locally), never admitted: a flood that slows the process or Redis cannot switch limiting off.
+const SILENCE: Duration = Duration::from_millis(500);
 /// The pause between two connection attempts while Redis has never been reached.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 /// The longest one background connection attempt may take, so attempts start at least every second.
@@ -129,6 +133,7 @@ struct Inner {
     timed_out: Counter,
     late_replies: Counter,
     late_admitted: Counter,
+    late_refunded: Counter,
     last_warn: crate::throttle::Throttle,
 }
 
@@ -168,6 +173,9 @@ pub struct RedisCounters {
     pub late_replies: u64,
     /// Of those, checks Redis admitted: quota spent on requests the caller answered otherwise.
     pub late_admitted: u64,
+    /// Of those, admissions given back to Redis with a refund at the check's time (the rest spent
+    /// quota unseen: under-admission, never over-admission).
+    pub late_refunded: u64,
     /// Times the circuit breaker opened.
     pub breaker_opens: u64,
     /// Whether the circuit breaker is open now.
@@ -382,6 +390,7 @@ impl RedisStoreBuilder {
                 timed_out: Counter::default(),
                 late_replies: Counter::default(),
                 late_admitted: Counter::default(),
+                late_refunded: Counter::default(),
                 last_warn: crate::throttle::Throttle::default(),
             }),
         };
@@ -668,6 +677,7 @@ impl RedisStore {
             timed_out: i.timed_out.get(),
             late_replies: i.late_replies.get(),
             late_admitted: i.late_admitted.get(),
+            late_refunded: i.late_refunded.get(),
             breaker_opens: i.breaker.opens(),
             breaker_open: i.breaker.is_open(),
             connected: i.conn.read().is_some(),
@@ -694,6 +704,7 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::new(StoreErrorKind::Timeout, "loading the scripts timed out"))?
             .map_err(|e| map_error(&e))?;
+        self.inner.replied();
         if let Some(v) = policy {
             let mut found = Vec::new();
             strings(&v, &mut found);
@@ -1029,6 +1040,8 @@ impl<K: StoreKey> Store<K> for RedisStore {
         let quotas = params.len();
         let local = inner.local.as_ref().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
+        // For giving back what a reply that came too late admitted.
+        let late_rule = rule.clone();
         let store = self.clone();
         let deadline = tokio::time::Instant::now() + inner.timeout;
         Box::pin(async move {
@@ -1051,7 +1064,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
                             if probe {
                                 inner.breaker.release_probe();
                             }
-                            if inner.replied_since(waited_from) {
+                            if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
                                 return Ok(store.shed(limit, now));
                             }
                             return outage(StoreError::new(
@@ -1067,6 +1080,10 @@ impl<K: StoreKey> Store<K> for RedisStore {
             };
             let (tx, rx) = oneshot::channel();
             let sent_at = inner.clock();
+            let late_rule = late_rule;
+            // Set when this caller answers "shed" (a rejection) after giving up on the reply.
+            let shed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let was_shed = Arc::clone(&shed_flag);
             let sender = store.clone();
             // The call runs on its own task holding its in-flight slot until the reply comes (or
             // the connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does
@@ -1100,13 +1117,31 @@ impl<K: StoreKey> Store<K> for RedisStore {
                 }
                 if let Err(unseen) = tx.send(reply) {
                     inner.late_replies.add(1);
-                    if let (Op::Check(_), Ok(v)) = (op, &unseen) {
-                        if decode(v, quotas).is_ok_and(|d| d.is_allowed()) {
-                            inner.late_admitted.add(1);
-                        }
-                    }
                     if answered {
                         inner.breaker.success();
+                    }
+                    if let (Op::Check(c), Ok(v)) = (op, &unseen) {
+                        let decided = decode(v, quotas).ok().filter(Decision::is_allowed);
+                        if decided.is_some() {
+                            inner.late_admitted.add(1);
+                        }
+                        // Admitted by Redis, answered 429 here: give the quota back, at the
+                        // check's own time (windows since moved on are left alone).
+                        if let Some(d) = decided.filter(|_| was_shed.load(Ordering::Acquire)) {
+                            let refund =
+                                script_args(&late_rule, &params, Op::RefundAt(c, d.time), 0);
+                            if let Ok(refund) = refund {
+                                let mut cmd = ::redis::cmd("EVALSHA");
+                                cmd.arg(&*sha)
+                                    .arg(redis_keys.len())
+                                    .arg(&redis_keys)
+                                    .arg(refund);
+                                let sent = tokio::time::timeout(inner.timeout, conn.query(&cmd));
+                                if matches!(sent.await, Ok(Ok(_))) {
+                                    inner.late_refunded.add(1);
+                                }
+                            }
+                        }
                     }
                 }
             });
@@ -1123,12 +1158,13 @@ impl<K: StoreKey> Store<K> for RedisStore {
                 }
                 Err(_) => {
                     inner.timed_out.add(1);
-                    if inner.replied_since(sent_at) {
-                        // Redis answered later calls while this one waited: overload, not an
-                        // outage. Never admitted, never a 5xx.
+                    if inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))) {
+                        // Redis answered calls lately: overload (or this process is starved), not
+                        // an outage. Never admitted, never a 5xx.
                         if probe {
                             inner.breaker.release_probe();
                         }
+                        shed_flag.store(true, Ordering::Release);
                         return Ok(store.shed(limit, now));
                     }
                     inner.breaker.failure(probe);
