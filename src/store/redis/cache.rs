@@ -72,12 +72,26 @@ impl BlockCache {
     }
 
     /// The cached rejection of `key` at `now`, with its waits shortened by the time since it was
-    /// cached; `None` (and the entry dropped) once the wait is over.
+    /// cached; `None` once the staleness bound has passed (the entry is dropped once the wait is
+    /// over).
     pub(super) fn get(&self, key: u64, now: Instant) -> Option<Decision> {
+        self.lookup(key, now, false)
+    }
+
+    /// As [`get`](Self::get), but past the staleness bound too, until the wait Redis reported is
+    /// over: during an outage, a key known blocked stays blocked.
+    pub(super) fn get_stale(&self, key: u64, now: Instant) -> Option<Decision> {
+        self.lookup(key, now, true)
+    }
+
+    fn lookup(&self, key: u64, now: Instant, stale_ok: bool) -> Option<Decision> {
         let mut map = self.map.lock();
         let entry = map.entries.get(&key)?;
-        if now >= entry.expires {
+        if now >= entry.until {
             map.entries.remove(&key);
+            return None;
+        }
+        if now >= entry.expires && !stale_ok {
             return None;
         }
         let elapsed = now.saturating_duration_since(entry.at);
@@ -181,5 +195,10 @@ mod tests {
             "the wait reported is Redis's, not the staleness bound"
         );
         assert!(c.get(1, t0 + Duration::from_millis(50)).is_none());
+        assert!(
+            c.get_stale(1, t0 + Duration::from_millis(60)).is_some(),
+            "kept for degraded mode until the wait is over"
+        );
+        assert!(c.get_stale(1, t0 + Duration::from_secs(3600)).is_none());
     }
 }

@@ -123,6 +123,8 @@ struct Inner {
     local: Option<Local>,
     /// When Redis last replied, in nanoseconds since `epoch` (0: never).
     last_reply: AtomicU64,
+    /// When a call last failed on the connection (lost, refused), in nanoseconds since `epoch`.
+    last_broken: AtomicU64,
     epoch: Instant,
     allowed: Counter,
     rejected: Counter,
@@ -148,9 +150,15 @@ impl Inner {
         self.last_reply.fetch_max(self.clock(), Ordering::AcqRel);
     }
 
-    /// Whether Redis replied to anything after `since` (a [`Inner::clock`] reading).
+    /// Whether Redis replied to anything after `since` (a [`Inner::clock`] reading), and the
+    /// connection has not failed since its last reply: Redis is up, so a slow call is overload.
     fn replied_since(&self, since: u64) -> bool {
-        self.last_reply.load(Ordering::Acquire) > since
+        let reply = self.last_reply.load(Ordering::Acquire);
+        reply > since && reply >= self.last_broken.load(Ordering::Acquire)
+    }
+
+    fn broken(&self) {
+        self.last_broken.fetch_max(self.clock(), Ordering::AcqRel);
     }
 }
 
@@ -380,6 +388,7 @@ impl RedisStoreBuilder {
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 local: self.local_fallback.map(Local::new),
                 last_reply: AtomicU64::new(0),
+                last_broken: AtomicU64::new(0),
                 epoch: Instant::now(),
                 allowed: Counter::default(),
                 rejected: Counter::default(),
@@ -750,6 +759,7 @@ impl RedisStore {
     fn outage(
         &self,
         base: &String,
+        cache_key: Option<u64>,
         rule: &Rule,
         op: Op,
         now: u64,
@@ -760,6 +770,16 @@ impl RedisStore {
         };
         self.inner.errors.add(1);
         self.warn(&e);
+        // Keys Redis reported blocked stay blocked for the wait it reported.
+        if let (Op::Check(c), Some(cache), Some(ck)) = (op, &self.inner.cache, cache_key) {
+            if c > 0 {
+                if let Some(d) = cache.get_stale(ck, Instant::now()) {
+                    self.inner.local_rejected.add(1);
+                    self.inner.rejected.add(1);
+                    return Ok(d);
+                }
+            }
+        }
         let d = local.decide(base, rule, op, now);
         if let Op::Check(_) = op {
             if d.is_allowed() {
@@ -1002,7 +1022,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
         }
         let inner = &self.inner;
         // Degraded mode needs the key and rule once Redis has failed; cloned only then.
-        let fallback = |e: StoreError| self.outage(&base, rule, op, now, e);
+        let fallback = |e: StoreError| self.outage(&base, cache_key, rule, op, now, e);
         let pass = inner.breaker.pass();
         if pass == Pass::Refuse {
             return ready(fallback(StoreError::new(
@@ -1047,7 +1067,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
         Box::pin(async move {
             let inner = &store.inner;
             let outage = |e: StoreError| match &local {
-                Some((base, rule)) => store.outage(base, rule, op, now, e),
+                Some((base, rule)) => store.outage(base, cache_key, rule, op, now, e),
                 None => store.outage_error(e),
             };
             // A slot among the calls in flight, waiting at most until the deadline: past it, the
@@ -1114,6 +1134,8 @@ impl<K: StoreKey> Store<K> for RedisStore {
                 };
                 if answered {
                     inner.replied();
+                } else {
+                    inner.broken();
                 }
                 if let Err(unseen) = tx.send(reply) {
                     inner.late_replies.add(1);
