@@ -182,7 +182,10 @@ fn hung_server_never_holds_a_call_past_the_timeout() {
             Ok(d) => assert!(!d.is_allowed(), "a timed-out call was admitted: {d:?}"),
             Err(e) => assert_eq!(e.kind(), StoreErrorKind::Timeout, "{e}"),
         }
-        assert!(store.counters().timed_out > timed_out, "the timeout is counted");
+        assert!(
+            store.counters().timed_out > timed_out,
+            "the timeout is counted"
+        );
         assert!(start.elapsed() <= TIMEOUT + SLACK);
         tokio::time::sleep(Duration::from_millis(1600)).await;
         until_decided(&store, "after-pause", Duration::from_secs(2)).await;

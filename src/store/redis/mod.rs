@@ -258,6 +258,8 @@ pub struct RedisStoreBuilder {
     breaker_threshold: u32,
     breaker_cool_down: Duration,
     local_fallback: Option<NonZeroU32>,
+    tls_ca: Option<std::path::PathBuf>,
+    tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     client_time: bool,
 }
 
@@ -335,6 +337,25 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// For `rediss://` URLs: trust the CA certificates of this PEM file instead of the built-in web
+    /// roots (a private CA, a managed Redis's bundle). [`build`](RedisStoreBuilder::build) fails
+    /// when the file cannot be read, is not PEM, or the URL is not a TLS one.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_ca = Some(path.into());
+        self
+    }
+
+    /// For `rediss://` URLs: present this client certificate (PEM) with its private key (PEM) to
+    /// servers that require one (`tls-auth-clients yes`).
+    pub fn tls_client_cert(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls_client = Some((cert.into(), key.into()));
+        self
+    }
+
     /// Test hook: send the limiter's clock to the scripts instead of using the server's `TIME`.
     /// Production code never needs this.
     #[doc(hidden)]
@@ -355,7 +376,17 @@ impl RedisStoreBuilder {
     /// own message, such as `WRONGPASS ...`, never the password).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         keys::check_prefix(&self.prefix).map_err(|m| StoreError::new(StoreErrorKind::Other, m))?;
-        let conn = match connect(&self.url, self.timeout, self.connect_timeout).await {
+        let mut tls = TlsFiles::default();
+        if let Some(path) = &self.tls_ca {
+            tls.ca = Some(read_pem("CA bundle", path)?);
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            tls.client = Some((
+                read_pem("client certificate", cert)?,
+                read_pem("client key", key)?,
+            ));
+        }
+        let conn = match connect(&self.url, &tls, self.timeout, self.connect_timeout).await {
             Ok(c) => Some(c),
             Err(e) if unreachable(&e) => {
                 tracing::warn!(
@@ -406,7 +437,12 @@ impl RedisStoreBuilder {
         if connected {
             store.prepare(self.connect_timeout).await?;
         } else {
-            reconnect_in_background(Arc::downgrade(&store.inner), self.url, self.connect_timeout);
+            reconnect_in_background(
+                Arc::downgrade(&store.inner),
+                self.url,
+                tls,
+                self.connect_timeout,
+            );
         }
         Ok(store)
     }
@@ -436,25 +472,80 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// PEM files for `rediss://` read at build time: a CA bundle replacing the built-in web roots,
+/// and a client certificate with its key.
+#[derive(Clone, Debug, Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.client.is_none()
+    }
+
+    fn certificates(&self) -> ::redis::TlsCertificates {
+        ::redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| ::redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        }
+    }
+}
+
+/// Reads a PEM file for a TLS option, with the option and path in the error.
+fn read_pem(what: &str, path: &std::path::Path) -> Result<Vec<u8>, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        StoreError::new(
+            StoreErrorKind::Other,
+            format!("{what} {}: {e}", path.display()),
+        )
+    })?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(StoreError::new(
+            StoreErrorKind::Other,
+            format!("{what} {}: not a PEM file", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A `redis::Client` for one node URL, with the TLS files when given.
+fn client_for(url: &str, tls: &TlsFiles) -> Result<::redis::Client, RedisError> {
+    if tls.is_empty() {
+        ::redis::Client::open(url)
+    } else {
+        ::redis::Client::build_with_tls(url, tls.certificates())
+    }
+}
+
 async fn connect(
     url: &str,
+    tls: &TlsFiles,
     timeout: Duration,
     connect_timeout: Duration,
 ) -> Result<Conn, StoreError> {
     let other = |m: String| StoreError::new(StoreErrorKind::Other, m);
     let shown = redact(url);
     let lower = url.to_ascii_lowercase();
-    if lower.starts_with("rediss") {
+    let secure = lower.starts_with("rediss");
+    if !tls.is_empty() && !secure {
         return Err(other(format!(
-            "{shown}: TLS (rediss://) is not compiled into this build; use redis:// behind a TLS \
-             tunnel, or enable a TLS feature of the redis crate"
+            "{shown}: a CA bundle or client certificate needs a TLS URL (rediss://, \
+             rediss+cluster://)"
         )));
     }
-    const CLUSTER: &str = "redis+cluster://";
-    if let Some(rest) = lower
-        .starts_with(CLUSTER)
-        .then(|| url.get(CLUSTER.len()..).unwrap_or_default())
-    {
+    let cluster = ["redis+cluster://", "rediss+cluster://"]
+        .into_iter()
+        .find(|p| lower.starts_with(p));
+    if let Some(rest) = cluster.map(|p| url.get(p.len()..).unwrap_or_default()) {
+        let scheme = if secure { "rediss" } else { "redis" };
         let (auth, hosts) = match rest.rsplit_once('@') {
             Some((a, h)) => (format!("{a}@"), h),
             None => (String::new(), rest),
@@ -463,12 +554,16 @@ async fn connect(
             .split(',')
             .map(str::trim)
             .filter(|h| !h.is_empty())
-            .map(|h| format!("redis://{auth}{h}"))
+            .map(|h| format!("{scheme}://{auth}{h}"))
             .collect();
         if nodes.is_empty() {
             return Err(other(format!("{shown}: no Cluster node given")));
         }
-        let client = ClusterClient::builder(nodes)
+        let mut builder = ClusterClient::builder(nodes);
+        if !tls.is_empty() {
+            builder = builder.certs(tls.certificates());
+        }
+        let client = builder
             .retries(3)
             .min_retry_wait(5)
             .max_retry_wait(100)
@@ -487,13 +582,17 @@ async fn connect(
             .map_err(|e| map_error(&e))?;
         return Ok(Conn::Cluster(c));
     }
-    if !lower.starts_with("redis://") && !lower.starts_with("redis+unix://") {
+    if !["redis://", "rediss://", "redis+unix://"]
+        .iter()
+        .any(|p| lower.starts_with(p))
+    {
         return Err(other(format!(
-            "{shown}: expected redis://host:port or redis+cluster://host1:port1,host2:port2"
+            "{shown}: expected redis://host:port, rediss://host:port or \
+             redis+cluster://host1:port1,host2:port2"
         )));
     }
-    let client = ::redis::Client::open(url).map_err(|e| other(format!("{shown}: {e}")))?;
-    check_credentials(&client, &shown, connect_timeout).await?;
+    let client = client_for(url, tls).map_err(|e| other(format!("{shown}: {e}")))?;
+    check_credentials(&client, tls, &shown, connect_timeout).await?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(connect_timeout)
         .set_response_timeout(timeout.saturating_add(LATE_GRACE))
@@ -521,13 +620,19 @@ async fn connect(
 /// made a wrong password look like a timeout. Unreachable servers give a connection error.
 async fn check_credentials(
     client: &::redis::Client,
+    tls: &TlsFiles,
     shown: &str,
     within: Duration,
 ) -> Result<(), StoreError> {
     let mut info = client.get_connection_info().clone();
     let password = info.redis.password.take();
     let username = info.redis.username.take();
-    let bare = ::redis::Client::open(info).map_err(|e| map_error(&e))?;
+    let bare = if tls.is_empty() {
+        ::redis::Client::open(info)
+    } else {
+        ::redis::Client::build_with_tls(info, tls.certificates())
+    }
+    .map_err(|e| map_error(&e))?;
     let attempt = async {
         let mut c = bare.get_multiplexed_async_connection().await?;
         if let Some(password) = password {
@@ -573,7 +678,12 @@ fn unreachable(e: &StoreError) -> bool {
 }
 
 /// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped.
-fn reconnect_in_background(inner: Weak<Inner>, url: String, connect_timeout: Duration) {
+fn reconnect_in_background(
+    inner: Weak<Inner>,
+    url: String,
+    tls: TlsFiles,
+    connect_timeout: Duration,
+) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -584,7 +694,7 @@ fn reconnect_in_background(inner: Weak<Inner>, url: String, connect_timeout: Dur
             let Some(timeout) = inner.upgrade().map(|i| i.timeout) else {
                 return;
             };
-            match connect(&url, timeout, within).await {
+            match connect(&url, &tls, timeout, within).await {
                 Ok(conn) => {
                     let Some(strong) = inner.upgrade() else {
                         return;
@@ -643,6 +753,8 @@ impl RedisStore {
             breaker_threshold: 5,
             breaker_cool_down: Duration::from_millis(500),
             local_fallback: None,
+            tls_ca: None,
+            tls_client: None,
             client_time: false,
         }
     }
