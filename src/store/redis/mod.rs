@@ -42,6 +42,7 @@ mod cache;
 mod degraded;
 mod keys;
 mod scripts;
+mod sentinel;
 
 use std::fmt;
 use std::future::Future;
@@ -198,6 +199,7 @@ pub struct RedisCounters {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<sentinel::SentinelConn>),
 }
 
 impl Conn {
@@ -205,6 +207,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Sentinel(c) => c.query(cmd).await,
         }
     }
 }
@@ -214,6 +217,7 @@ impl fmt::Debug for RedisStore {
         let kind = match &*self.inner.conn.read() {
             Some(Conn::Single(_)) => "single",
             Some(Conn::Cluster(_)) => "cluster",
+            Some(Conn::Sentinel(_)) => "sentinel",
             None => "connecting",
         };
         f.debug_struct("RedisStore")
@@ -538,8 +542,24 @@ async fn connect(
     if !tls.is_empty() && !secure {
         return Err(other(format!(
             "{shown}: a CA bundle or client certificate needs a TLS URL (rediss://, \
-             rediss+cluster://)"
+             rediss+cluster://, rediss+sentinel://)"
         )));
+    }
+    if let Some(target) = sentinel::parse(url) {
+        let target = target.map_err(|m| other(format!("{shown}: {m}")))?;
+        let certs = (!tls.is_empty()).then(|| tls.certificates());
+        let c = sentinel::SentinelConn::connect(
+            &target,
+            certs,
+            manager_config(timeout, connect_timeout),
+            connect_timeout,
+        )
+        .await
+        .map_err(|e| {
+            let e = map_error(&e);
+            StoreError::new(e.kind(), format!("{shown}: {}", e.message()))
+        })?;
+        return Ok(Conn::Sentinel(c));
     }
     let cluster = ["redis+cluster://", "rediss+cluster://"]
         .into_iter()
@@ -593,12 +613,7 @@ async fn connect(
     }
     let client = client_for(url, tls).map_err(|e| other(format!("{shown}: {e}")))?;
     check_credentials(&client, tls, &shown, connect_timeout).await?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(connect_timeout)
-        .set_response_timeout(timeout.saturating_add(LATE_GRACE))
-        .set_factor(2)
-        .set_max_delay(200)
-        .set_number_of_retries(8);
+    let config = manager_config(timeout, connect_timeout);
     let c = tokio::time::timeout(
         connect_timeout,
         ConnectionManager::new_with_config(client, config),
@@ -612,6 +627,17 @@ async fn connect(
     })?
     .map_err(|e| map_error(&e))?;
     Ok(Conn::Single(c))
+}
+
+/// The connection manager's settings: a reply may take the timeout plus [`LATE_GRACE`] before the
+/// manager gives up on it (the caller gives up at the timeout); reconnects back off up to 200 ms.
+fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(connect_timeout)
+        .set_response_timeout(timeout.saturating_add(LATE_GRACE))
+        .set_factor(2)
+        .set_max_delay(200)
+        .set_number_of_retries(8)
 }
 
 /// Connects once without credentials and sends `AUTH` itself, so that a refusal reports the
@@ -1196,7 +1222,10 @@ impl<K: StoreKey> Store<K> for RedisStore {
                             if probe {
                                 inner.breaker.release_probe();
                             }
-                            if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
+                            let is_check = matches!(op, Op::Check(_));
+                            if is_check
+                                && inner.replied_since(waited_from.saturating_sub(nanos(SILENCE)))
+                            {
                                 return Ok(store.shed(limit, now));
                             }
                             return outage(StoreError::new(
@@ -1292,7 +1321,8 @@ impl<K: StoreKey> Store<K> for RedisStore {
                 }
                 Err(_) => {
                     inner.timed_out.add(1);
-                    if inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))) {
+                    let is_check = matches!(op, Op::Check(_));
+                    if is_check && inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))) {
                         // Redis answered calls lately: overload (or this process is starved), not
                         // an outage. Never admitted, never a 5xx.
                         if probe {
