@@ -4,7 +4,7 @@
 #   bash scripts/long.sh
 #
 # Knobs (environment): TOLLGATE_SCALE (default 10: the full sizes, e.g. 2 x 5*10^5 and
-# 8 x 5*10^5 attempts in tests/concurrency.rs, 10^6-key floods in tests/memory_store.rs; 100 gives the
+# 8 x 5*10^5 attempts in tests/core/concurrency.rs, 10^6-key floods in tests/core/memory_store.rs; 100 gives the
 # 10^7-key flood there), PROPTEST_CASES (default 10000 cases per proptest), FLOOD_KEYS (default 10^7,
 # the keys of examples/key_flood.rs), FUZZ (default 1: run scripts/fuzz.sh when it exists).
 # Needs redis-server/redis-cli on PATH (scripts/test.sh installs them); the Redis tests start their own.
@@ -25,10 +25,10 @@ cargo build --release --all-features --examples
 cargo test --release --all-features -- --nocapture
 
 step "time and numbers with overflow checks on (test profile), at the scaled case count (T-09, T-10)"
-cargo test --all-features --test time_and_numbers
+cargo test --all-features --test core time_and_numbers
 
 step "time and numbers with overflow checks off (release): debug and release must agree (T-10)"
-cargo test --release --all-features --test time_and_numbers
+cargo test --release --all-features --test core time_and_numbers
 
 step "key flood: $FLOOD_KEYS distinct keys, capped at 10^6 then uncapped, VmRSS printed (T-52)"
 cargo run --release --example key_flood -- --keys "$FLOOD_KEYS"

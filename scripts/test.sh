@@ -22,6 +22,6 @@ fi
 export RUST_BACKTRACE=1
 cargo test --all-features "$@"
 # Arithmetic must agree with overflow checks off too (TESTING.md T-10).
-if [ -f tests/time_and_numbers.rs ]; then
-  cargo test --release --all-features --test time_and_numbers
+if [ -f tests/core/time_and_numbers.rs ]; then
+  cargo test --release --all-features --test core time_and_numbers
 fi

@@ -1388,7 +1388,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
 mod tests {
     use super::*;
 
-    /// Bug (found by `redis_faults::t30_wrong_password_is_a_store_error_and_fail_closed_never_admits`):
+    /// Bug (found by `redis_faults::wrong_password_is_a_store_error_and_fail_closed_never_admits`):
     /// connection errors quoted the URL verbatim, password included, into messages that are logged.
     #[test]
     fn connection_urls_are_redacted_in_messages() {

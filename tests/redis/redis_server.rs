@@ -1,10 +1,8 @@
 //! The `server` example on the Redis store: two processes share one Redis, so together they admit
 //! exactly the limit (issue 4: "two server processes sharing one Redis").
 
-#[path = "support/http.rs"]
-mod http_support;
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
+use crate::support as http_support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

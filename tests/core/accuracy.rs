@@ -19,8 +19,7 @@
 //! The figures are printed (`cargo test --all-features --test accuracy -- --nocapture`).
 //! Scaling: `TOLLGATE_SCALE` (default 1) runs that many seeds per rate (seed 1 is always first).
 
-#[path = "support/oracle.rs"]
-mod oracle;
+use crate::oracle;
 
 use std::collections::VecDeque;
 
@@ -123,7 +122,7 @@ fn score(arrivals: &[u64]) -> Score {
 }
 
 #[test]
-fn t03c_sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
+fn sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
     let span = 6 * 3600 * S;
     eprintln!(
         "T-03c sliding window counter vs exact moving window, 100/minute, 6 h of Poisson traffic"
@@ -180,7 +179,7 @@ fn t03c_sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
 /// last nanosecond of a bucket, then a burst `f * W` into the next. The hard bound is `2N`, reached as
 /// `f -> 1`; the exact moving window lets only `N` through on the same trace.
 #[test]
-fn t03b_two_bursts_reach_but_never_pass_2n() {
+fn two_bursts_reach_but_never_pass_2n() {
     let bucket = DAY + 10 * W; // a bucket boundary (clock-aligned)
     let mut reached = Vec::new();
     for (f_num, f_den, want) in [

@@ -2,8 +2,7 @@
 //! exact counts, no CROSSSLOT, and scripts that work on nodes that never saw them (T-22, T-33,
 //! T-34). One Cluster for the whole binary's single test, to keep the suite short.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -158,7 +157,7 @@ fn slot_of(key: &str) -> u16 {
 /// error reaches the caller (MOVED / ASK / TRYAGAIN are retried inside the client) and every key
 /// admits exactly its limit.
 #[test]
-fn t35_resharding_100_slots_under_load_stays_exact() {
+fn resharding_100_slots_under_load_stays_exact() {
     let Some(cluster) = RedisCluster::start() else {
         return;
     };

@@ -14,8 +14,7 @@
 //! 8 x 5*10^5 attempts (use `--release`: `TOLLGATE_SCALE=10 cargo test --release --all-features
 //! --test concurrency`). `TOLLGATE_SCALE` also multiplies the phases of T-13.
 
-#[path = "support/oracle.rs"]
-mod oracle;
+use crate::oracle;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, mpsc};
@@ -109,17 +108,17 @@ fn exact_count(threads: usize) {
 }
 
 #[test]
-fn t11_two_threads_one_key_exactly_the_limit() {
+fn two_threads_one_key_exactly_the_limit() {
     exact_count(2);
 }
 
 #[test]
-fn t11_eight_threads_one_key_exactly_the_limit() {
+fn eight_threads_one_key_exactly_the_limit() {
     exact_count(8);
 }
 
 #[test]
-fn t11_cost_three_consumes_admitted_times_cost() {
+fn cost_three_consumes_admitted_times_cost() {
     for strategy in Strategy::ALL {
         let (l, _clock) = build(strategy, &[q("1000/hour")], DAY + 99);
         let admitted = hammer(&l, 7, 2, 20_000, 3);
@@ -129,7 +128,7 @@ fn t11_cost_three_consumes_admitted_times_cost() {
 }
 
 #[test]
-fn t11_huge_quotas_under_two_threads() {
+fn huge_quotas_under_two_threads() {
     // governor #203/#207: huge quotas failed in parallel.
     let per_thread = 10_000;
     for (strategy, text) in [
@@ -157,7 +156,7 @@ fn t11_huge_quotas_under_two_threads() {
 /// in even phases, so in odd phases the odd keys are idle and the sweeper evicts them while the
 /// even keys are live and hammered.
 #[test]
-fn t13_eviction_racing_with_traffic() {
+fn eviction_racing_with_traffic() {
     let phases = 6 * scale();
     for strategy in Strategy::ALL {
         let quota = q("5/second");
@@ -243,7 +242,7 @@ fn t13_eviction_racing_with_traffic() {
 }
 
 #[test]
-fn t14_key_isolation() {
+fn key_isolation() {
     for strategy in Strategy::ALL {
         let (l, _clock) = build(strategy, &[q("100/hour")], DAY + 17);
         let barrier = Barrier::new(2);

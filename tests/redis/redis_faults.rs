@@ -3,8 +3,7 @@
 //! and restarted. Run one at a time (a process-wide lock), each on its own server(s), with the
 //! store's default 50 ms timeout.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -457,7 +456,7 @@ fn an_indeterminate_failure_is_never_replayed() {
 /// every counter, so a key may be admitted up to N more times per restart (documented bound), and
 /// never more; after the reconnect no call errors.
 #[test]
-fn t23_restart_without_persistence_over_admits_at_most_n() {
+fn restart_without_persistence_over_admits_at_most_n() {
     let _g = serial();
     let Some(mut server) = RedisServer::start() else {
         return;
@@ -530,7 +529,7 @@ fn redis_cli_auth(port: u16, password: &str, args: &[&str]) -> String {
 /// every decision a store error (no panic, within the timeout); behind the layer, fail-closed
 /// answers 503 and never admits.
 #[test]
-fn t30_wrong_password_is_a_store_error_and_fail_closed_never_admits() {
+fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
     use tollgate::RateLimiter;
     use tollgate::key::GlobalKey;
     use tollgate::layer::RateLimitLayer;
@@ -632,15 +631,14 @@ fn t30_wrong_password_is_a_store_error_and_fail_closed_never_admits() {
 /// counters say exactly how many decisions failed and how many were let through. After the restart
 /// the first response carrying limiter headers comes within 1 s.
 #[test]
-fn t32_t43_redis_down_five_seconds_over_http() {
+fn redis_down_five_seconds_over_http() {
     use axum::Router;
     use axum::routing::get;
     use tollgate::RateLimiter;
     use tollgate::key::GlobalKey;
     use tollgate::layer::RateLimitLayer;
 
-    #[path = "support/http.rs"]
-    mod http_support;
+    use crate::support as http_support;
     use http_support::{TestClient, TestServer};
 
     let _g = serial();

@@ -1,12 +1,9 @@
 //! The `login` example (TESTING.md J: T-57..T-60), over real HTTP with a `ManualClock`, and its
 //! pacing on tokio's paused clock.
 
-#[path = "support/http.rs"]
-mod support;
+use crate::support;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/login.rs"]
-mod login;
+use crate::example_login as login;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -11,8 +11,7 @@
 //!   70,000/day moving window stays O(1) per request (compared loosely with a 10/day one: no timing
 //!   bound of its own).
 
-#[path = "support/oracle.rs"]
-mod oracle;
+use crate::oracle;
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,7 +43,7 @@ fn block(l: &Limiter, key: u64) {
 }
 
 #[test]
-fn t52_key_flood_keeps_the_cap_and_never_resets_a_blocked_key() {
+fn key_flood_keeps_the_cap_and_never_resets_a_blocked_key() {
     let cap = 1000usize;
     let threads = 2usize;
     for strategy in Strategy::ALL {
@@ -101,7 +100,7 @@ fn clock_tick(clock: &ManualClock, k: usize) {
 }
 
 #[test]
-fn t52_all_keys_blocked_new_keys_share_the_overflow_quota() {
+fn all_keys_blocked_new_keys_share_the_overflow_quota() {
     for strategy in Strategy::ALL {
         let (l, _clock) = capped(strategy, q("1/hour"), 10, DAY + 11);
         for k in 0..10 {
@@ -138,7 +137,7 @@ fn touch(l: &Limiter, keys: u64) {
 }
 
 #[test]
-fn t53_idle_keys_vanish_with_only_other_traffic() {
+fn idle_keys_vanish_with_only_other_traffic() {
     let keys = 100_000 * scale();
     let quota = q("10/minute");
     let t0 = DAY; // a whole number of 2W
@@ -165,7 +164,7 @@ fn t53_idle_keys_vanish_with_only_other_traffic() {
 }
 
 #[test]
-fn t53_idle_keys_vanish_at_their_horizon_not_earlier() {
+fn idle_keys_vanish_at_their_horizon_not_earlier() {
     let keys = 10_000 * scale();
     for strategy in Strategy::ALL {
         let t0 = DAY;
@@ -200,7 +199,7 @@ fn t53_idle_keys_vanish_at_their_horizon_not_earlier() {
 }
 
 #[test]
-fn t53_sweeping_never_changes_a_decision() {
+fn sweeping_never_changes_a_decision() {
     // The same random traffic on two limiters, one swept after every request: identical decisions,
     // so whatever a sweep removed was equivalent to a new key.
     let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -229,7 +228,7 @@ fn t53_sweeping_never_changes_a_decision() {
 }
 
 #[test]
-fn t54_moving_window_limit_is_capped() {
+fn moving_window_limit_is_capped() {
     let over = Quota::new(
         std::num::NonZeroU32::new(MAX_MOVING_WINDOW_LIMIT + 1).expect("non-zero"),
         Duration::from_secs(60),
@@ -278,7 +277,7 @@ fn day_workload(quota: &str, n: u64) -> Duration {
 }
 
 #[test]
-fn t54_a_70000_per_day_moving_window_stays_fast() {
+fn a_70000_per_day_moving_window_stays_fast() {
     let n = 70_000;
     let big = day_workload("70000/day", n);
     let small = day_workload("10/day", n);

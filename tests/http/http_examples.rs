@@ -1,12 +1,9 @@
 //! The examples, exercised: `server` and `hyper` as the binaries `cargo test` builds (in
 //! `target/debug/examples/`), `client` through its pacing function on tokio's paused clock.
 
-#[path = "support/http.rs"]
-mod support;
+use crate::support;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/client.rs"]
-mod client;
+use crate::example_client as client;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -13,8 +13,7 @@
 //! per trace). Longer tier: `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release
 //! --all-features --test strategy_props`. Failures persist to `tests/strategy_props.proptest-regressions`.
 
-#[path = "support/oracle.rs"]
-mod oracle;
+use crate::oracle;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -204,37 +203,37 @@ proptest! {
 
     /// T-01: moving window == brute-force sum over the log; <= N in every trailing window.
     #[test]
-    fn t01_moving_window_equals_oracle((q, start, trace) in arb_case(Strategy::MovingWindow, 200, max_steps())) {
+    fn moving_window_equals_oracle((q, start, trace) in arb_case(Strategy::MovingWindow, 200, max_steps())) {
         equals_oracle(Strategy::MovingWindow, q, start, &trace)?;
     }
 
     /// T-02: clock-aligned fixed window == oracle; <= N per window, <= 2N per trailing window.
     #[test]
-    fn t02_fixed_window_aligned_equals_oracle((q, start, trace) in arb_case(Strategy::FixedWindow, 200, max_steps())) {
+    fn fixed_window_aligned_equals_oracle((q, start, trace) in arb_case(Strategy::FixedWindow, 200, max_steps())) {
         equals_oracle(Strategy::FixedWindow, q, start, &trace)?;
     }
 
     /// T-02: first-hit fixed window == oracle; <= N per window, <= 2N per trailing window.
     #[test]
-    fn t02_fixed_window_first_hit_equals_oracle((q, start, trace) in arb_case(Strategy::FixedWindowFirstHit, 200, max_steps())) {
+    fn fixed_window_first_hit_equals_oracle((q, start, trace) in arb_case(Strategy::FixedWindowFirstHit, 200, max_steps())) {
         equals_oracle(Strategy::FixedWindowFirstHit, q, start, &trace)?;
     }
 
     /// T-03a: sliding window counter == the integer formula; <= 2N in every trailing window.
     #[test]
-    fn t03_sliding_window_equals_formula((q, start, trace) in arb_case(Strategy::SlidingWindow, 200, max_steps())) {
+    fn sliding_window_equals_formula((q, start, trace) in arb_case(Strategy::SlidingWindow, 200, max_steps())) {
         equals_oracle(Strategy::SlidingWindow, q, start, &trace)?;
     }
 
     /// T-04 (1), (2): GCRA == the continuous-state bucket; <= B + floor(L/T) in every interval.
     #[test]
-    fn t04_token_bucket_equals_oracle((q, start, trace) in arb_case(Strategy::TokenBucket, 200, max_steps())) {
+    fn token_bucket_equals_oracle((q, start, trace) in arb_case(Strategy::TokenBucket, 200, max_steps())) {
         equals_oracle(Strategy::TokenBucket, q, start, &trace)?;
     }
 
     /// T-05: the leaky-bucket meter == the same oracle, and == the token bucket decision by decision.
     #[test]
-    fn t05_leaky_bucket_equals_token_bucket((q, start, trace) in arb_case(Strategy::LeakyBucket, 200, max_steps())) {
+    fn leaky_bucket_equals_token_bucket((q, start, trace) in arb_case(Strategy::LeakyBucket, 200, max_steps())) {
         let (admitted, leaky) = run(Strategy::LeakyBucket, &[q], start, &trace)?;
         check_bound(Strategy::LeakyBucket, &q, &admitted)?;
         let (_, token) = run(Strategy::TokenBucket, &[q], start, &trace)?;
@@ -244,7 +243,7 @@ proptest! {
     /// T-04 (3), (5): after an idle gap >= (B+1)T exactly B unit requests pass (governor #107/#249);
     /// cost B is admissible after a full refill and B+1 never is.
     #[test]
-    fn t04_exactly_burst_after_idle_gap(
+    fn exactly_burst_after_idle_gap(
         b in 1u32..=100,
         n in 1u32..=50,
         t in 1u64..=1_000_000_000,
@@ -277,7 +276,7 @@ proptest! {
     /// only records what every quota admitted), the reported quota follows DESIGN.md, and each
     /// quota keeps its own bound.
     #[test]
-    fn t06_several_quotas_all_or_nothing(
+    fn several_quotas_all_or_nothing(
         (strategy, quotas, start, trace) in prop::sample::select(Strategy::ALL.to_vec())
             .prop_flat_map(|s| (Just(s), prop::collection::vec(arb_quota(s, 50), 2..=3)))
             .prop_flat_map(|(s, qs)| {
@@ -293,7 +292,7 @@ proptest! {
 
     /// T-06 on "5/second; 100/minute" with dense random traffic.
     #[test]
-    fn t06_five_per_second_and_hundred_per_minute(
+    fn five_per_second_and_hundred_per_minute(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
         start in arb_start(),
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0..=400_000_000u64], 1u32..=3), 1..=max_steps()),
@@ -307,7 +306,7 @@ proptest! {
     /// same instant; at `now + reset_after` remaining == limit and not 1 ns earlier; a rejected cost
     /// passes exactly at `now + retry_after` and not 1 ns earlier (T-04 (4) for every strategy).
     #[test]
-    fn t07_headers_are_true(
+    fn headers_are_true(
         (strategy, q, start, trace) in prop::sample::select(Strategy::ALL.to_vec())
             .prop_flat_map(|s| (Just(s), arb_quota(s, 30)))
             .prop_flat_map(|(s, q)| (Just(s), Just(q), arb_start(), arb_trace(&q, 60))),

@@ -1,7 +1,6 @@
 //! The layer over real HTTP (127.0.0.1:0), with the limiter on an injected `ManualClock`.
 
-#[path = "support/http.rs"]
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,8 +15,7 @@
 //! Longer tier: `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release --all-features
 //! --test time_and_numbers`. Failures persist to `tests/time_and_numbers.proptest-regressions`.
 
-#[path = "support/oracle.rs"]
-mod oracle;
+use crate::oracle;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -67,7 +66,7 @@ fn bound_holds(strategy: Strategy, quota: &Quota, admitted: &[(u64, u64)]) -> Re
 // T-08: degenerate and extreme quotas.
 
 #[test]
-fn t08_one_per_366_days() {
+fn one_per_366_days() {
     let quota = q("1/366d");
     let period = 366 * 86_400 * S;
     for strategy in Strategy::ALL {
@@ -96,7 +95,7 @@ fn t08_one_per_366_days() {
 }
 
 #[test]
-fn t08_a_billion_per_second() {
+fn a_billion_per_second() {
     let quota = q("1000000000/second");
     for strategy in Strategy::ALL {
         let built = RateLimiter::<u64>::builder()
@@ -131,7 +130,7 @@ fn t08_a_billion_per_second() {
 }
 
 #[test]
-fn t08_u32_max_per_millisecond() {
+fn u32_max_per_millisecond() {
     let quota = q("4294967295/ms");
     for strategy in Strategy::ALL {
         let built = RateLimiter::<u64>::builder()
@@ -161,7 +160,7 @@ fn t08_u32_max_per_millisecond() {
 }
 
 #[test]
-fn t08_constructors_reject_what_cannot_be_represented() {
+fn constructors_reject_what_cannot_be_represented() {
     assert_eq!(
         Quota::new(nz(1), Duration::ZERO),
         Err(QuotaError::ZeroPeriod)
@@ -204,7 +203,7 @@ fn t08_constructors_reject_what_cannot_be_represented() {
 }
 
 #[test]
-fn t08_limit_one_admits() {
+fn limit_one_admits() {
     // upstash #39: limit 1 always rejected.
     for strategy in Strategy::ALL {
         for text in ["1/ns", "1/ms", "1/s", "1/hour", "1/3660d"] {
@@ -270,7 +269,7 @@ proptest! {
     /// a cost above the capacity is `Exceeds`; what is admitted fits the capacity; remaining <= limit;
     /// waits never beyond the horizon.
     #[test]
-    fn t10_full_range_inputs_never_panic(
+    fn full_range_inputs_never_panic(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
         quota in arb_extreme_quota(),
         steps in prop::collection::vec((any::<u64>(), any::<u32>(), any::<bool>()), 1..=40),
@@ -341,7 +340,7 @@ proptest! {
 
     /// T-09: time standing still: exactly the capacity passes at one instant, whatever the instant.
     #[test]
-    fn t09_time_standing_still(
+    fn time_standing_still(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
         n in 1u32..=64,
         w in 64u64..=100 * HOUR,
@@ -357,7 +356,7 @@ proptest! {
     /// than the same trace with time held still at its maximum (unit costs), and waits stay within
     /// the horizon (JSONbored/loopover #5855 reported minutes after a 0.5 s step back).
     #[test]
-    fn t09_steps_back_never_admit_more(
+    fn steps_back_never_admit_more(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
         n in 1u32..=20,
         w in prop_oneof![Just(S), Just(60 * S), 20u64..=10_000, 1u64..=HOUR],
@@ -399,7 +398,7 @@ proptest! {
     /// T-09: near the end of `u64` nanoseconds (year 2554) every bound still holds: no saturation
     /// that expires entries early or lets a bucket refill for free.
     #[test]
-    fn t09_end_of_time_keeps_the_bounds(
+    fn end_of_time_keeps_the_bounds(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
         n in 1u32..=20,
         w in prop_oneof![Just(S), Just(HOUR), 20u64..=10_000],
@@ -427,7 +426,7 @@ proptest! {
 }
 
 #[test]
-fn t09_jumps_forward_by_years_and_to_the_end_of_time() {
+fn jumps_forward_by_years_and_to_the_end_of_time() {
     for strategy in Strategy::ALL {
         for quota in [q("10/second"), q("5/hour"), q("3/366d")] {
             let start = 1_700_000_000 * S;

@@ -2,8 +2,7 @@
 //! from two instances (T-16), same-instant requests (T-18), TTLs (T-20), the block cache (T-31).
 //! Each test starts its own `redis-server` on a free loopback port.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

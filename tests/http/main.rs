@@ -1,0 +1,19 @@
+//! HTTP tests: the layer and its service over real connections, key extraction and spoofing, the
+//! examples (`server`, `hyper`, `client`, `login`) as users run them.
+
+#[path = "../support/http.rs"]
+mod support;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../examples/client.rs"]
+mod example_client;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../examples/login.rs"]
+mod example_login;
+
+mod http_examples;
+mod http_layer;
+mod keys_spoofing;
+mod layer_misconfig;
+mod layer_service;
+mod login;
