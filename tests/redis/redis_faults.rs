@@ -17,7 +17,8 @@ use tollgate::{Op, Rule, StoreErrorKind, Strategy};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> MutexGuard<'static, ()> {
+/// One timing-sensitive Redis test at a time (faults, the flood, degraded mode, the failover).
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 

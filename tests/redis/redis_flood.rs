@@ -4,8 +4,7 @@
 //! every call answered within the timeout + 1 s; for every strategy, one instance and two instances
 //! sharing one Redis. `TOLLGATE_SCALE` (10 in scripts/long.sh) multiplies the flood.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -154,6 +153,7 @@ fn check(
 
 #[test]
 fn a_flood_on_one_key_never_admits_past_the_limit_on_one_or_two_instances() {
+    let _g = crate::redis_faults::serial();
     let Some(server) = RedisServer::start() else {
         return;
     };

@@ -3,8 +3,7 @@
 //! breaker opens after consecutive failures, so a dead or hung Redis costs no timeout per call,
 //! and probes until Redis is back. Each test on its own server.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +41,7 @@ async fn check(
 
 #[test]
 fn the_local_limiter_admits_its_share_and_blocked_keys_stay_blocked() {
+    let _g = crate::redis_faults::serial();
     let Some(mut server) = RedisServer::start() else {
         return;
     };
@@ -126,6 +126,7 @@ fn the_local_limiter_admits_its_share_and_blocked_keys_stay_blocked() {
 
 #[test]
 fn an_open_breaker_answers_a_dead_redis_without_a_timeout_per_call() {
+    let _g = crate::redis_faults::serial();
     let Some(server) = RedisServer::start() else {
         return;
     };

@@ -3,8 +3,7 @@
 //! promoted): the store follows the new primary without a restart, and what was replicated before
 //! the failover still counts.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ const SLACK: Duration = Duration::from_secs(1);
 
 #[test]
 fn the_store_follows_a_sentinel_failover_and_keeps_replicated_counts() {
+    let _g = crate::redis_faults::serial();
     let Some(mut primary) = RedisServer::start() else {
         return;
     };

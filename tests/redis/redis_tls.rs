@@ -2,8 +2,7 @@
 //! test time, with a CA and certificates the test generates with the `openssl` command line (a
 //! missing `openssl` skips, or fails under `CI=true`).
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
