@@ -10,6 +10,7 @@ mod support;
 mod redis_cluster;
 mod redis_degraded;
 mod redis_faults;
+mod redis_faults_flood;
 mod redis_flood;
 mod redis_sentinel;
 mod redis_server;

@@ -2,8 +2,10 @@
 //!
 //! [`RedisStore`] runs each decision as one Lua script call (`EVALSHA`), atomic across all quotas of
 //! a rule, with the Redis server's `TIME` in microseconds, so app instances with skewed clocks agree.
-//! It works on a single node (`redis://host:port`) and on Redis Cluster
-//! (`redis+cluster://host1:port1,host2:port2`).
+//! It works on a single node (`redis://host:port`), on Redis Cluster
+//! (`redis+cluster://host1:port1,host2:port2`) and behind Sentinel
+//! (`redis+sentinel://[user:pass@]host1:port1[,host2:port2]/SERVICE[/DB]`); each with TLS through
+//! rustls (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`).
 //!
 //! - **Arithmetic**: the scripts implement exactly the in-memory strategies, in microseconds; every
 //!   number stays an integer below 2^53 (Lua numbers are doubles).
@@ -14,7 +16,17 @@
 //!   timeout or a lost reply is an error, as Redis may already have counted the request. Only an
 //!   explicit `NOSCRIPT` reply (a flushed or restarted server, a fresh Cluster node) makes the store
 //!   send the script body with `EVAL`, once. While disconnected, calls fail within the timeout; the
-//!   connection is re-established in the background, so decisions resume without a restart.
+//!   connection is re-established in the background, so decisions resume without a restart. An
+//!   unreachable Redis does not fail [`RedisStoreBuilder::build`]: the store connects in the
+//!   background; a Redis that answers and refuses (credentials, TLS) does, with its own message.
+//! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
+//!   flight; a check that gets no slot or no reply within the timeout while Redis keeps answering
+//!   others is shed: rejected locally (429), never admitted. Only when Redis has been silent for
+//!   500 ms, or the connection broke, is a failure an outage for the failure policy.
+//! - **Outages**: the layer's policy (fail-open by default, or fail-closed), or the local limiter of
+//!   [`local_fallback`](RedisStoreBuilder::local_fallback); a circuit breaker
+//!   ([`circuit_breaker`](RedisStoreBuilder::circuit_breaker)) skips Redis after 5 consecutive
+//!   failures and probes it every 500 ms.
 //! - **Limits**: state lives in Redis memory: a restart without persistence forgets it (at most `N`
 //!   more per key per restart), and an `allkeys-*` eviction policy can silently reset keys (the store
 //!   warns at start-up). On Cluster, the client follows `MOVED`/`ASK` redirections and may resend a
@@ -309,7 +321,8 @@ impl RedisStoreBuilder {
     /// The most calls sent to Redis and not yet answered (default 256). A check that finds no room
     /// is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
     /// in [`RedisCounters::shed`]), never admitted, when Redis is answering other calls (overload),
-    /// and by the failure policy when Redis has answered nothing within the timeout (an outage).
+    /// and by the failure policy when Redis has answered nothing for 500 ms or the connection broke
+    /// (an outage).
     /// A sent call keeps its slot until its reply comes, or for at most the timeout plus one
     /// second, so stale calls cannot pile up in front of a stalled server.
     pub fn max_in_flight(mut self, max: usize) -> Self {
@@ -321,7 +334,8 @@ impl RedisStoreBuilder {
     /// 500 ms). While open, calls skip Redis and are answered by the failure policy at once (a dead
     /// Redis costs no timeout per request); after `cool_down`, one call probes Redis, and its reply
     /// closes the circuit. Outage failures are connection errors and timeouts during which Redis
-    /// replied to nothing; overload (timeouts while Redis answers other calls) does not count.
+    /// replied to nothing for 500 ms (or after the connection broke); overload (timeouts while Redis
+    /// answers other calls) does not count.
     pub fn circuit_breaker(mut self, failures: u32, cool_down: Duration) -> Self {
         self.breaker_threshold = failures.max(1);
         self.breaker_cool_down = cool_down;
