@@ -89,7 +89,9 @@ where
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let url = args.next().unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let url = args
+        .next()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let tasks: usize = args.next().map_or(Ok(2000), |s| s.parse())?;
     let secs: u64 = args.next().map_or(Ok(5), |s| s.parse())?;
     let run_id = std::process::id();

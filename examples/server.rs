@@ -3,35 +3,65 @@
 //! ```text
 //! cargo run --example server -- --quota 5/minute --strategy token-bucket --burst 2
 //! curl -i http://127.0.0.1:3000/
+//! cargo run --example server -- --help        # every flag, with its default
+//! cargo run --features redis --example server -- --store redis://127.0.0.1:6379
 //! ```
 //!
-//! Flags (a bad flag exits with code 2 and a message; SIGINT/SIGTERM exit 0):
+//! `GET /` answers `ok` (after `--delay-ms`); every other path answers 404, counted like any request.
+//! Once listening it prints exactly one line to stdout, `listening on http://ADDR`; logs and warnings
+//! go to stderr (`RUST_LOG`, e.g. `RUST_LOG=tollgate=debug` for one line per rejection). SIGINT and
+//! SIGTERM stop it with exit code 0. A usage or configuration error (a bad value, a contradiction, a
+//! flag whose behaviour is not available yet) exits 2 with a one-line message; a failure at run time
+//! (the port is taken, Redis unreachable or refusing) exits 1. No message prints a Redis password.
 //!
-//! ```text
-//! --addr ADDR                 listen address (default 127.0.0.1:3000; port 0 picks a free one)
-//! --strategy NAME             fixed-window | fixed-window-first-hit | moving-window |
-//!                             sliding-window (default) | token-bucket | leaky-bucket
-//! --burst B                   burst (capacity) of the bucket strategies
-//! --quota Q                   quota, repeatable or `;`-separated (default 10/minute)
-//! --key ip|header:NAME|global key (default ip)
-//! --on-missing-key reject|global   no key: 400 text/plain (default) or the global bucket
-//! --trust-proxy CIDR          trusted proxy range, repeatable (the ip key then reads a header)
-//! --forwarded-header xff|forwarded|x-real-ip   the header trusted proxies set (default xff)
-//! --store memory|redis://HOST:PORT|redis+cluster://H1:P1,H2:P2   (default memory)
-//! --fail-closed               answer 503 when the store fails (default: fail open)
-//! --reset-format delta|unix   x-ratelimit-reset as seconds from now (default) or Unix time
-//! --max-keys N                cap on the keys the memory store holds
-//! --store-timeout MS          how long a Redis decision may take (default 50)
-//! ```
+//! # Flags
 //!
-//! Once listening it prints exactly one line to stdout, `listening on http://ADDR`; logs go to
-//! stderr (`RUST_LOG`, e.g. `RUST_LOG=tollgate=debug` for one line per rejection).
+//! "Issue" is the issue that owns the flag's behaviour. "Not available yet" flags are parsed and
+//! validated today, then refused with exit code 2 and a message naming the flag, never ignored. A
+//! flag that has no effect in the chosen combination prints one warning on stderr. With `--rules`,
+//! per-limit flags exit 2 ("set it in the rules file") and process-wide flags apply to every limit.
+//! The `--store redis...` forms need a build with `--features redis` (or `--all-features`).
+//!
+//! | Flag | Issue | Default | Effect (memory store unless said) | With `--rules` |
+//! | --- | --- | --- | --- | --- |
+//! | `--addr HOST:PORT` | 10 | `127.0.0.1:3000` | listen address; a host name is resolved and the first address that binds is used; port 0 picks a free port | process-wide |
+//! | `--strategy NAME` | 10 | `sliding-window` | `fixed-window`, `fixed-window-first-hit`, `moving-window`, `sliding-window`, `token-bucket`, `leaky-bucket` | exit 2 |
+//! | `--quota Q` | 10 | `10/minute` | quotas, repeatable or `;`-separated (`"5/second; 100/minute"`); all must admit | exit 2 |
+//! | `--burst B` | 10 | the quota's limit | capacity of `token-bucket` and `leaky-bucket`; with a window strategy it warns and is ignored | exit 2 |
+//! | `--key ip\|header:NAME\|global` | 10 | `ip` | what identifies a client | exit 2 |
+//! | `--on-missing-key reject\|global` | 10 | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | process-wide (the default of the file's `on_missing_key`) |
+//! | `--trust-proxy CIDR` | 10 | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | process-wide |
+//! | `--forwarded-header xff\|forwarded\|x-real-ip` | 10 | `xff` | the header trusted proxies set; warns without `--trust-proxy` | process-wide |
+//! | `--store memory\|URL` | 10, 12 | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | process-wide |
+//! | `--fail-mode open\|closed\|local` | 12 | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | process-wide |
+//! | `--fail-closed` | 10, 12 | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | process-wide |
+//! | `--reset-format delta\|unix` | 10 | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | process-wide |
+//! | `--max-keys N` | 10, 17 | no cap | cap on the keys the memory store holds; warns with Redis | process-wide |
+//! | `--store-timeout MS` | 10, 12 | 50 | how long a Redis decision may take; warns with the memory store | process-wide |
+//! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
+//! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
+//! | `--instances N` | 12 | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
+//! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
+//! | `--rules FILE` | 14 | none | limits from a TOML rules file, every path and method answered `ok`; not available yet | — |
+//! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
+//! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set to the query parameter `used` and the limiter settles to it; not available yet | process-wide |
+//! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` | exit 2 |
+//! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
+//! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
+//! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window`: not available yet; warns with other strategies | exit 2 |
+//! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue that waits up to MAX_WAIT_MS: not available yet; warns with other strategies | exit 2 |
+//!
+//! `GET /metrics` (issue 14) will be served, never limited, once metrics exist.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use clap::{CommandFactory, Parser, ValueEnum};
 use http::request::Parts;
 use tollgate::key::{
     Cidr, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp,
@@ -40,36 +70,138 @@ use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
 use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy};
 
-const USAGE: &str = "usage: server [--addr ADDR] [--strategy NAME] [--burst B] [--quota Q]... \
-[--key ip|header:NAME|global] [--on-missing-key reject|global] [--trust-proxy CIDR]... \
-[--forwarded-header xff|forwarded|x-real-ip] [--store memory|redis://HOST:PORT|redis+cluster://H1:P1,H2:P2] \
-[--fail-closed] [--reset-format delta|unix] [--max-keys N] [--store-timeout MS]";
+/// The longest `--delay-ms` (10 minutes): a demo handler, not a way to park connections forever.
+const MAX_DELAY_MS: u64 = 600_000;
 
-/// Where the limiter keeps its state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum StoreChoice {
-    Memory,
-    Redis(String),
-}
+/// The command line as typed. Each flag's value is checked by its parser here; what flags mean
+/// together (defaults, contradictions, warnings, what is not available yet) is decided in
+/// [`Settings::new`], one function per concern.
+#[derive(Debug, Parser)]
+#[command(
+    name = "server",
+    args_override_self = true,
+    about = "tollgate's demo server: every request (404s too) is rate limited.",
+    after_help = "Prints exactly one stdout line, `listening on http://ADDR`; logs go to stderr \
+                  (RUST_LOG). Exit codes: 0 after SIGINT/SIGTERM, 2 for a usage or configuration \
+                  error, 1 for a failure at run time. Per-limit flags (--strategy --quota --burst \
+                  --key --cost --window-offset --queue --concurrency) cannot be combined with \
+                  --rules. The redis store forms need a build with `--features redis`."
+)]
+struct Cli {
+    /// Listen address; a host name is resolved (port 0 picks a free port) [default: 127.0.0.1:3000]
+    #[arg(long, value_name = "HOST:PORT", value_parser = host_port)]
+    addr: Option<String>,
 
-/// The parsed command line.
-#[derive(Clone, Debug)]
-struct Options {
-    addr: SocketAddr,
-    strategy: Strategy,
-    burst: Option<std::num::NonZeroU32>,
-    quotas: Vec<String>,
-    key: KeyChoice,
-    missing_global: bool,
-    trusted: Vec<Cidr>,
-    header: ForwardedHeader,
-    store: StoreChoice,
+    /// fixed-window | fixed-window-first-hit | moving-window | sliding-window | token-bucket |
+    /// leaky-bucket [default: sliding-window]
+    #[arg(long, value_name = "NAME", value_parser = strategy)]
+    strategy: Option<Strategy>,
+
+    /// Quota, repeatable or `;`-separated, e.g. "5/second; 100/minute" [default: 10/minute]
+    #[arg(long, value_name = "Q", value_parser = quota)]
+    quota: Vec<String>,
+
+    /// Burst (capacity) of token-bucket and leaky-bucket [default: the quota's limit]
+    #[arg(long, value_name = "B")]
+    burst: Option<NonZeroU32>,
+
+    /// What identifies a client: ip | header:NAME | global [default: ip]
+    #[arg(long, value_name = "KEY", value_parser = key_choice)]
+    key: Option<KeyChoice>,
+
+    /// A request without a key: reject (400 text/plain) or the shared global bucket [default: reject]
+    #[arg(long, value_name = "WHAT", value_enum)]
+    on_missing_key: Option<MissingKey>,
+
+    /// Trusted proxy range, repeatable: the ip key then reads the forwarded header of these peers
+    #[arg(long, value_name = "CIDR", value_parser = cidr)]
+    trust_proxy: Vec<Cidr>,
+
+    /// The header trusted proxies set: xff | forwarded | x-real-ip [default: xff]
+    #[arg(long, value_name = "HEADER", value_parser = forwarded_header)]
+    forwarded_header: Option<ForwardedHeader>,
+
+    /// memory | redis://HOST:PORT[/DB] | rediss://... | redis+cluster://H1:P1,H2:P2 |
+    /// rediss+cluster://... | redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB] |
+    /// rediss+sentinel://... (the redis forms need `--features redis`) [default: memory]
+    #[arg(long, value_name = "STORE")]
+    store: Option<String>,
+
+    /// On a store failure: open (let requests through), closed (503) or local (a local limiter)
+    /// [default: open]
+    #[arg(long, value_name = "MODE", value_enum)]
+    fail_mode: Option<FailMode>,
+
+    /// Alias of --fail-mode closed
+    #[arg(long)]
     fail_closed: bool,
-    reset: ResetFormat,
+
+    /// x-ratelimit-reset as seconds from now (delta) or Unix time (unix) [default: delta]
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    reset_format: Option<ResetChoice>,
+
+    /// Cap on the keys the memory store holds [default: no cap]
+    #[arg(long, value_name = "N", value_parser = positive_usize)]
     max_keys: Option<usize>,
-    store_timeout: Option<std::time::Duration>,
+
+    /// How long a Redis decision may take, in milliseconds [default: 50]
+    #[arg(long, value_name = "MS", value_parser = positive_ms)]
+    store_timeout: Option<Duration>,
+
+    /// PEM CA bundle for a rediss:// store
+    #[arg(long, value_name = "FILE")]
+    redis_ca: Option<PathBuf>,
+
+    /// PEM client certificate for a rediss:// store (with --redis-key)
+    #[arg(long, value_name = "FILE")]
+    redis_cert: Option<PathBuf>,
+
+    /// PEM private key of --redis-cert
+    #[arg(long, value_name = "FILE")]
+    redis_key: Option<PathBuf>,
+
+    /// Instances sharing the limit: --fail-mode local divides the limit by N [default: 1]
+    #[arg(long, value_name = "N")]
+    instances: Option<NonZeroU32>,
+
+    /// Quota leasing on the Redis store: on | off (the bare flag means on) [default: off]
+    #[arg(long, value_name = "ON_OFF", value_enum, num_args = 0..=1, default_missing_value = "on")]
+    redis_lease: Option<OnOff>,
+
+    /// Limits from a TOML rules file (every path and method answered `ok`)
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+
+    /// How often the rules file is polled, in ms; 0 disables reloading; at least 50 [default: 1000]
+    #[arg(long, value_name = "MS", value_parser = reload_interval)]
+    reload_interval: Option<u64>,
+
+    /// Settle each request to the response header NAME (the handler sets it to `?used=`)
+    #[arg(long, value_name = "NAME", value_parser = header_name)]
+    settle_header: Option<http::HeaderName>,
+
+    /// Units each request costs (0 = a peek that never spends) [default: 1]
+    #[arg(long, value_name = "N")]
+    cost: Option<u32>,
+
+    /// Cap on requests in flight per key (429 at once above it)
+    #[arg(long, value_name = "N")]
+    concurrency: Option<NonZeroU32>,
+
+    /// The `GET /` handler takes this long, in milliseconds (at most 600000) [default: 0]
+    #[arg(long, value_name = "MS", value_parser = delay)]
+    delay_ms: Option<Duration>,
+
+    /// UTC offset of clock-aligned windows: [+-]HH:MM, or [+-]Nh, Nm, NhMm; under 24 h
+    #[arg(long, value_name = "OFFSET", value_parser = window_offset, allow_hyphen_values = true)]
+    window_offset: Option<i64>,
+
+    /// With leaky-bucket, queue requests up to MAX_WAIT_MS instead of rejecting them
+    #[arg(long, value_name = "MAX_WAIT_MS", value_parser = positive_ms)]
+    queue: Option<Duration>,
 }
 
+/// `--key`.
 #[derive(Clone, Debug)]
 enum KeyChoice {
     Ip,
@@ -77,142 +209,485 @@ enum KeyChoice {
     Global,
 }
 
-fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
-    let mut o = Options {
-        addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
-        strategy: Strategy::SlidingWindow,
-        burst: None,
-        quotas: Vec::new(),
-        key: KeyChoice::Ip,
-        missing_global: false,
-        trusted: Vec::new(),
-        header: ForwardedHeader::XForwardedFor,
-        store: StoreChoice::Memory,
-        fail_closed: false,
-        reset: ResetFormat::Delta,
-        max_keys: None,
-        store_timeout: None,
-    };
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
-            _ => (arg.clone(), None),
-        };
-        if flag == "--fail-closed" {
-            if inline.is_some() {
-                return Err("--fail-closed takes no value".into());
-            }
-            o.fail_closed = true;
-            continue;
-        }
-        let known = [
-            "--addr",
-            "--strategy",
-            "--burst",
-            "--quota",
-            "--key",
-            "--on-missing-key",
-            "--trust-proxy",
-            "--forwarded-header",
-            "--store",
-            "--reset-format",
-            "--max-keys",
-            "--store-timeout",
-        ];
-        if !known.contains(&flag.as_str()) {
-            return Err(format!("unknown argument {arg:?}"));
-        }
-        let value = match inline.or_else(|| args.next()) {
-            Some(v) => v,
-            None => return Err(format!("{flag} needs a value")),
-        };
-        let bad = |what: &str| format!("invalid {flag} {value:?}: {what}");
-        match flag.as_str() {
-            "--addr" => o.addr = value.parse().map_err(|_| bad("expected HOST:PORT"))?,
-            "--strategy" => o.strategy = value.parse().map_err(|e| format!("{e}"))?,
-            "--burst" => {
-                o.burst = Some(
-                    value
-                        .parse()
-                        .map_err(|_| bad("expected a positive integer"))?,
-                )
-            }
-            "--quota" => {
-                tollgate::parse_quotas(&value).map_err(|e| format!("{e}"))?;
-                o.quotas.push(value);
-            }
-            "--key" => {
-                o.key = match value.as_str() {
-                    "ip" => KeyChoice::Ip,
-                    "global" => KeyChoice::Global,
-                    v => match v.strip_prefix("header:") {
-                        Some(name) if !name.is_empty() => KeyChoice::Header(
-                            HeaderKey::try_new(name).map_err(|e| bad(&e.to_string()))?,
-                        ),
-                        _ => return Err(bad("expected ip, header:NAME or global")),
-                    },
-                }
-            }
-            "--on-missing-key" => {
-                o.missing_global = match value.as_str() {
-                    "reject" => false,
-                    "global" => true,
-                    _ => return Err(bad("expected reject or global")),
-                }
-            }
-            "--trust-proxy" => o.trusted.push(
-                value
-                    .parse()
-                    .map_err(|e: tollgate::key::InvalidCidr| e.to_string())?,
-            ),
-            "--forwarded-header" => o.header = value.parse()?,
-            "--store-timeout" => {
-                let ms: u64 = value
-                    .parse()
-                    .ok()
-                    .filter(|&ms| ms > 0)
-                    .ok_or_else(|| bad("expected milliseconds above 0"))?;
-                o.store_timeout = Some(std::time::Duration::from_millis(ms));
-            }
-            "--store" => {
-                o.store = if value == "memory" {
-                    StoreChoice::Memory
-                } else if value.starts_with("redis://")
-                    || value.starts_with("rediss://")
-                    || value.starts_with("redis+cluster://")
-                {
-                    StoreChoice::Redis(value)
-                } else {
-                    return Err(bad(
-                        "expected memory, redis://HOST:PORT or redis+cluster://H1:P1,H2:P2",
-                    ));
-                }
-            }
-            "--reset-format" => {
-                o.reset = match value.as_str() {
-                    "delta" => ResetFormat::Delta,
-                    "unix" => ResetFormat::Unix,
-                    _ => return Err(bad("expected delta or unix")),
-                }
-            }
-            "--max-keys" => {
-                let n: usize = value
-                    .parse()
-                    .map_err(|_| bad("expected a positive integer"))?;
-                if n == 0 {
-                    return Err(bad("expected a positive integer"));
-                }
-                o.max_keys = Some(n);
-            }
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
-    }
-    if o.quotas.is_empty() {
-        o.quotas.push("10/minute".to_owned());
-    }
-    Ok(o)
+/// `--on-missing-key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MissingKey {
+    Reject,
+    Global,
 }
+
+/// `--fail-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FailMode {
+    Open,
+    Closed,
+    Local,
+}
+
+/// `--reset-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ResetChoice {
+    Delta,
+    Unix,
+}
+
+/// `--redis-lease`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+// ---- value parsers: one per value form; their messages are what clap prints after the flag ----
+
+fn host_port(s: &str) -> Result<String, String> {
+    match s.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(s.to_owned()),
+        _ => Err("expected HOST:PORT, e.g. 127.0.0.1:3000 or localhost:0".into()),
+    }
+}
+
+fn strategy(s: &str) -> Result<Strategy, String> {
+    s.parse()
+        .map_err(|e: tollgate::UnknownStrategy| e.to_string())
+}
+
+fn quota(s: &str) -> Result<String, String> {
+    tollgate::parse_quotas(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+fn key_choice(s: &str) -> Result<KeyChoice, String> {
+    match s {
+        "ip" => Ok(KeyChoice::Ip),
+        "global" => Ok(KeyChoice::Global),
+        v => match v.strip_prefix("header:") {
+            Some(name) if !name.is_empty() => HeaderKey::try_new(name)
+                .map(KeyChoice::Header)
+                .map_err(|e| e.to_string()),
+            _ => Err("expected ip, header:NAME or global".into()),
+        },
+    }
+}
+
+fn cidr(s: &str) -> Result<Cidr, String> {
+    s.parse()
+        .map_err(|e: tollgate::key::InvalidCidr| e.to_string())
+}
+
+fn forwarded_header(s: &str) -> Result<ForwardedHeader, String> {
+    s.parse()
+}
+
+fn positive_usize(s: &str) -> Result<usize, String> {
+    s.parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "expected a positive integer".into())
+}
+
+fn positive_ms(s: &str) -> Result<Duration, String> {
+    s.parse()
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| "expected milliseconds above 0".into())
+}
+
+fn reload_interval(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(ms) if ms == 0 || ms >= 50 => Ok(ms),
+        Ok(_) => Err("below 50 ms (0 disables reloading)".into()),
+        Err(_) => Err("expected milliseconds (0 disables reloading, else at least 50)".into()),
+    }
+}
+
+fn header_name(s: &str) -> Result<http::HeaderName, String> {
+    http::HeaderName::from_bytes(s.as_bytes()).map_err(|_| "not a valid header name".into())
+}
+
+fn delay(s: &str) -> Result<Duration, String> {
+    s.parse()
+        .ok()
+        .filter(|&ms| ms <= MAX_DELAY_MS)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("expected milliseconds from 0 to {MAX_DELAY_MS}"))
+}
+
+/// `[+-]HH:MM`, or `[+-]` then `Nh`, `Nm` or `NhMm`, below 24 h in size: the offset in seconds.
+fn window_offset(s: &str) -> Result<i64, String> {
+    const FORMS: &str = "expected [+-]HH:MM or [+-]Nh, Nm, NhMm (e.g. +08:00, -5h, 30m, 5h30m)";
+    let (sign, body) = match s.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let number = |t: &str| -> Option<i64> {
+        (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.parse().ok())
+            .flatten()
+    };
+    let minutes = if let Some((h, m)) = body.split_once(':') {
+        match (number(h), number(m)) {
+            (Some(h), Some(m)) if m < 60 => h * 60 + m,
+            _ => return Err(FORMS.into()),
+        }
+    } else if let Some(m) = body.strip_suffix('m') {
+        match m.split_once('h') {
+            Some((h, m)) => match (number(h), number(m)) {
+                (Some(h), Some(m)) if m < 60 => h * 60 + m,
+                _ => return Err(FORMS.into()),
+            },
+            None => number(m).ok_or(FORMS)?,
+        }
+    } else if let Some(h) = body.strip_suffix('h') {
+        number(h).ok_or(FORMS)? * 60
+    } else {
+        return Err(FORMS.into());
+    };
+    if minutes >= 24 * 60 {
+        return Err("the offset must be under 24 hours".into());
+    }
+    Ok(sign * minutes * 60)
+}
+
+// ---- the meaning of the flags together ----
+
+/// Where the limiter keeps its state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StoreChoice {
+    Memory,
+    Redis(RedisUrl),
+}
+
+/// A Redis URL and the facts about its form the flags depend on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RedisUrl {
+    url: String,
+    tls: bool,
+    sentinel: bool,
+}
+
+impl RedisUrl {
+    /// The forms `--store` accepts besides `memory` (the Redis store checks the rest).
+    const SCHEMES: [&'static str; 6] = [
+        "redis://",
+        "rediss://",
+        "redis+cluster://",
+        "rediss+cluster://",
+        "redis+sentinel://",
+        "rediss+sentinel://",
+    ];
+
+    fn parse(url: &str) -> Option<Self> {
+        let lower = url.to_ascii_lowercase();
+        Self::SCHEMES
+            .iter()
+            .any(|s| lower.starts_with(s))
+            .then(|| RedisUrl {
+                url: url.to_owned(),
+                tls: lower.starts_with("rediss"),
+                sentinel: lower.contains("+sentinel://"),
+            })
+    }
+
+    /// `text` with this URL's password (user info) replaced by `***`: no message prints it.
+    fn scrub(&self, text: &str) -> String {
+        let authority = self
+            .url
+            .split_once("://")
+            .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default())
+            .unwrap_or_default();
+        let Some((userinfo, _)) = authority.rsplit_once('@') else {
+            return text.to_owned();
+        };
+        let secret = userinfo.split_once(':').map_or(userinfo, |(_, pass)| pass);
+        if secret.is_empty() {
+            return text.to_owned();
+        }
+        text.replace(secret, "***")
+    }
+}
+
+/// The server's configuration once every flag is checked: what `main` builds from.
+#[derive(Clone, Debug)]
+struct Settings {
+    addr: String,
+    strategy: Strategy,
+    quotas: Vec<String>,
+    /// `None` where the strategy has no burst.
+    burst: Option<NonZeroU32>,
+    key: KeyChoice,
+    missing_global: bool,
+    trusted: Vec<Cidr>,
+    header: ForwardedHeader,
+    store: StoreChoice,
+    failure: FailurePolicy,
+    reset: ResetFormat,
+    max_keys: Option<usize>,
+    /// Read by the Redis store only.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    store_timeout: Option<Duration>,
+    /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    local_instances: Option<u32>,
+    /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    redis_ca: Option<PathBuf>,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    redis_client_cert: Option<(PathBuf, PathBuf)>,
+    cost: u32,
+    delay: Duration,
+}
+
+/// A configuration error (exit code 2), one line.
+#[derive(Debug)]
+struct Usage(String);
+
+impl Settings {
+    /// Checks the flags together. `Ok` carries the settings and the warnings to print once.
+    fn new(cli: &Cli) -> Result<(Self, Vec<String>), Usage> {
+        let store = match cli.store.as_deref() {
+            None | Some("memory") => StoreChoice::Memory,
+            Some(url) => StoreChoice::Redis(RedisUrl::parse(url).ok_or_else(|| {
+                // Never echo the value: a mistyped URL may still carry a password.
+                Usage(
+                    "invalid --store: expected memory, redis://HOST:PORT, rediss://..., \
+                     redis+cluster://H1:P1,H2:P2, rediss+cluster://..., redis+sentinel://... \
+                     or rediss+sentinel://..."
+                        .into(),
+                )
+            })?),
+        };
+        let fail_mode = fail_mode(cli)?;
+        rules_exclusions(cli)?;
+        tls_files(cli, &store)?;
+        let strategy = cli.strategy.unwrap_or(Strategy::SlidingWindow);
+        let warnings = warnings(cli, &store, fail_mode, strategy);
+        not_available_yet(cli, &store, fail_mode, strategy)?;
+        let settings = Settings {
+            addr: cli
+                .addr
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:3000".to_owned()),
+            strategy,
+            quotas: if cli.quota.is_empty() {
+                vec!["10/minute".to_owned()]
+            } else {
+                cli.quota.clone()
+            },
+            burst: cli.burst.filter(|_| strategy.is_bucket()),
+            key: cli.key.clone().unwrap_or(KeyChoice::Ip),
+            missing_global: cli.on_missing_key == Some(MissingKey::Global),
+            trusted: cli.trust_proxy.clone(),
+            header: cli
+                .forwarded_header
+                .unwrap_or(ForwardedHeader::XForwardedFor),
+            failure: match fail_mode {
+                FailMode::Closed => FailurePolicy::FailClosed,
+                // `local`: the Redis store decides with its local limiter during an outage, so the
+                // layer sees no failure; what still fails (none expected) is let through.
+                FailMode::Open | FailMode::Local => FailurePolicy::FailOpen,
+            },
+            local_instances: (fail_mode == FailMode::Local)
+                .then(|| cli.instances.map_or(1, NonZeroU32::get)),
+            redis_ca: cli.redis_ca.clone(),
+            redis_client_cert: cli.redis_cert.clone().zip(cli.redis_key.clone()),
+            reset: match cli.reset_format {
+                Some(ResetChoice::Unix) => ResetFormat::Unix,
+                Some(ResetChoice::Delta) | None => ResetFormat::Delta,
+            },
+            max_keys: cli.max_keys.filter(|_| store == StoreChoice::Memory),
+            store_timeout: cli.store_timeout.filter(|_| store != StoreChoice::Memory),
+            store,
+            cost: cli.cost.unwrap_or(1),
+            delay: cli.delay_ms.unwrap_or(Duration::ZERO),
+        };
+        Ok((settings, warnings))
+    }
+}
+
+/// `--fail-mode` and its alias `--fail-closed`, which must agree.
+fn fail_mode(cli: &Cli) -> Result<FailMode, Usage> {
+    match (cli.fail_mode, cli.fail_closed) {
+        (Some(mode), true) if mode != FailMode::Closed => Err(Usage(format!(
+            "--fail-closed contradicts --fail-mode {}",
+            mode.to_possible_value()
+                .map(|v| v.get_name().to_owned())
+                .unwrap_or_default()
+        ))),
+        (Some(mode), _) => Ok(mode),
+        (None, true) => Ok(FailMode::Closed),
+        (None, false) => Ok(FailMode::Open),
+    }
+}
+
+/// With `--rules`, the per-limit flags belong in the file; the file must be readable.
+fn rules_exclusions(cli: &Cli) -> Result<(), Usage> {
+    let Some(file) = &cli.rules else {
+        return Ok(());
+    };
+    let per_limit = [
+        ("--strategy", cli.strategy.is_some()),
+        ("--quota", !cli.quota.is_empty()),
+        ("--burst", cli.burst.is_some()),
+        ("--key", cli.key.is_some()),
+        ("--cost", cli.cost.is_some()),
+        ("--window-offset", cli.window_offset.is_some()),
+        ("--queue", cli.queue.is_some()),
+        ("--concurrency", cli.concurrency.is_some()),
+    ];
+    if let Some((flag, _)) = per_limit.iter().find(|(_, given)| *given) {
+        return Err(Usage(format!(
+            "{flag} is a per-limit flag: set it in the rules file (--rules {})",
+            file.display()
+        )));
+    }
+    readable("--rules", file)
+}
+
+/// `--redis-ca`, `--redis-cert`, `--redis-key`: a TLS store, the certificate with its key, files
+/// that can be read.
+fn tls_files(cli: &Cli, store: &StoreChoice) -> Result<(), Usage> {
+    let given = [
+        ("--redis-ca", &cli.redis_ca),
+        ("--redis-cert", &cli.redis_cert),
+        ("--redis-key", &cli.redis_key),
+    ];
+    let tls = matches!(store, StoreChoice::Redis(u) if u.tls);
+    for (flag, file) in given {
+        if let Some(file) = file {
+            if !tls {
+                return Err(Usage(format!(
+                    "{flag} needs a TLS store (--store rediss://..., rediss+cluster://... or \
+                     rediss+sentinel://...)"
+                )));
+            }
+            readable(flag, file)?;
+        }
+    }
+    match (&cli.redis_cert, &cli.redis_key) {
+        (Some(_), None) => Err(Usage("--redis-cert needs --redis-key".into())),
+        (None, Some(_)) => Err(Usage("--redis-key needs --redis-cert".into())),
+        _ => Ok(()),
+    }
+}
+
+/// `file` is a regular file this process can open.
+fn readable(flag: &str, file: &Path) -> Result<(), Usage> {
+    let fail = |e: &dyn std::fmt::Display| Usage(format!("{flag} {}: {e}", file.display()));
+    match std::fs::metadata(file) {
+        Ok(m) if !m.is_file() => Err(fail(&"not a regular file")),
+        Ok(_) => std::fs::File::open(file).map(drop).map_err(|e| fail(&e)),
+        Err(e) => Err(fail(&e)),
+    }
+}
+
+/// Flags that have no effect in the chosen combination: one warning each.
+fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) -> Vec<String> {
+    let memory = *store == StoreChoice::Memory;
+    let aligned = matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow);
+    let name = strategy.name();
+    let mut w = Vec::new();
+    let mut warn = |on: bool, text: String| {
+        if on {
+            w.push(text);
+        }
+    };
+    warn(
+        cli.burst.is_some() && !strategy.is_bucket(),
+        format!(
+            "--burst has no effect with --strategy {name} (only the bucket strategies have one)"
+        ),
+    );
+    warn(
+        cli.burst.is_some() && cli.queue.is_some() && strategy == Strategy::LeakyBucket,
+        "--burst has no effect with --queue (a queue has no initial burst)".into(),
+    );
+    warn(
+        cli.max_keys.is_some() && !memory,
+        "--max-keys has no effect with a Redis store (it caps the memory store)".into(),
+    );
+    warn(
+        cli.store_timeout.is_some() && memory,
+        "--store-timeout has no effect with the memory store (it bounds Redis calls)".into(),
+    );
+    warn(
+        memory && (cli.fail_mode.is_some() || cli.fail_closed),
+        format!(
+            "--{} has no effect with the memory store (it never fails)",
+            if cli.fail_mode.is_some() {
+                "fail-mode"
+            } else {
+                "fail-closed"
+            }
+        ),
+    );
+    warn(
+        cli.instances.is_some() && (fail != FailMode::Local || memory),
+        "--instances has no effect without --fail-mode local and a Redis store".into(),
+    );
+    warn(
+        cli.redis_lease == Some(OnOff::On) && memory,
+        "--redis-lease has no effect with the memory store".into(),
+    );
+    warn(
+        cli.reload_interval.is_some() && cli.rules.is_none(),
+        "--reload-interval has no effect without --rules".into(),
+    );
+    warn(
+        cli.window_offset.is_some() && !aligned,
+        format!("--window-offset has no effect with --strategy {name} (no clock-aligned windows)"),
+    );
+    warn(
+        cli.queue.is_some() && strategy != Strategy::LeakyBucket,
+        format!("--queue has no effect with --strategy {name} (it needs leaky-bucket)"),
+    );
+    warn(
+        cli.forwarded_header.is_some() && cli.trust_proxy.is_empty(),
+        "--forwarded-header has no effect without --trust-proxy (no peer is trusted)".into(),
+    );
+    warn(
+        !cli.trust_proxy.is_empty() && !matches!(cli.key, None | Some(KeyChoice::Ip)),
+        "--trust-proxy has no effect without --key ip".into(),
+    );
+    warn(
+        cli.on_missing_key.is_some() && matches!(cli.key, Some(KeyChoice::Global)),
+        "--on-missing-key has no effect with --key global (every request has the key)".into(),
+    );
+    w
+}
+
+/// Flags whose behaviour the library does not offer yet, where they would take effect: one line
+/// each. Giving a flag its behaviour = deleting its line here and wiring it in `app` or `main`.
+fn not_available_yet(
+    cli: &Cli,
+    store: &StoreChoice,
+    _fail: FailMode,
+    strategy: Strategy,
+) -> Result<(), Usage> {
+    let redis = matches!(store, StoreChoice::Redis(_));
+    let aligned = matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow);
+    let pending = [
+        ("--rules", cli.rules.is_some()),
+        ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
+        ("--settle-header", cli.settle_header.is_some()),
+        ("--concurrency", cli.concurrency.is_some()),
+        ("--window-offset", cli.window_offset.is_some() && aligned),
+        (
+            "--queue",
+            cli.queue.is_some() && strategy == Strategy::LeakyBucket,
+        ),
+    ];
+    match pending.iter().find(|(_, on)| *on) {
+        Some((flag, _)) => Err(Usage(format!(
+            "{flag} is not available yet in this version of tollgate"
+        ))),
+        None => Ok(()),
+    }
+}
+
+// ---- the service ----
 
 /// The demo's key: whichever extractor the flags chose, encoded to bytes (tagged by kind).
 #[derive(Clone, Debug)]
@@ -255,8 +730,9 @@ impl KeyExtractor for DemoKey {
     }
 }
 
-/// The app: `GET /` answers `ok`; everything, 404s included, goes through the limiter.
-fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &Options) -> Router {
+/// The app: `GET /` answers `ok` (after `--delay-ms`); everything, 404s included, goes through the
+/// limiter.
+fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &Settings) -> Router {
     let key = match &o.key {
         KeyChoice::Ip if o.trusted.is_empty() => DemoKey::Peer(PeerIp::default()),
         KeyChoice::Ip => {
@@ -265,32 +741,60 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &O
         KeyChoice::Header(h) => DemoKey::Header(h.clone()),
         KeyChoice::Global => DemoKey::Global,
     };
+    let cost = o.cost;
     let mut layer = RateLimitLayer::new(limiter, key)
         .reset_format(o.reset)
-        .failure_policy(if o.fail_closed {
-            FailurePolicy::FailClosed
-        } else {
-            FailurePolicy::FailOpen
-        });
+        .failure_policy(o.failure)
+        .cost(move |_: &Parts| cost);
     if o.missing_global {
         layer = layer.fallback_key(global_key());
     }
+    let delay = o.delay;
     Router::new()
-        .route("/", get(|| async { "ok" }))
+        .route(
+            "/",
+            get(move || async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                "ok"
+            }),
+        )
         .layer(layer)
+}
+
+/// Binds the first of `--addr`'s addresses that accepts (exit 2 if the name does not resolve,
+/// 1 if no address can be bound).
+async fn bind(addr: &str) -> Result<tokio::net::TcpListener, ExitCode> {
+    let addrs: Vec<SocketAddr> = match tokio::net::lookup_host(addr).await {
+        Ok(a) => a.collect(),
+        Err(e) => return Err(usage_error(&format!("--addr {addr}: {e}"))),
+    };
+    if addrs.is_empty() {
+        return Err(usage_error(&format!("--addr {addr}: no address found")));
+    }
+    let mut last = None;
+    for a in addrs {
+        match tokio::net::TcpListener::bind(a).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(format!("{a}: {e}")),
+        }
+    }
+    eprintln!(
+        "server: cannot listen on {addr}: {}",
+        last.unwrap_or_default()
+    );
+    Err(ExitCode::FAILURE)
 }
 
 /// Serves until SIGINT or SIGTERM. Generic over the store, so any `Store<Vec<u8>>` plugs in.
 async fn serve<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
-    o: &Options,
+    o: &Settings,
 ) -> ExitCode {
-    let listener = match tokio::net::TcpListener::bind(o.addr).await {
+    let listener = match bind(&o.addr).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("server: cannot listen on {}: {e}", o.addr);
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let addr = match listener.local_addr() {
         Ok(a) => a,
@@ -299,15 +803,16 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
             return ExitCode::FAILURE;
         }
     };
+    let app = app(limiter, o);
+    let shutdown = shutdown_signal();
     println!("listening on http://{addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let app = app(limiter, o);
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(shutdown)
     .await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -318,43 +823,70 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, before the
+/// `listening` line is printed, so a signal sent right after that line stops the server cleanly.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let int = signal(SignalKind::interrupt());
+        let term = signal(SignalKind::terminate());
+        async move {
+            match (int, term) {
+                (Ok(mut int), Ok(mut term)) => {
+                    tokio::select! {
+                        _ = int.recv() => {},
+                        _ = term.recv() => {},
+                    }
+                }
+                // No handler could be installed: run until killed.
+                _ => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
+/// Prints a usage or configuration error (one line) and the usage line; exit code 2.
 fn usage_error(message: &str) -> ExitCode {
-    eprintln!("server: {message}\n{USAGE}");
+    let usage = Cli::command().render_usage().to_string();
+    let usage = usage.trim().trim_start_matches("Usage: ");
+    eprintln!("server: {message}\nusage: {usage} (see `server --help` for every flag)");
     ExitCode::from(2)
+}
+
+/// clap's own outcome: `--help` on stdout (exit 0), anything else a usage error.
+fn clap_exit(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            print!("{}", e.render());
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            usage_error(first.strip_prefix("error: ").unwrap_or(first))
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let o = match parse_args(args) {
-        Ok(o) => o,
-        Err(e) => return usage_error(&e),
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(e),
     };
+    let (o, warnings) = match Settings::new(&cli) {
+        Ok(s) => s,
+        Err(Usage(message)) => return usage_error(&message),
+    };
+    for w in warnings {
+        eprintln!("server: warning: {w}");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -387,18 +919,43 @@ async fn main() -> ExitCode {
     }
 }
 
-/// `--store redis://...` or `redis+cluster://...`: the limiter on the Redis store.
+/// `--store redis://...` or `redis+cluster://...`: the limiter on the Redis store. A store the
+/// library refuses as configured is a configuration error (exit 2); one that cannot be reached or
+/// refuses the connection is a run-time failure (exit 1).
 #[cfg(feature = "redis")]
-async fn serve_redis(builder: tollgate::Builder<Vec<u8>>, url: &str, o: &Options) -> ExitCode {
-    let store = tollgate::store::redis::RedisStore::builder(url);
+async fn serve_redis(
+    builder: tollgate::Builder<Vec<u8>>,
+    url: &RedisUrl,
+    o: &Settings,
+) -> ExitCode {
+    let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
     let store = match o.store_timeout {
         Some(timeout) => store.timeout(timeout),
         None => store,
     };
+    let store = match o.local_instances {
+        Some(n) => store.local_fallback(n),
+        None => store,
+    };
+    let store = match &o.redis_ca {
+        Some(ca) => store.tls_ca_file(ca),
+        None => store,
+    };
+    let store = match &o.redis_client_cert {
+        Some((cert, key)) => store.tls_client_cert(cert, key),
+        None => store,
+    };
     let store = match store.build().await {
         Ok(store) => store,
+        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+            return usage_error(&url.scrub(&format!("--store: {e}")));
+        }
         Err(e) => {
-            eprintln!("server: --store {url}: {e}");
+            eprintln!(
+                "server: cannot start the Redis store at {}: {}",
+                url.scrub(&url.url),
+                url.scrub(&e.to_string())
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -410,8 +967,13 @@ async fn serve_redis(builder: tollgate::Builder<Vec<u8>>, url: &str, o: &Options
 
 /// Without the `redis` feature there is no Redis store: say so and exit 2.
 #[cfg(not(feature = "redis"))]
-async fn serve_redis(_builder: tollgate::Builder<Vec<u8>>, url: &str, _o: &Options) -> ExitCode {
+async fn serve_redis(
+    _builder: tollgate::Builder<Vec<u8>>,
+    url: &RedisUrl,
+    _o: &Settings,
+) -> ExitCode {
     usage_error(&format!(
-        "--store {url}: this build has no Redis store (build with `--features redis` or `--all-features`)"
+        "--store {}: this build has no Redis store (build with `--features redis` or `--all-features`)",
+        url.scrub(&url.url)
     ))
 }

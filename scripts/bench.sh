@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${1:-}
 cargo bench --bench decision -- --warm-up-time 1 --measurement-time 2 --sample-size 10 --noplot $filter
-cargo run --release --quiet --example memory_per_key
-cargo run --release --quiet --example bench_eviction
+cargo run --release --quiet -p tollgate-tools --bin memory_per_key
+cargo run --release --quiet -p tollgate-tools --bin bench_eviction
 if command -v valgrind >/dev/null; then
     scripts/bench_callgrind.sh 50000
 fi

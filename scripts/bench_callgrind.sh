@@ -13,8 +13,8 @@ if [ ${#impls[@]} -eq 0 ]; then
         impls+=("tollgate/$s/coarse" "tollgate/$s/system")
     done
 fi
-cargo build --release --quiet --example bench_callgrind
-bin=target/release/examples/bench_callgrind
+cargo build --release --quiet -p tollgate-tools --bin bench_callgrind
+bin=target/release/bench_callgrind
 count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1 |
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p'

@@ -12,8 +12,8 @@ impls=${IMPLS:-"governor/quanta governor/monotonic tollgate/fixed-window/coarse 
 keys_list=${KEYS:-"1 10000 1000000"}
 threads_list=${THREADS:-"1 2"}
 modes=${MODES:-"allow_all reject_all"}
-cargo build --release --quiet --example bench_callgrind
-bin=target/release/examples/bench_callgrind
+cargo build --release --quiet -p tollgate-tools --bin bench_callgrind
+bin=target/release/bench_callgrind
 raw=$(mktemp)
 for r in $(seq "$rounds"); do
     for keys in $keys_list; do

@@ -13,8 +13,8 @@ ROUNDS=${ROUNDS:-7}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-cargo build --release --example http_bench_server -q
-BIN=target/release/examples/http_bench_server
+cargo build --release -q -p tollgate-tools --bin http_bench_server
+BIN=target/release/http_bench_server
 pin_server=""; pin_wrk=""
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_wrk="taskset -c 1"; fi
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per HTTP request (issue 5, BENCHMARKS.md "HTTP"): the bench server
-# (`examples/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
+# (`tools/src/bin/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
 # (instructions after WARM + N requests - after WARM requests) / N. Deterministic, unlike wrk.
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
@@ -12,8 +12,8 @@ N=${N:-3000}
 WARM=${WARM:-500}
 ALLOW=${ALLOW-"none tollgate:token-bucket tollgate:sliding-window"}
 REJECT=${REJECT-"static429 tollgate:token-bucket tollgate:sliding-window"}
-cargo build --release --example http_bench_server -q
-BIN=target/release/examples/http_bench_server
+cargo build --release -q -p tollgate-tools --bin http_bench_server
+BIN=target/release/http_bench_server
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -6,7 +6,7 @@
 # Knobs (environment): TOLLGATE_SCALE (default 10: the issue's full sizes, e.g. 2 x 5*10^5 and
 # 8 x 5*10^5 attempts in tests/core/concurrency.rs, 10^6-key floods in tests/core/memory_store.rs; 100 gives the
 # 10^7-key flood there), PROPTEST_CASES (default 10000 cases per proptest), FLOOD_KEYS (default 10^7,
-# the keys of examples/key_flood.rs), FUZZ (default 1: run scripts/fuzz.sh when it exists).
+# the keys of tools/src/bin/key_flood.rs), FUZZ (default 1: run scripts/fuzz.sh when it exists).
 # Needs redis-server/redis-cli on PATH (scripts/test.sh installs them); the Redis tests start their own.
 # See RELIABILITY.md for what each step proves and the figures it printed last time.
 set -euo pipefail
@@ -31,7 +31,7 @@ step "time and numbers with overflow checks off (release): debug and release mus
 cargo test --release --all-features --test core time_and_numbers
 
 step "key flood: $FLOOD_KEYS distinct keys, capped at 10^6 then uncapped, VmRSS printed (T-52)"
-cargo run --release --example key_flood -- --keys "$FLOOD_KEYS"
+cargo run --release -p tollgate-tools --bin key_flood -- --keys "$FLOOD_KEYS"
 
 if [ "${FUZZ:-1}" = 1 ] && [ -f scripts/fuzz.sh ]; then
   step "cargo-fuzz (scripts/fuzz.sh)"

@@ -11,8 +11,8 @@ redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$D
 PID=$!
 trap 'kill "$PID" 2>/dev/null; rm -rf "$DIR"' EXIT
 until redis-cli -p "$PORT" PING >/dev/null 2>&1; do sleep 0.05; done
-cargo build --release --features redis --example redis_bench
-OUT=$(target/release/examples/redis_bench "redis://127.0.0.1:$PORT" "$SECS")
+cargo build --release -p tollgate-tools --features redis --bin redis_bench
+OUT=$(target/release/redis_bench "redis://127.0.0.1:$PORT" "$SECS")
 echo "$OUT"
 SHA=$(echo "$OUT" | awk '/^sha /{print $2}')
 echo "redis-benchmark -c 64 EVALSHA (same script, random keys):"

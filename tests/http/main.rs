@@ -17,3 +17,4 @@ mod keys_spoofing;
 mod layer_misconfig;
 mod layer_service;
 mod login;
+mod server_cli;

@@ -176,3 +176,92 @@ async fn server_starts_without_redis_and_limits_once_redis_is_up() {
     let _ = server.kill().await;
     drop(redis);
 }
+
+/// A Redis that answers and refuses the password: exit 1 (a failure at run time), and neither the
+/// password given nor the server's is printed.
+#[tokio::test]
+async fn server_with_a_wrong_redis_password_exits_1_without_printing_it() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Set after the start (the harness waits for an unauthenticated PING).
+    redis.cli(&["CONFIG", "SET", "requirepass", "the-right-one"]);
+    let url = format!("redis://:hunter2-wrong@127.0.0.1:{}", redis.port);
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(server_binary())
+            .args(["--addr", "127.0.0.1:0", "--store", &url])
+            .args(["--store-timeout", "2000"])
+            .output(),
+    )
+    .await
+    .expect("the server did not exit")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains(":***@"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert!(!stderr.contains("the-right-one"), "{stderr}");
+    // Issue 12: the server's own words, at once (it used to look like a connect timeout).
+    assert!(stderr.contains("WRONGPASS"), "{stderr}");
+}
+
+/// Issue 12, degraded mode through the server: `--fail-mode local --instances 2` with Redis down
+/// answers from the local limiter (half the limit, with its headers), never 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_fail_mode_local_limits_with_its_share_while_redis_is_down() {
+    if !redis_support::available() {
+        return;
+    }
+    let url = format!("redis://127.0.0.1:{}", redis_support::free_port());
+    let (mut server, base) = start_server(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--quota",
+        "10/hour",
+        "--key",
+        "global",
+        "--fail-mode",
+        "local",
+        "--instances",
+        "2",
+    ])
+    .await;
+    let client = TestClient::new();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let res = client.get(&format!("{base}/")).await;
+        assert_eq!(res.num("x-ratelimit-limit"), 5, "{res:?}");
+        statuses.push(res.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(ok, 5, "{statuses:?}");
+    assert!(
+        statuses[5..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let _ = server.kill().await;
+}
+
+/// `--redis-ca` with a file that is not PEM: a configuration error (exit 2) naming the file.
+#[tokio::test]
+async fn server_refuses_a_ca_bundle_that_is_not_pem() {
+    let file = std::env::temp_dir().join(format!("tollgate-not-pem-{}", std::process::id()));
+    std::fs::write(&file, "not a certificate\n").unwrap();
+    let out = Command::new(server_binary())
+        .args(["--addr", "127.0.0.1:0", "--store", "rediss://127.0.0.1:1"])
+        .arg("--redis-ca")
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a PEM file"), "{stderr}");
+    std::fs::remove_file(&file).unwrap();
+}

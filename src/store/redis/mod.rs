@@ -22,7 +22,7 @@
 //! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
 //!   flight; a check that gets no slot or no reply within the timeout while Redis keeps answering
 //!   others is shed: rejected locally (429), never admitted. Only when Redis has been silent for
-//!   500 ms, or the connection broke, is a failure an outage for the failure policy.
+//!   2 s, or the connection broke, is a failure an outage for the failure policy.
 //! - **Outages**: the layer's policy (fail-open by default, or fail-closed), or the local limiter of
 //!   [`local_fallback`](RedisStoreBuilder::local_fallback); a circuit breaker
 //!   ([`circuit_breaker`](RedisStoreBuilder::circuit_breaker)) skips Redis after 5 consecutive
@@ -97,7 +97,10 @@ const SHED_WAIT: Duration = Duration::from_secs(1);
 /// How long Redis must have been silent (no reply to any call) for a timeout to count as an outage
 /// rather than overload. Below it, a call that gets no slot or no reply in time is shed (rejected
 /// locally), never admitted: a flood that slows the process or Redis cannot switch limiting off.
-const SILENCE: Duration = Duration::from_millis(500);
+/// 2 s, not less: a flood on a loaded 2-core machine starved the process itself (every task, the
+/// reply reader included) for 550-615 ms, and at 500 ms fail-open then let 54 requests past a
+/// limit of 1000 (`examples/redis_flood`).
+const SILENCE: Duration = Duration::from_secs(2);
 /// The pause between two connection attempts while Redis has never been reached.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 /// The longest one background connection attempt may take, so attempts start at least every second.
@@ -321,7 +324,7 @@ impl RedisStoreBuilder {
     /// The most calls sent to Redis and not yet answered (default 256). A check that finds no room
     /// is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
     /// in [`RedisCounters::shed`]), never admitted, when Redis is answering other calls (overload),
-    /// and by the failure policy when Redis has answered nothing for 500 ms or the connection broke
+    /// and by the failure policy when Redis has answered nothing for 2 s or the connection broke
     /// (an outage).
     /// A sent call keeps its slot until its reply comes, or for at most the timeout plus one
     /// second, so stale calls cannot pile up in front of a stalled server.
@@ -334,7 +337,7 @@ impl RedisStoreBuilder {
     /// 500 ms). While open, calls skip Redis and are answered by the failure policy at once (a dead
     /// Redis costs no timeout per request); after `cool_down`, one call probes Redis, and its reply
     /// closes the circuit. Outage failures are connection errors and timeouts during which Redis
-    /// replied to nothing for 500 ms (or after the connection broke); overload (timeouts while Redis
+    /// replied to nothing for 2 s (or after the connection broke); overload (timeouts while Redis
     /// answers other calls) does not count.
     pub fn circuit_breaker(mut self, failures: u32, cool_down: Duration) -> Self {
         self.breaker_threshold = failures.max(1);

@@ -4,9 +4,9 @@
 //! resident memory (VmRSS from `/proc/self/status`) as it goes. Memory must level off at the cap.
 //!
 //! ```text
-//! cargo run --release --example key_flood                        # 10^7 keys, cap 10^6, then uncapped
-//! cargo run --release --example key_flood -- --keys 1000000 --cap 100000 --every 100000
-//! cargo run --release --example key_flood -- --cap none          # one run, no cap
+//! cargo run --release -p tollgate-tools --bin key_flood                        # 10^7 keys, cap 10^6, then uncapped
+//! cargo run --release -p tollgate-tools --bin key_flood -- --keys 1000000 --cap 100000 --every 100000
+//! cargo run --release -p tollgate-tools --bin key_flood -- --cap none          # one run, no cap
 //! ```
 //!
 //! Flags: `--keys N` (default 10,000,000), `--cap N|none` (default: two runs, cap 1,000,000 and

@@ -2,7 +2,7 @@
 //! time a concurrent check waits while it runs; governor's manual `retain_recent` +
 //! `shrink_to_fit` next to it.
 //!
-//! `cargo run --release --example bench_eviction [KEYS]`
+//! `cargo run --release -p tollgate-tools --bin bench_eviction [KEYS]`
 
 use std::alloc::System;
 use std::num::NonZeroU32;

@@ -1,7 +1,7 @@
 //! Bytes per key at 10^6 keys: every tollgate strategy next to governor's keyed store and a plain
 //! `DashMap<K, u64>`, for `u64`, `IpAddr` and 24-character `String` keys.
 //!
-//! `cargo run --release --example memory_per_key` runs every case in a child process of its own (so
+//! `cargo run --release -p tollgate-tools --bin memory_per_key` runs every case in a child process of its own (so
 //! that RSS is not blurred by memory the allocator kept from an earlier case) and prints a table:
 //! heap bytes per key from a counting global allocator (what is live after the inserts, key bytes
 //! on the heap included) and the growth of RSS (`VmRSS` in `/proc/self/status`) per key.

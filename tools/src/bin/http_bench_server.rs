@@ -5,7 +5,7 @@
 //! more boxed route, cloned per request), the floor under a middleware's own work.
 //!
 //! ```text
-//! cargo run --release --example http_bench_server -- VARIANT WORKLOAD [ADDR]
+//! cargo run --release -p tollgate-tools --bin http_bench_server -- VARIANT WORKLOAD [ADDR]
 //!   VARIANT  none | identity | static429 | tower-governor | tower-governor-headers | tollgate:STRATEGY (e.g. tollgate:sliding-window)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```

@@ -1,9 +1,9 @@
 //! A fixed number of checks, for instruction counts under callgrind (stable on a noisy machine).
 //!
 //! ```text
-//! cargo build --release --example bench_callgrind
+//! cargo build --release -p tollgate-tools --bin bench_callgrind
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-//!     target/release/examples/bench_callgrind tollgate/token-bucket/coarse allow_all 1 200000
+//!     target/release/bench_callgrind tollgate/token-bucket/coarse allow_all 1 200000
 //! ```
 //! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `tollgate/<strategy>/<clock>`
 //! with clock `coarse`, `system` or `manual`), `allow_all` or `reject_all`, the number of keys, the

@@ -2,7 +2,7 @@
 //! multiplexed `EVALSHA` loop of the same script with the `redis` crate on the same server.
 //!
 //! ```text
-//! cargo run --release --features redis --example redis_bench -- redis://127.0.0.1:6379 [seconds]
+//! cargo run --release -p tollgate-tools --features redis --bin redis_bench -- redis://127.0.0.1:6379 [seconds]
 //! ```
 //! `scripts/redis_bench.sh` starts a throw-away server and runs this plus `redis-benchmark -c 64`.
 
