@@ -1339,7 +1339,13 @@ impl<K: StoreKey> Store<K> for RedisStore {
                 Err(_) => {
                     inner.timed_out.add(1);
                     let is_check = matches!(op, Op::Check(_));
-                    if is_check && inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))) {
+                    // This task itself woke a whole timeout late: the process is starved (the
+                    // reply reader with it), so Redis's silence proves nothing.
+                    let starved = tokio::time::Instant::now().saturating_duration_since(deadline)
+                        > inner.timeout;
+                    if is_check
+                        && (starved || inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))))
+                    {
                         // Redis answered calls lately: overload (or this process is starved), not
                         // an outage. Never admitted, never a 5xx.
                         if probe {
