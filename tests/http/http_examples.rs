@@ -186,13 +186,15 @@ async fn server_refuses_bad_flags_with_exit_code_2() {
             "{args:?}: {stderr}"
         );
     }
-    // Without the Redis store in this build: a clear error and exit code 2 (once the Redis store
-    // is plugged in, an unreachable server is an error too).
-    let (code, stdout, stderr) =
-        refused(&["--addr", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"]).await;
-    assert_ne!(code, Some(0));
-    assert!(!stdout.contains("listening"), "{stdout}");
-    assert!(stderr.to_lowercase().contains("redis"), "{stderr}");
+    // Without the Redis store in this build: a clear error and exit code 2. With it, an
+    // unreachable Redis is not a start-up error (issue 12; tests/redis/redis_server.rs).
+    if cfg!(not(feature = "redis")) {
+        let (code, stdout, stderr) =
+            refused(&["--addr", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"]).await;
+        assert_ne!(code, Some(0));
+        assert!(!stdout.contains("listening"), "{stdout}");
+        assert!(stderr.to_lowercase().contains("redis"), "{stderr}");
+    }
 }
 
 #[tokio::test]
