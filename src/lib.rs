@@ -62,6 +62,16 @@
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
 //! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// No panics outside tests: a panic on the request path takes the service down.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 mod clock;
 mod decision;

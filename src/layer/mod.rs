@@ -97,15 +97,6 @@
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
 //! example); `tower::ServiceBuilder` stacks the layer as usual.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 mod future;
 #[allow(clippy::module_inception)]

@@ -254,6 +254,8 @@ impl Entry {
         let others = self.others.get_or_insert_with(Box::default);
         others.push((tag, KeyState::new()));
         let last = others.len() - 1;
+        // In bounds: `last` is the element just pushed.
+        #[allow(clippy::indexing_slicing)]
         &mut others[last].1
     }
 
@@ -303,6 +305,8 @@ const fn words_per_quota(strategy: Strategy) -> usize {
 }
 
 /// The state of quota `i` in `words`.
+// In bounds: `words` holds `words_per_quota` words for each quota of the rule, and `i` is a quota.
+#[allow(clippy::indexing_slicing)]
 #[inline]
 fn decode(strategy: Strategy, words: &[u64], i: usize) -> QuotaState {
     match words_per_quota(strategy) {
@@ -320,6 +324,8 @@ fn decode(strategy: Strategy, words: &[u64], i: usize) -> QuotaState {
 }
 
 /// Writes `state` as quota `i` of `words`.
+// In bounds: as in `decode`.
+#[allow(clippy::indexing_slicing)]
 #[inline]
 fn encode(state: &QuotaState, words: &mut [u64], i: usize) {
     match state {
@@ -477,7 +483,7 @@ impl KeyState {
                         QuotaState::Gcra(Gcra::default())
                     }
                 });
-                let states = &mut buf[..n];
+                let states = buf.get_mut(..n).unwrap_or_default();
                 let (index, v) = strategy::apply(states, *strategy, params, now, op);
                 for (i, s) in states.iter().enumerate() {
                     encode(s, words, i);

@@ -141,7 +141,7 @@ impl Sketch {
         let word = encode(spent.units, spent.until);
         let (units, steps) = (word & UNITS_MAX, word >> UNIT_BITS);
         for i in self.probes(hash) {
-            let cell = &cells[i];
+            let Some(cell) = cells.get(i) else { continue };
             let mut old = cell.load(Ordering::Relaxed);
             loop {
                 let new = if decode(old).until <= now {
@@ -174,7 +174,8 @@ impl Sketch {
             until: u64::MAX,
         };
         for i in self.probes(hash) {
-            let s = decode(cells[i].load(Ordering::Relaxed));
+            let Some(cell) = cells.get(i) else { continue };
+            let s = decode(cell.load(Ordering::Relaxed));
             // A cell past its time: the key's own record (if any) is past too.
             if s.until <= now {
                 return None;

@@ -144,6 +144,9 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
 
     /// Segment `i` (below [`SEGMENTS`]).
     #[inline]
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     pub(super) fn segment(&self, i: usize) -> &DashMap<K, V, RandomState> {
         &self.maps[i]
     }
@@ -165,6 +168,9 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
 }
 
 impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     fn sweep(&self, i: usize, now: u64) -> usize {
         let segment = &self.maps[i];
         let mut removed = 0;
@@ -184,6 +190,9 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         removed
     }
 
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) {
         let segment = &self.maps[i];
         // First pass: how near the keys are, to find the nearness below which the batch lies.
@@ -232,6 +241,9 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         });
     }
 
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     fn nearest(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) -> Option<u16> {
         let mut nearest = None;
         for mut r in self.maps[i].iter_mut() {
@@ -252,6 +264,9 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         nearest
     }
 
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     fn evict_one(&self, i: usize, now: u64, nearness: u16, scan: &mut RoomScan<'_>) {
         self.maps[i].retain(|k, v| {
             if scan.freed > 0 {

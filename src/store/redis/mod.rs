@@ -920,8 +920,7 @@ impl RedisStore {
         &self,
         base: &String,
         cache_key: Option<u64>,
-        rule: &Rule,
-        tag: u64,
+        (rule, tag): (&Rule, u64),
         op: Op,
         now: u64,
         e: StoreError,
@@ -1217,7 +1216,7 @@ impl RedisStore {
         }
         let inner = &self.inner;
         // Degraded mode needs the key and rule once Redis has failed; cloned only then.
-        let fallback = |e: StoreError| self.outage(&base, cache_key, rule, tag, op, now, e);
+        let fallback = |e: StoreError| self.outage(&base, cache_key, (rule, tag), op, now, e);
         let pass = inner.breaker.pass();
         if pass == Pass::Refuse {
             return ready(fallback(StoreError::new(
@@ -1262,7 +1261,7 @@ impl RedisStore {
         Box::pin(async move {
             let inner = &store.inner;
             let outage = |e: StoreError| match &local {
-                Some((base, rule)) => store.outage(base, cache_key, rule, tag, op, now, e),
+                Some((base, rule)) => store.outage(base, cache_key, (rule, tag), op, now, e),
                 None => store.outage_error(e),
             };
             // A slot among the calls in flight, waiting at most until the deadline: past it, the
