@@ -64,7 +64,20 @@
 //! | `Retry-After` (`429` only) | `max(1, ceil(retry_after))` seconds: when a request of the same cost will be admitted ([`Decision::retry_after_secs`](crate::Decision::retry_after_secs)) |
 //!
 //! The IETF draft's structured `RateLimit` and `RateLimit-Policy` fields are available instead of or
-//! beside these with [`HeaderStyle`](crate::layer::HeaderStyle).
+//! beside these with [`HeaderStyle`](crate::layer::HeaderStyle) (draft-ietf-httpapi-ratelimit-headers-11):
+//! `RateLimit-Policy` has one item per quota, `q=N;w=W` for the windows and `q=B;w=ceil(B x T)` for
+//! the buckets (a bucket admits `B` at once, then one per `T`); `RateLimit` one item per limiter,
+//! `r` the remaining and `t` the reset, or on a `429` the `Retry-After` value. The layer adds the
+//! partition key `pk` (a keyed hash of the key, [`partition_key`](crate::layer::RateLimitLayer::partition_key)),
+//! the quota unit `qu` ([`quota_unit`](crate::layer::RateLimitLayer::quota_unit)) and jitter on `t`
+//! ([`jitter`](crate::layer::RateLimitLayer::jitter)) on request, and
+//! [`ProblemJson`](crate::layer::ProblemJson) answers a `429` with the draft's `quota-exceeded` problem
+//! type.
+//!
+//! Clock-aligned windows (fixed window, sliding window counter) follow UTC unless the rule has a
+//! [`WindowOffset`](crate::WindowOffset): then every edge, and the headers, are at the offset zone's
+//! times. A shaping queue instead of rejections:
+//! [`RateLimitLayer::queue`](crate::layer::RateLimitLayer::queue).
 //!
 //! With several quotas one quota is *reported*, and `limit`, `remaining` and `reset` all come from
 //! it: on a `429` the rejecting quota with the longest `retry_after` (so `Retry-After` is the real
