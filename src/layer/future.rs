@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::Settle;
+use super::body::ResponseBody;
 use super::layer::Core;
 use super::response::{
     FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
@@ -183,7 +184,7 @@ pin_project! {
         Readying { pending: Option<Pending<S, ReqB>>, decision: Option<Decision> },
         Forwarding { #[pin] fut: S::Future, decision: Option<Decision> },
         Settling { #[pin] settle: Answer<St::Future>, response: Option<Response<ResB>>, decision: Decision },
-        Done { response: Option<Response<ResB>> },
+        Done { response: Option<Response<ResponseBody<ResB>>> },
     }
 }
 
@@ -202,7 +203,7 @@ where
         }
     }
 
-    pub(crate) fn ready(response: Response<ResB>) -> Self {
+    pub(crate) fn ready(response: Response<ResponseBody<ResB>>) -> Self {
         Self {
             state: State::Done {
                 response: Some(response),
@@ -229,11 +230,10 @@ where
 impl<S, ReqB, ResB, K, St, C, R> ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
 {
     /// The store answered during `call` (the memory store always does). An allowed request goes
     /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
@@ -286,13 +286,12 @@ where
 impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
 {
-    type Output = Result<Response<ResB>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -346,7 +345,7 @@ where
                 StateProj::Forwarding { fut, decision } => {
                     let mut res = ready!(fut.poll(cx))?;
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), *decision) else {
-                        return Poll::Ready(Ok(res));
+                        return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
                     let name = ctx.core.limiter.name();
                     if res
@@ -369,7 +368,7 @@ where
                         }
                     }
                     finish_allowed(ctx, &mut res, &d);
-                    return Poll::Ready(Ok(res));
+                    return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                 }
                 StateProj::Settling {
                     settle,
@@ -388,7 +387,7 @@ where
                         }
                     };
                     finish_allowed(ctx, &mut res, &d);
-                    return Poll::Ready(Ok(res));
+                    return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                 }
                 StateProj::Done { response } => {
                     return match response.take() {
@@ -422,11 +421,10 @@ fn after_check<S, ReqB, ResB, K, St, C, R>(
 ) -> State<S, ReqB, ResB, K, St>
 where
     S: Service<Request<ReqB>> + Clone,
-    ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
 {
     let d = match result {
         Ok(d) => d,

@@ -106,6 +106,7 @@
     )
 )]
 
+mod body;
 mod future;
 #[allow(clippy::module_inception)]
 mod layer;
@@ -113,6 +114,7 @@ mod pace;
 mod response;
 mod service;
 
+pub use body::{BoxError, ResponseBody};
 pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};

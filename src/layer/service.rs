@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::future::{Ctx, Pending, ResponseFuture};
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
 use super::response::{OnRejected, Refusal};
@@ -152,16 +153,15 @@ impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
     for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: From<String>,
     X: KeyExtractor,
     St: Store<X::Key>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
     Co: RequestCost,
     Ru: SelectRule,
     Sk: Skip,
 {
-    type Response = Response<ResB>;
+    type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqB, ResB, X::Key, St, C, R>;
 
