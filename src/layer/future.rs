@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::Settle;
 use super::body::ResponseBody;
+use super::grpc;
 use super::layer::Core;
 use super::response::{
     FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
@@ -72,6 +73,8 @@ pub(crate) struct Ctx<K, St, C, R> {
     waited: Duration,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
+    /// A gRPC call: the layer's own answers are trailers-only gRPC statuses.
+    pub(crate) grpc: bool,
 }
 
 impl<K, St, C, R> Ctx<K, St, C, R> {
@@ -81,6 +84,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
         cost: u32,
         rule: Option<Arc<Rule>>,
         id: CountId,
+        grpc: bool,
     ) -> Self {
         Self {
             core,
@@ -89,6 +93,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             rule,
             waited: Duration::ZERO,
             id,
+            grpc,
         }
     }
 }
@@ -131,9 +136,9 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         }
     }
 
-    fn reject<B: From<String>>(&self, d: Decision) -> Response<B>
+    fn reject<B>(&self, d: Decision) -> Response<ResponseBody<B>>
     where
-        R: OnRejected<B>,
+        R: OnRejected<ResponseBody<B>>,
     {
         tracing::debug!(
             key = self.key_text(),
@@ -142,7 +147,11 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             exceeds = d.outcome() == Outcome::Exceeds,
             "rate limited"
         );
-        let mut res = self.core.rejection.on_rejected(&d);
+        let mut res = if self.grpc {
+            grpc::rejected(&d)
+        } else {
+            self.core.rejection.on_rejected(&d)
+        };
         write_headers(res.headers_mut(), &d, self.rule(), &self.core.headers);
         res.extensions_mut().insert(d);
         res
@@ -431,7 +440,11 @@ where
         Err(e) => {
             ctx.store_error(&e);
             if ctx.core.failure == FailurePolicy::FailClosed {
-                let mut res = ctx.core.rejection.on_refused(Refusal::StoreFailed(&e));
+                let mut res = if ctx.grpc {
+                    grpc::refused(Refusal::StoreFailed(&e))
+                } else {
+                    ctx.core.rejection.on_refused(Refusal::StoreFailed(&e))
+                };
                 res.extensions_mut().insert(e);
                 return State::Done {
                     response: Some(res),

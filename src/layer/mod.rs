@@ -108,6 +108,7 @@
 
 mod body;
 mod future;
+mod grpc;
 #[allow(clippy::module_inception)]
 mod layer;
 mod pace;

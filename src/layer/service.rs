@@ -10,6 +10,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::future::{Ctx, Pending, ResponseFuture};
+use super::grpc;
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
 use super::response::{OnRejected, Refusal};
 use crate::clock::Clock;
@@ -191,10 +192,15 @@ where
                 }
                 MissingKey::Reject(status) => {
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
-                    let mut res = self.core.rejection.on_refused(Refusal::NoKey {
+                    let refusal = Refusal::NoKey {
                         status: *status,
                         error: &e,
-                    });
+                    };
+                    let mut res = if grpc::is_grpc(&parts.headers) {
+                        grpc::refused(refusal)
+                    } else {
+                        self.core.rejection.on_refused(refusal)
+                    };
                     res.extensions_mut().insert(e);
                     // Gives back what the inner service's `poll_ready` reserved.
                     let fresh = self.inner.clone();
@@ -221,7 +227,8 @@ where
             .core
             .limiter
             .apply(&key, rule.as_deref(), Op::Check(cost));
-        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
+        let grpc = grpc::is_grpc(&parts.headers);
+        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id, grpc);
         // The store says whether it answered at once (the memory store always does).
         let check = match answer.into_now() {
             Ok(result) => {
