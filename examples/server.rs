@@ -44,8 +44,8 @@
 //! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
 //! | `--rules FILE` | 14 | none | limits from a TOML rules file, every path and method answered `ok`; not available yet | — |
 //! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
-//! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set to the query parameter `used` and the limiter settles to it; not available yet | process-wide |
-//! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` | exit 2 |
+//! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
+//! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2 |
 //! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
 //! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
 //! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window`: not available yet; warns with other strategies | exit 2 |
@@ -60,13 +60,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use clap::{CommandFactory, Parser, ValueEnum};
 use http::request::Parts;
 use tollgate::key::{
     Cidr, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp,
 };
-use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
+use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom};
 use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy};
 
@@ -430,6 +431,7 @@ struct Settings {
     store_timeout: Option<Duration>,
     cost: u32,
     delay: Duration,
+    settle_header: Option<http::HeaderName>,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -490,6 +492,7 @@ impl Settings {
             store,
             cost: cli.cost.unwrap_or(1),
             delay: cli.delay_ms.unwrap_or(Duration::ZERO),
+            settle_header: cli.settle_header.clone(),
         };
         Ok((settings, warnings))
     }
@@ -666,7 +669,6 @@ fn not_available_yet(
         ("--redis-ca", cli.redis_ca.is_some()),
         ("--redis-cert", cli.redis_cert.is_some()),
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
-        ("--settle-header", cli.settle_header.is_some()),
         ("--concurrency", cli.concurrency.is_some()),
         ("--window-offset", cli.window_offset.is_some() && aligned),
         (
@@ -744,15 +746,30 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
     if o.missing_global {
         layer = layer.fallback_key(global_key());
     }
+    if let Some(name) = &o.settle_header {
+        layer = layer.settle_from(SettleFrom::header(name.clone()));
+    }
     let delay = o.delay;
+    let settle = o.settle_header.clone().map(|name| (name, cost.max(1)));
     Router::new()
         .route(
             "/",
-            get(move || async move {
+            get(move |uri: http::Uri| async move {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                "ok"
+                let mut res = "ok".into_response();
+                if let Some((name, estimate)) = settle {
+                    // `used` verbatim (the limiter judges it), the estimate without one.
+                    let used = uri
+                        .query()
+                        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("used=")))
+                        .map_or_else(|| estimate.to_string(), str::to_owned);
+                    if let Ok(v) = http::HeaderValue::from_str(&used) {
+                        res.headers_mut().insert(name, v);
+                    }
+                }
+                res
             }),
         )
         .layer(layer)

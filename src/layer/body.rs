@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -29,10 +29,25 @@ pin_project! {
     }
 }
 
+/// Watches the inner body on behalf of the layer: a settlement from the body's end, a concurrency
+/// slot held while it streams. What it does at the end it does when dropped: after the last frame,
+/// or when the body is dropped unfinished (the client went away).
+pub(crate) trait Tail: Send {
+    /// A data frame went by.
+    fn data(&mut self, chunk: &[u8]) {
+        let _ = chunk;
+    }
+
+    /// The trailers went by.
+    fn trailers(&mut self, trailers: &http::HeaderMap) {
+        let _ = trailers;
+    }
+}
+
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
-        Inner { #[pin] body: B },
+        Inner { #[pin] body: B, tails: Vec<Box<dyn Tail>> },
         Full { data: Option<Bytes> },
         Boxed { #[pin] body: Boxed },
     }
@@ -42,7 +57,17 @@ impl<B> ResponseBody<B> {
     /// The inner service's body.
     pub fn inner(body: B) -> Self {
         Self {
-            kind: Kind::Inner { body },
+            kind: Kind::Inner {
+                body,
+                tails: Vec::new(),
+            },
+        }
+    }
+
+    /// Adds a watcher of the inner body (nothing for the layer's own answers, which end at once).
+    pub(crate) fn watch(&mut self, tail: Box<dyn Tail>) {
+        if let Kind::Inner { tails, .. } = &mut self.kind {
+            tails.push(tail);
         }
     }
 
@@ -151,7 +176,23 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
+            KindProj::Inner { body, tails } => {
+                let frame = ready!(body.poll_frame(cx));
+                if !tails.is_empty() {
+                    match &frame {
+                        Some(Ok(frame)) => {
+                            if let Some(data) = frame.data_ref() {
+                                tails.iter_mut().for_each(|t| t.data(data));
+                            } else if let Some(trailers) = frame.trailers_ref() {
+                                tails.iter_mut().for_each(|t| t.trailers(trailers));
+                            }
+                        }
+                        // The end, or an error that ends it: the watchers finish now.
+                        _ => tails.clear(),
+                    }
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Boxed { body } => body.poll_frame(cx),
         }
@@ -159,7 +200,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body, .. } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
             Kind::Boxed { body } => body.is_end_stream(),
         }
@@ -167,7 +208,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body, .. } => body.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

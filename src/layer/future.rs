@@ -19,6 +19,7 @@ use super::response::{
     FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
 };
 use super::service::{CountId, mark_counted};
+use super::settle::{BodySettle, Source, warn_bad_value};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -119,6 +120,59 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             self.rule.as_deref(),
             Op::settle(reservation, units),
         ))
+    }
+
+    /// What the response says the request cost, for this limiter: its [`Settle`] marker (taken
+    /// out: an enclosing limiter never settles this one's reservation), else the configured
+    /// source's value when the head has it. `None`: the estimate stands (for now).
+    fn settled_units<B>(&self, res: &mut Response<B>) -> Option<u32> {
+        let name = self.core.limiter.name();
+        if res
+            .extensions()
+            .get::<Settle>()
+            .is_some_and(|s| s.is_for(name))
+        {
+            return res.extensions_mut().remove::<Settle>().map(|s| s.charged());
+        }
+        match self.core.settle.as_ref()?.from_head(res) {
+            Ok(units) => units,
+            Err(bad) => {
+                warn_bad_value(&self.core.settle_warned, name, bad);
+                None
+            }
+        }
+    }
+
+    /// The response with its body watched for a settlement at the body's end, when configured.
+    fn watch_body<B>(&self, res: Response<B>, d: &Decision) -> Response<ResponseBody<B>> {
+        let mut res = res.map(ResponseBody::inner);
+        let (Some(from), Some(reservation)) = (self.core.settle.as_ref(), d.reservation()) else {
+            return res;
+        };
+        let Source::Body(count) = &from.source else {
+            return res;
+        };
+        let cap = from.cap.map_or_else(
+            || {
+                self.rule()
+                    .quotas()
+                    .iter()
+                    .map(|q| u64::from(q.limit().max(q.burst())))
+                    .max()
+                    .unwrap_or(u64::MAX)
+            },
+            u64::from,
+        );
+        res.body_mut().watch(Box::new(BodySettle {
+            limiter: self.core.limiter.clone(),
+            key: self.key.clone(),
+            rule: self.rule.clone(),
+            reservation,
+            count: Arc::clone(count),
+            cap,
+            units: 0,
+        }));
+        res
     }
 
     fn key_text(&self) -> Option<String> {
@@ -356,17 +410,7 @@ where
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), *decision) else {
                         return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
-                    let name = ctx.core.limiter.name();
-                    if res
-                        .extensions()
-                        .get::<Settle>()
-                        .is_some_and(|s| s.is_for(name))
-                    {
-                        // Taken out: an enclosing limiter never settles this one's reservation.
-                        let units = res
-                            .extensions_mut()
-                            .remove::<Settle>()
-                            .map_or(0, |s| s.charged());
+                    if let Some(units) = ctx.settled_units(&mut res) {
                         if let Some(settle) = ctx.settle(&d, units) {
                             this.state.set(State::Settling {
                                 settle,
@@ -377,7 +421,7 @@ where
                         }
                     }
                     finish_allowed(ctx, &mut res, &d);
-                    return Poll::Ready(Ok(res.map(ResponseBody::inner)));
+                    return Poll::Ready(Ok(ctx.watch_body(res, &d)));
                 }
                 StateProj::Settling {
                     settle,
@@ -396,7 +440,7 @@ where
                         }
                     };
                     finish_allowed(ctx, &mut res, &d);
-                    return Poll::Ready(Ok(res.map(ResponseBody::inner)));
+                    return Poll::Ready(Ok(ctx.watch_body(res, &d)));
                 }
                 StateProj::Done { response } => {
                     return match response.take() {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -11,6 +11,7 @@ use tower_layer::Layer;
 
 use super::response::{DefaultRejection, FailurePolicy, HeaderConfig, HeaderStyle, ResetFormat};
 use super::service::RateLimitService;
+use super::settle::SettleFrom;
 use crate::clock::{Clock, SystemClock};
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
@@ -110,6 +111,8 @@ pub(crate) struct Core<K, St, C, R> {
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
+    pub(crate) settle: Option<SettleFrom>,
+    pub(crate) settle_warned: Arc<AtomicBool>,
 }
 
 /// The per-request hooks: key, cost, rule, skip.
@@ -187,6 +190,8 @@ pub struct RateLimitLayer<
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
+    pub(crate) settle: Option<SettleFrom>,
+    pub(crate) settle_warned: Arc<AtomicBool>,
 }
 
 impl<X, St, C, R, Co, Ru, Sk> Clone for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
@@ -213,6 +218,8 @@ where
             waiting: Arc::clone(&self.waiting),
             last_warn: Arc::clone(&self.last_warn),
             missing_keys: Arc::clone(&self.missing_keys),
+            settle: self.settle.clone(),
+            settle_warned: Arc::clone(&self.settle_warned),
         }
     }
 }
@@ -258,6 +265,8 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
             waiting: Arc::default(),
             last_warn: Arc::default(),
             missing_keys: Arc::default(),
+            settle: None,
+            settle_warned: Arc::default(),
         }
     }
 }
@@ -395,6 +404,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
     }
 
@@ -415,6 +426,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
     }
 
@@ -435,7 +448,30 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
+    }
+
+    /// Settles each request's reservation from its response (a header, an extension, the body's
+    /// end; see [`SettleFrom`]): the request is admitted on its estimate ([`cost`](Self::cost),
+    /// at least 1 here) and then charged what the response reports. Stacked layers configured with
+    /// the same source each settle their own reservation from it.
+    ///
+    /// ```
+    /// use tollgate::{RateLimiter, key::HeaderKey, layer::{RateLimitLayer, SettleFrom}};
+    ///
+    /// // An LLM gateway: 100 000 tokens an hour per API key, each call charged the tokens its
+    /// // backend reports in `x-tokens-used`, admitted on an estimate of 500.
+    /// let limiter = RateLimiter::builder().quotas("100000/hour").unwrap().build().unwrap();
+    /// let layer = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
+    ///     .cost(|_: &http::request::Parts| 500)
+    ///     .settle_from(SettleFrom::header(http::HeaderName::from_static("x-tokens-used")));
+    /// # let _ = layer;
+    /// ```
+    pub fn settle_from(mut self, source: SettleFrom) -> Self {
+        self.settle = Some(source);
+        self
     }
 
     /// Exempts the requests for which `f` returns `true`: they pass without a check and without
@@ -456,6 +492,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
     }
 }
@@ -484,6 +522,8 @@ where
                 waiting: Arc::clone(&self.waiting),
                 last_warn: Arc::clone(&self.last_warn),
                 missing_keys: Arc::clone(&self.missing_keys),
+                settle: self.settle.clone(),
+                settle_warned: Arc::clone(&self.settle_warned),
             }),
             Arc::new(Hooks {
                 key: self.key.clone(),

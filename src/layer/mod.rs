@@ -114,6 +114,7 @@ mod layer;
 mod pace;
 mod response;
 mod service;
+mod settle;
 
 pub use body::{BoxError, ResponseBody};
 pub use future::ResponseFuture;
@@ -125,6 +126,7 @@ pub use response::{
     X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
+pub use settle::{SettleFrom, UsedUnits};
 
 #[allow(unused_imports)]
 use crate::{Decision, RateLimiter};

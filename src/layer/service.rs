@@ -222,7 +222,11 @@ where
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }
-        let cost = hooks.cost.cost(&parts);
+        let mut cost = hooks.cost.cost(&parts);
+        if self.core.settle.is_some() {
+            // A cost-0 peek must not pass a key deep in debt: settlement admits on at least 1.
+            cost = cost.max(1);
+        }
         let answer = self
             .core
             .limiter

@@ -22,5 +22,6 @@ mod login;
 mod playground;
 mod problem_json;
 mod server_cli;
+mod settle_from_response;
 mod settlement;
 mod stacked_headers;

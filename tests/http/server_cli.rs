@@ -277,7 +277,6 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rules", &file], "--rules"),
         (vec!["--concurrency", "4"], "--concurrency"),
-        (vec!["--settle-header", "x-used"], "--settle-header"),
         (vec!["--window-offset", "+08:00"], "--window-offset"),
         (
             vec!["--strategy", "fixed-window", "--window-offset", "-5h"],
@@ -535,6 +534,48 @@ async fn delay_ms_makes_the_handler_take_that_long() {
         "the delayed request was counted"
     );
     server.stop().await;
+}
+
+#[tokio::test]
+async fn settle_header_charges_what_the_handler_reports() {
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--strategy",
+        "fixed-window",
+        "--quota",
+        "20/hour",
+        "--cost",
+        "4",
+        "--settle-header",
+        "x-used",
+    ])
+    .await;
+    let client = TestClient::new();
+    let res = client.get(&server.url("/?used=1")).await;
+    assert_eq!(res.header("x-used"), Some("1"), "the handler echoes `used`");
+    assert_eq!(res.num("x-ratelimit-remaining"), 19, "the settled state");
+    let res = client.get(&server.url("/")).await;
+    assert_eq!(res.header("x-used"), Some("4"), "no `used`: the estimate");
+    assert_eq!(res.num("x-ratelimit-remaining"), 15);
+    for bad in ["-1", "abc", "4294967296"] {
+        let res = client.get(&server.url(&format!("/?used={bad}"))).await;
+        assert_eq!(res.header("x-used"), Some(bad), "verbatim");
+        assert_eq!(res.status, StatusCode::OK);
+    }
+    // Each bad value left the estimate (4) charged: 15 - 3 x 4 = 3 left, less than an estimate.
+    let res = client.get(&server.url("/?used=0")).await;
+    assert_eq!(
+        res.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "3 units left < estimate 4"
+    );
+    let stderr = server.stop().await;
+    assert_eq!(
+        stderr.matches("the estimate stands").count(),
+        1,
+        "one warning for the bad values: {stderr}"
+    );
 }
 
 /// The flag table of the example's docs and of the README's "The `server` example" section.

@@ -1,0 +1,236 @@
+//! Settlement from the response: [`SettleFrom`] (a header, an extension, the body's end) and
+//! [`UsedUnits`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::{HeaderName, Response};
+
+use super::body::Tail;
+use crate::RateLimiter;
+use crate::clock::Clock;
+use crate::decision::Reservation;
+use crate::rule::Rule;
+use crate::store::{Store, StoreKey};
+use crate::strategy::Op;
+
+/// Put this into a response's extensions to report what the request used, for every layer
+/// configured with [`SettleFrom::extension`] (each settles its own reservation to it; the value is
+/// read, not taken). Values above `u32::MAX` leave the estimate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UsedUnits(pub u64);
+
+/// Where a layer learns what a request actually cost, once the handler ran: the request is
+/// admitted on its estimate ([`RateLimitLayer::cost`](super::RateLimitLayer::cost), at least 1
+/// with settlement on, so a cost-0 peek never passes a key deep in debt), then its reservation is
+/// settled to the value found here (see [`RateLimitLayer::settle_from`](super::RateLimitLayer::settle_from)).
+///
+/// - [`header`](Self::header): a response header holding a decimal count (`x-tokens-used: 1234`);
+///   the response's rate-limit fields show the settled state.
+/// - [`extension`](Self::extension): a [`UsedUnits`] in the response's extensions; the fields show
+///   the settled state.
+/// - [`body`](Self::body): counted over the response body's data as it streams, settled when the
+///   body ends (or is dropped: a client that goes away pays for what it got), capped per stream;
+///   the fields show the estimate, as the head is sent before the count is known.
+///
+/// A value that is missing, negative, not a number or above `u32::MAX` leaves the estimate
+/// charged, with one warning per layer. A [`Settle`](super::Settle) marker for the limiter wins
+/// over the source.
+#[derive(Clone)]
+pub struct SettleFrom {
+    pub(crate) source: Source,
+    pub(crate) cap: Option<u32>,
+}
+
+#[derive(Clone)]
+pub(crate) enum Source {
+    Header(HeaderName),
+    Extension,
+    Body(Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>),
+}
+
+impl fmt::Debug for SettleFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("SettleFrom");
+        match &self.source {
+            Source::Header(name) => d.field("header", name),
+            Source::Extension => d.field("extension", &"UsedUnits"),
+            Source::Body(_) => d.field("body", &"<fn>"),
+        };
+        d.field("cap", &self.cap).finish()
+    }
+}
+
+impl SettleFrom {
+    /// The response header `name`, a decimal count of units.
+    pub fn header(name: HeaderName) -> Self {
+        Self {
+            source: Source::Header(name),
+            cap: None,
+        }
+    }
+
+    /// A [`UsedUnits`] in the response's extensions.
+    pub fn extension() -> Self {
+        Self {
+            source: Source::Extension,
+            cap: None,
+        }
+    }
+
+    /// The sum of `count` over the response body's data frames, settled at the body's end: e.g.
+    /// `|chunk| chunk.len() as u64` for bytes, or a count of the tokens in a stream's events.
+    /// Capped per stream at [`cap`](Self::cap) (default: the rule's largest limit, so one stream
+    /// never charges more than a whole quota).
+    pub fn body(count: impl Fn(&[u8]) -> u64 + Send + Sync + 'static) -> Self {
+        Self {
+            source: Source::Body(Arc::new(count)),
+            cap: None,
+        }
+    }
+
+    /// The most one response may be charged from this source.
+    #[must_use]
+    pub fn cap(mut self, units: u32) -> Self {
+        self.cap = Some(units);
+        self
+    }
+
+    /// The units reported in the head of `res`: `Ok(None)` when this source reads the body,
+    /// `Err` for a missing or unusable value.
+    pub(crate) fn from_head<B>(&self, res: &Response<B>) -> Result<Option<u32>, BadValue> {
+        let units = match &self.source {
+            Source::Header(name) => {
+                let value = res.headers().get(name).ok_or(BadValue::Missing)?;
+                parse_units(value.as_bytes())?
+            }
+            Source::Extension => {
+                let UsedUnits(n) = res.extensions().get().ok_or(BadValue::Missing)?;
+                u32::try_from(*n).map_err(|_| BadValue::TooLarge)?
+            }
+            Source::Body(_) => return Ok(None),
+        };
+        Ok(Some(self.cap.map_or(units, |cap| units.min(cap))))
+    }
+}
+
+/// Why a settle value was not used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BadValue {
+    Missing,
+    NotANumber,
+    TooLarge,
+}
+
+impl BadValue {
+    fn text(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::NotANumber => "not a non-negative decimal number",
+            Self::TooLarge => "above u32::MAX",
+        }
+    }
+}
+
+/// A decimal count of units, surrounding spaces allowed; no sign.
+fn parse_units(bytes: &[u8]) -> Result<u32, BadValue> {
+    let s = std::str::from_utf8(bytes)
+        .map_err(|_| BadValue::NotANumber)?
+        .trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(BadValue::NotANumber);
+    }
+    s.parse::<u32>().map_err(|_| BadValue::TooLarge)
+}
+
+/// Logs an unusable settle value, once per layer.
+pub(crate) fn warn_bad_value(warned: &AtomicBool, limiter: &str, bad: BadValue) {
+    if !warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            limiter,
+            "rate limiter: the settle value of a response is {}; the estimate stands (warned once)",
+            bad.text()
+        );
+    }
+}
+
+/// Settles a reservation to what the body's data counted, when the body ends or is dropped.
+pub(crate) struct BodySettle<K: StoreKey, St: Store<K>, C: Clock> {
+    pub(crate) limiter: RateLimiter<K, St, C>,
+    pub(crate) key: K,
+    pub(crate) rule: Option<Arc<Rule>>,
+    pub(crate) reservation: Reservation,
+    pub(crate) count: Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>,
+    pub(crate) cap: u64,
+    pub(crate) units: u64,
+}
+
+impl<K: StoreKey, St: Store<K>, C: Clock> Tail for BodySettle<K, St, C> {
+    fn data(&mut self, chunk: &[u8]) {
+        self.units = self.units.saturating_add((self.count)(chunk)).min(self.cap);
+    }
+}
+
+impl<K: StoreKey, St: Store<K>, C: Clock> Drop for BodySettle<K, St, C> {
+    fn drop(&mut self) {
+        let units = u32::try_from(self.units.min(self.cap)).unwrap_or(u32::MAX);
+        let answer = self.limiter.apply(
+            &self.key,
+            self.rule.as_deref(),
+            Op::settle(self.reservation, units),
+        );
+        let name = self.limiter.name().to_owned();
+        match answer.into_now() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => settle_failed(&name, &e),
+            // A store that answers later (Redis): settled in the background.
+            Err(later) => match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move {
+                        if let Err(e) = later.await {
+                            settle_failed(&name, &e);
+                        }
+                    });
+                }
+                Err(_) => tracing::warn!(
+                    limiter = name,
+                    "rate limiter: a body ended outside a tokio runtime; its settlement is lost"
+                ),
+            },
+        }
+    }
+}
+
+fn settle_failed(limiter: &str, e: &crate::error::StoreError) {
+    tracing::warn!(limiter, error = %e, "rate limiter: settling at the body's end failed; the estimate stands");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_plain_decimal_counts() {
+        assert_eq!(parse_units(b"0"), Ok(0));
+        assert_eq!(parse_units(b" 1234 "), Ok(1234));
+        assert_eq!(parse_units(b"4294967295"), Ok(u32::MAX));
+        assert_eq!(parse_units(b"4294967296"), Err(BadValue::TooLarge));
+        assert_eq!(
+            parse_units(b"99999999999999999999999"),
+            Err(BadValue::TooLarge)
+        );
+        for bad in [
+            &b"-1"[..],
+            b"+1",
+            b"1.5",
+            b"",
+            b"  ",
+            b"ten",
+            b"0x10",
+            b"\xff",
+        ] {
+            assert_eq!(parse_units(bad), Err(BadValue::NotANumber), "{bad:?}");
+        }
+    }
+}
