@@ -10,4 +10,5 @@ mod limiter_names;
 mod redis_cluster;
 mod redis_faults;
 mod redis_server;
+mod redis_settle_from_response;
 mod redis_store;
