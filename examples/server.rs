@@ -46,7 +46,7 @@
 //! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
 //! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
 //! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2 |
-//! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
+//! | `--concurrency N` | 15 | none | cap on requests in flight per key (429 at once above it, `Retry-After: 1`); on Redis shared by the instances (leases: two Redis calls per request) | exit 2 |
 //! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
 //! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window`: not available yet; warns with other strategies | exit 2 |
 //! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue that waits up to MAX_WAIT_MS: not available yet; warns with other strategies | exit 2 |
@@ -67,7 +67,9 @@ use http::request::Parts;
 use tollgate::key::{
     Cidr, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp,
 };
-use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom};
+use tollgate::layer::{
+    ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom,
+};
 use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy};
 
@@ -432,6 +434,7 @@ struct Settings {
     cost: u32,
     delay: Duration,
     settle_header: Option<http::HeaderName>,
+    concurrency: Option<NonZeroU32>,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -493,6 +496,7 @@ impl Settings {
             cost: cli.cost.unwrap_or(1),
             delay: cli.delay_ms.unwrap_or(Duration::ZERO),
             settle_header: cli.settle_header.clone(),
+            concurrency: cli.concurrency,
         };
         Ok((settings, warnings))
     }
@@ -669,7 +673,6 @@ fn not_available_yet(
         ("--redis-ca", cli.redis_ca.is_some()),
         ("--redis-cert", cli.redis_cert.is_some()),
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
-        ("--concurrency", cli.concurrency.is_some()),
         ("--window-offset", cli.window_offset.is_some() && aligned),
         (
             "--queue",
@@ -729,7 +732,11 @@ impl KeyExtractor for DemoKey {
 
 /// The app: `GET /` answers `ok` (after `--delay-ms`); everything, 404s included, goes through the
 /// limiter.
-fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &Settings) -> Router {
+fn app<St: Store<Vec<u8>>, C: Clock>(
+    limiter: RateLimiter<Vec<u8>, St, C>,
+    inflight: Option<ConcurrencyLimit<Vec<u8>>>,
+    o: &Settings,
+) -> Router {
     let key = match &o.key {
         KeyChoice::Ip if o.trusted.is_empty() => DemoKey::Peer(PeerIp::default()),
         KeyChoice::Ip => {
@@ -739,6 +746,7 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
         KeyChoice::Global => DemoKey::Global,
     };
     let cost = o.cost;
+    let concurrency = inflight.map(|limit| ConcurrencyLayer::new(limit, key.clone()));
     let mut layer = RateLimitLayer::new(limiter, key)
         .reset_format(o.reset)
         .failure_policy(o.failure)
@@ -751,28 +759,32 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
     }
     let delay = o.delay;
     let settle = o.settle_header.clone().map(|name| (name, cost.max(1)));
-    Router::new()
-        .route(
-            "/",
-            get(move |uri: http::Uri| async move {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+    let router = Router::new().route(
+        "/",
+        get(move |uri: http::Uri| async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let mut res = "ok".into_response();
+            if let Some((name, estimate)) = settle {
+                // `used` verbatim (the limiter judges it), the estimate without one.
+                let used = uri
+                    .query()
+                    .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("used=")))
+                    .map_or_else(|| estimate.to_string(), str::to_owned);
+                if let Ok(v) = http::HeaderValue::from_str(&used) {
+                    res.headers_mut().insert(name, v);
                 }
-                let mut res = "ok".into_response();
-                if let Some((name, estimate)) = settle {
-                    // `used` verbatim (the limiter judges it), the estimate without one.
-                    let used = uri
-                        .query()
-                        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("used=")))
-                        .map_or_else(|| estimate.to_string(), str::to_owned);
-                    if let Ok(v) = http::HeaderValue::from_str(&used) {
-                        res.headers_mut().insert(name, v);
-                    }
-                }
-                res
-            }),
-        )
-        .layer(layer)
+            }
+            res
+        }),
+    );
+    // The rate limit first, then the cap on requests in flight (inside it: a request refused by
+    // the rate limit never takes a slot).
+    match concurrency {
+        Some(concurrency) => router.layer(concurrency).layer(layer),
+        None => router.layer(layer),
+    }
 }
 
 /// Binds the first of `--addr`'s addresses that accepts (exit 2 if the name does not resolve,
@@ -802,6 +814,7 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener, ExitCode> {
 /// Serves until SIGINT or SIGTERM. Generic over the store, so any `Store<Vec<u8>>` plugs in.
 async fn serve<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
+    inflight: Option<ConcurrencyLimit<Vec<u8>>>,
     o: &Settings,
 ) -> ExitCode {
     let listener = match bind(&o.addr).await {
@@ -815,7 +828,7 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
             return ExitCode::FAILURE;
         }
     };
-    let app = app(limiter, o);
+    let app = app(limiter, inflight, o);
     let shutdown = shutdown_signal();
     println!("listening on http://{addr}");
     use std::io::Write as _;
@@ -923,7 +936,10 @@ async fn main() -> ExitCode {
                 None => builder,
             };
             match builder.build() {
-                Ok(limiter) => serve(limiter, &o).await,
+                Ok(limiter) => {
+                    let inflight = o.concurrency.map(ConcurrencyLimit::memory);
+                    serve(limiter, inflight, &o).await
+                }
                 Err(e) => usage_error(&e.to_string()),
             }
         }
@@ -959,8 +975,18 @@ async fn serve_redis(
             return ExitCode::FAILURE;
         }
     };
-    match builder.store(store).build() {
-        Ok(limiter) => serve(limiter, o).await,
+    match builder.store(store.clone()).build() {
+        Ok(limiter) => {
+            let inflight = match o
+                .concurrency
+                .map(|cap| ConcurrencyLimit::redis(store, "default", cap))
+            {
+                Some(Ok(limit)) => Some(limit),
+                Some(Err(e)) => return usage_error(&e.to_string()),
+                None => None,
+            };
+            serve(limiter, inflight, o).await
+        }
         Err(e) => usage_error(&e.to_string()),
     }
 }

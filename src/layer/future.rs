@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::Settle;
 use super::body::ResponseBody;
+use super::concurrency::OverCap;
 use super::grpc;
 use super::layer::Core;
 use super::response::{
@@ -126,6 +127,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     /// out: an enclosing limiter never settles this one's reservation), else the configured
     /// source's value when the head has it. `None`: the estimate stands (for now).
     fn settled_units<B>(&self, res: &mut Response<B>) -> Option<u32> {
+        if res.extensions().get::<OverCap>().is_some() {
+            // Refused by a concurrency cap inside: the request never ran.
+            return Some(0);
+        }
         let name = self.core.limiter.name();
         if res
             .extensions()
@@ -538,7 +543,11 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     d: &Decision,
 ) {
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
-    if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
+    // A rejection by an inner concurrency cap keeps its fields too.
+    if ctx.core.headers.on_allowed
+        && res.extensions().get::<Decision>().is_none()
+        && res.extensions().get::<OverCap>().is_none()
+    {
         let below = res.extensions_mut().remove::<Reported>();
         let reported =
             write_allowed_headers(below, res.headers_mut(), d, ctx.rule(), &ctx.core.headers);

@@ -42,7 +42,7 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
 }
 
 /// A trailers-only answer with `code` and `message`.
-fn status<B>(code: Code, message: &str) -> Response<ResponseBody<B>> {
+pub(crate) fn status<B>(code: Code, message: &str) -> Response<ResponseBody<B>> {
     let mut res = Response::new(ResponseBody::empty());
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, APPLICATION_GRPC.clone());

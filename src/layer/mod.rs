@@ -107,6 +107,7 @@
 )]
 
 mod body;
+mod concurrency;
 mod future;
 mod grpc;
 #[allow(clippy::module_inception)]
@@ -117,6 +118,7 @@ mod service;
 mod settle;
 
 pub use body::{BoxError, ResponseBody};
+pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};

@@ -12,6 +12,7 @@ mod example_client;
 #[path = "../../examples/login.rs"]
 mod example_login;
 
+mod concurrency_limit;
 mod http_examples;
 mod http_layer;
 mod keys_spoofing;

@@ -276,7 +276,6 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
     let redis = format!("redis://127.0.0.1:{}", closed_port());
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rules", &file], "--rules"),
-        (vec!["--concurrency", "4"], "--concurrency"),
         (vec!["--window-offset", "+08:00"], "--window-offset"),
         (
             vec!["--strategy", "fixed-window", "--window-offset", "-5h"],
@@ -576,6 +575,60 @@ async fn settle_header_charges_what_the_handler_reports() {
         1,
         "one warning for the bad values: {stderr}"
     );
+}
+
+#[tokio::test]
+async fn concurrency_caps_requests_in_flight_per_key() {
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--quota",
+        "100/minute",
+        "--concurrency",
+        "2",
+        "--delay-ms",
+        "500",
+    ])
+    .await;
+    let client = TestClient::new();
+    let url = server.url("/");
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { client.get(&url).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        let res = t.await.unwrap();
+        if res.status == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(res.header("x-ratelimit-limit"), Some("2"));
+            assert_eq!(res.header("x-ratelimit-remaining"), Some("0"));
+            assert_eq!(res.header("retry-after"), Some("1"));
+            assert!(
+                res.body.contains("at most 2 requests in flight"),
+                "{}",
+                res.body
+            );
+        }
+        statuses.push(res.status);
+    }
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "two in flight, the third refused at once"
+    );
+    assert_eq!(
+        client.get(&url).await.status,
+        StatusCode::OK,
+        "the slots came back"
+    );
+    server.stop().await;
 }
 
 /// The flag table of the example's docs and of the README's "The `server` example" section.

@@ -39,6 +39,7 @@
 
 mod cache;
 mod keys;
+mod leases;
 mod scripts;
 
 use std::fmt;
