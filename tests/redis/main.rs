@@ -8,6 +8,7 @@ mod support;
 
 mod limiter_names;
 mod redis_cluster;
+mod redis_concurrency_limit;
 mod redis_faults;
 mod redis_server;
 mod redis_settle_from_response;
