@@ -434,9 +434,9 @@ mod tests {
         drop(a);
         let c = limit.acquire(&1).await.unwrap();
         drop((b, c, other));
-        let Backend::Memory(map) = &limit.backend else {
-            unreachable!()
-        };
-        assert!(map.is_empty(), "keys with nothing in flight are removed");
+        #[allow(irrefutable_let_patterns)]
+        if let Backend::Memory(map) = &limit.backend {
+            assert!(map.is_empty(), "keys with nothing in flight are removed");
+        }
     }
 }

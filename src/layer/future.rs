@@ -139,7 +139,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         {
             return res.extensions_mut().remove::<Settle>().map(|s| s.charged());
         }
-        match self.core.settle.as_ref()?.from_head(res) {
+        match self.core.settle.as_ref()?.read_head(res) {
             Ok(units) => units,
             Err(bad) => {
                 warn_bad_value(&self.core.settle_warned, name, bad);

@@ -43,11 +43,14 @@ pub struct SettleFrom {
     pub(crate) cap: Option<u32>,
 }
 
+/// Counts the units in a chunk of a response body.
+pub(crate) type Counter = Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>;
+
 #[derive(Clone)]
 pub(crate) enum Source {
     Header(HeaderName),
     Extension,
-    Body(Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>),
+    Body(Counter),
 }
 
 impl fmt::Debug for SettleFrom {
@@ -99,7 +102,7 @@ impl SettleFrom {
 
     /// The units reported in the head of `res`: `Ok(None)` when this source reads the body,
     /// `Err` for a missing or unusable value.
-    pub(crate) fn from_head<B>(&self, res: &Response<B>) -> Result<Option<u32>, BadValue> {
+    pub(crate) fn read_head<B>(&self, res: &Response<B>) -> Result<Option<u32>, BadValue> {
         let units = match &self.source {
             Source::Header(name) => {
                 let value = res.headers().get(name).ok_or(BadValue::Missing)?;
@@ -161,7 +164,7 @@ pub(crate) struct BodySettle<K: StoreKey, St: Store<K>, C: Clock> {
     pub(crate) key: K,
     pub(crate) rule: Option<Arc<Rule>>,
     pub(crate) reservation: Reservation,
-    pub(crate) count: Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>,
+    pub(crate) count: Counter,
     pub(crate) cap: u64,
     pub(crate) units: u64,
 }
