@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::key::{HeaderKey, PeerIp};
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{ProblemJson, RateLimitLayer};
 use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{Decision, RateLimiter, Stats, StoreError, StoreErrorKind, Strategy};
 use tonic::Code;
@@ -143,13 +143,18 @@ async fn a_cost_that_can_never_be_admitted_has_no_retry_after() {
         .unwrap()
         .build()
         .unwrap();
-    let server =
-        serve!(RateLimitLayer::new(limiter, PeerIp::default()).cost(|_: &http::request::Parts| 2));
+    // The HTTP response hook is not applied to gRPC calls.
+    let server = serve!(
+        RateLimitLayer::new(limiter, PeerIp::default())
+            .cost(|_: &http::request::Parts| 2)
+            .on_rejected(ProblemJson)
+    );
     let status = server.client().await.check(check()).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
     assert!(status.message().contains("never be admitted"), "{status:?}");
     assert!(status.metadata().get("retry-after").is_none());
     assert!(status.get_details_retry_info().is_none());
+    assert_eq!(meta(&status, "content-type"), "application/grpc");
     server.stop().await;
 }
 
