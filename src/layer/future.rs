@@ -20,7 +20,7 @@ use super::response::{
     FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
 };
 use super::service::{CountId, mark_counted};
-use super::settle::{BodySettle, Source, warn_bad_value};
+use super::settle::{AtEnd, BodySettle, Source, warn_bad_value};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -154,8 +154,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         let (Some(from), Some(reservation)) = (self.core.settle.as_ref(), d.reservation()) else {
             return res;
         };
-        let Source::Body(count) = &from.source else {
-            return res;
+        let end = match &from.source {
+            Source::Body(count) => AtEnd::Count(Arc::clone(count)),
+            Source::Trailer(name) => AtEnd::Trailer(name.clone(), None),
+            Source::Header(_) | Source::Extension => return res,
         };
         let cap = from.cap.map_or_else(
             || {
@@ -173,9 +175,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             key: self.key.clone(),
             rule: self.rule.clone(),
             reservation,
-            count: Arc::clone(count),
+            end,
             cap,
             units: 0,
+            warned: Arc::clone(&self.core.settle_warned),
         }));
         res
     }

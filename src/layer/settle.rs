@@ -30,6 +30,8 @@ pub struct UsedUnits(pub u64);
 ///   the response's rate-limit fields show the settled state.
 /// - [`extension`](Self::extension): a [`UsedUnits`] in the response's extensions; the fields show
 ///   the settled state.
+/// - [`trailer`](Self::trailer): a trailer at the body's end (gRPC trailing metadata); the fields
+///   show the estimate.
 /// - [`body`](Self::body): counted over the response body's data as it streams, settled when the
 ///   body ends (or is dropped: a client that goes away pays for what it got), capped per stream;
 ///   the fields show the estimate, as the head is sent before the count is known.
@@ -51,6 +53,7 @@ pub(crate) enum Source {
     Header(HeaderName),
     Extension,
     Body(Counter),
+    Trailer(HeaderName),
 }
 
 impl fmt::Debug for SettleFrom {
@@ -60,6 +63,7 @@ impl fmt::Debug for SettleFrom {
             Source::Header(name) => d.field("header", name),
             Source::Extension => d.field("extension", &"UsedUnits"),
             Source::Body(_) => d.field("body", &"<fn>"),
+            Source::Trailer(name) => d.field("trailer", name),
         };
         d.field("cap", &self.cap).finish()
     }
@@ -93,6 +97,17 @@ impl SettleFrom {
         }
     }
 
+    /// The trailer `name` at the body's end, a decimal count of units (e.g. a gRPC service's usage
+    /// in its trailing metadata, or an HTTP/2 trailer after a stream); settled when the body ends,
+    /// capped like [`body`](Self::body). A body that ends without it (or is dropped first) leaves
+    /// the estimate.
+    pub fn trailer(name: HeaderName) -> Self {
+        Self {
+            source: Source::Trailer(name),
+            cap: None,
+        }
+    }
+
     /// The most one response may be charged from this source.
     #[must_use]
     pub fn cap(mut self, units: u32) -> Self {
@@ -112,7 +127,7 @@ impl SettleFrom {
                 let UsedUnits(n) = res.extensions().get().ok_or(BadValue::Missing)?;
                 u32::try_from(*n).map_err(|_| BadValue::TooLarge)?
             }
-            Source::Body(_) => return Ok(None),
+            Source::Body(_) | Source::Trailer(_) => return Ok(None),
         };
         Ok(Some(self.cap.map_or(units, |cap| units.min(cap))))
     }
@@ -164,26 +179,52 @@ pub(crate) struct BodySettle<K: StoreKey, St: Store<K>, C: Clock> {
     pub(crate) key: K,
     pub(crate) rule: Option<Arc<Rule>>,
     pub(crate) reservation: Reservation,
-    pub(crate) count: Counter,
+    pub(crate) end: AtEnd,
     pub(crate) cap: u64,
     pub(crate) units: u64,
+    pub(crate) warned: Arc<AtomicBool>,
+}
+
+/// What a body's end settles to: a count over its data, or a trailer's value (once seen).
+pub(crate) enum AtEnd {
+    Count(Counter),
+    Trailer(HeaderName, Option<Result<u32, BadValue>>),
 }
 
 impl<K: StoreKey, St: Store<K>, C: Clock> Tail for BodySettle<K, St, C> {
     fn data(&mut self, chunk: &[u8]) {
-        self.units = self.units.saturating_add((self.count)(chunk)).min(self.cap);
+        if let AtEnd::Count(count) = &self.end {
+            self.units = self.units.saturating_add(count(chunk)).min(self.cap);
+        }
+    }
+
+    fn trailers(&mut self, trailers: &http::HeaderMap) {
+        if let AtEnd::Trailer(name, value) = &mut self.end {
+            let found = trailers
+                .get(&*name)
+                .ok_or(BadValue::Missing)
+                .and_then(|v| parse_units(v.as_bytes()));
+            *value = Some(found);
+        }
     }
 }
 
 impl<K: StoreKey, St: Store<K>, C: Clock> Drop for BodySettle<K, St, C> {
     fn drop(&mut self) {
+        let name = self.limiter.name().to_owned();
+        if let AtEnd::Trailer(_, value) = &self.end {
+            match value {
+                Some(Ok(units)) => self.units = u64::from(*units),
+                Some(Err(bad)) => return warn_bad_value(&self.warned, &name, *bad),
+                None => return warn_bad_value(&self.warned, &name, BadValue::Missing),
+            }
+        }
         let units = u32::try_from(self.units.min(self.cap)).unwrap_or(u32::MAX);
         let answer = self.limiter.apply(
             &self.key,
             self.rule.as_deref(),
             Op::settle(self.reservation, units),
         );
-        let name = self.limiter.name().to_owned();
         match answer.into_now() {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => settle_failed(&name, &e),

@@ -267,3 +267,74 @@ async fn a_client_that_goes_away_pays_for_what_it_was_sent() {
     );
     server.stop().await;
 }
+
+/// A body of one data frame, then trailers.
+struct WithTrailers {
+    data: Option<bytes::Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl http_body::Body for WithTrailers {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let frame = match self.data.take() {
+            Some(d) => Some(http_body::Frame::data(d)),
+            None => self.trailers.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+}
+
+#[tokio::test]
+async fn a_trailer_at_the_body_end_settles_the_request() {
+    use http_body_util::BodyExt;
+    use tower::{Layer, ServiceExt};
+
+    let lim = limiter("trailers", "100/hour");
+    let svc = RateLimitLayer::new(lim.clone(), GlobalKey)
+        .cost(|_: &Parts| 10)
+        .settle_from(SettleFrom::trailer(http::HeaderName::from_static("x-used")))
+        .layer(tower::service_fn(|req: http::Request<()>| async move {
+            let used = req.uri().query().unwrap_or("").to_owned();
+            let mut trailers = http::HeaderMap::new();
+            if !used.is_empty() {
+                trailers.insert("x-used", used.parse().unwrap());
+            }
+            let body = WithTrailers {
+                data: Some(bytes::Bytes::from_static(b"answer")),
+                trailers: Some(trailers),
+            };
+            Ok::<_, std::convert::Infallible>(http::Response::new(body))
+        }));
+    let call = |q: &str| http::Request::get(format!("/?{q}")).body(()).unwrap();
+    let res = svc.clone().oneshot(call("3")).await.unwrap();
+    assert_eq!(
+        res.headers()["x-ratelimit-remaining"],
+        "90",
+        "the head shows the estimate"
+    );
+    let collected = res.into_body().collect().await.unwrap();
+    assert_eq!(
+        collected.trailers().unwrap()["x-used"],
+        "3",
+        "the trailers reach the client"
+    );
+    assert_eq!(remaining(&lim), 97, "settled to the trailer's 3");
+    for bad in ["", "-1", "many"] {
+        let res = svc.clone().oneshot(call(bad)).await.unwrap();
+        res.into_body().collect().await.unwrap();
+    }
+    assert_eq!(
+        remaining(&lim),
+        67,
+        "no usable trailer: the estimate stands"
+    );
+    // A body dropped before its trailers leaves the estimate too.
+    drop(svc.clone().oneshot(call("1")).await.unwrap());
+    assert_eq!(remaining(&lim), 57);
+}
