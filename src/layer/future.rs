@@ -75,8 +75,6 @@ pub(crate) struct Ctx<K, St, C, R> {
     waited: Duration,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
-    /// A gRPC call: the layer's own answers are trailers-only gRPC statuses.
-    pub(crate) grpc: bool,
 }
 
 impl<K, St, C, R> Ctx<K, St, C, R> {
@@ -86,7 +84,6 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
         cost: u32,
         rule: Option<Arc<Rule>>,
         id: CountId,
-        grpc: bool,
     ) -> Self {
         Self {
             core,
@@ -95,7 +92,6 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             rule,
             waited: Duration::ZERO,
             id,
-            grpc,
         }
     }
 }
@@ -198,7 +194,9 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         }
     }
 
-    fn reject<B>(&self, d: Decision) -> Response<ResponseBody<B>>
+    /// The answer to a rejected request; `is_grpc`: a trailers-only gRPC status instead of the
+    /// hook's answer (read from the request only when answering, off the allowed path).
+    fn reject<B>(&self, d: Decision, is_grpc: bool) -> Response<ResponseBody<B>>
     where
         R: OnRejected<ResponseBody<B>>,
     {
@@ -209,7 +207,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             exceeds = d.outcome() == Outcome::Exceeds,
             "rate limited"
         );
-        let mut res = if self.grpc {
+        let mut res = if is_grpc {
             grpc::rejected(&d)
         } else {
             self.core.rejection.on_rejected(&d)
@@ -331,7 +329,7 @@ where
                 let fresh = inner.clone();
                 drop(std::mem::replace(inner, fresh));
                 State::Done {
-                    response: Some(ctx.reject(d)),
+                    response: Some(ctx.reject(d, grpc::is_grpc(request.headers()))),
                 }
             }
             result => {
@@ -492,7 +490,7 @@ where
         Err(e) => {
             ctx.store_error(&e);
             if ctx.core.failure == FailurePolicy::FailClosed {
-                let mut res = if ctx.grpc {
+                let mut res = if grpc::is_grpc(p.request.headers()) {
                     grpc::refused(Refusal::StoreFailed(&e))
                 } else {
                     ctx.core.rejection.on_refused(Refusal::StoreFailed(&e))
@@ -530,12 +528,12 @@ where
                     }
                 }
                 _ => State::Done {
-                    response: Some(ctx.reject(d)),
+                    response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
                 },
             }
         }
         Outcome::Exceeds => State::Done {
-            response: Some(ctx.reject(d)),
+            response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
         },
     }
 }

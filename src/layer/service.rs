@@ -231,8 +231,7 @@ where
             .core
             .limiter
             .apply(&key, rule.as_deref(), Op::Check(cost));
-        let grpc = grpc::is_grpc(&parts.headers);
-        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id, grpc);
+        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
         // The store says whether it answered at once (the memory store always does).
         let check = match answer.into_now() {
             Ok(result) => {
