@@ -32,14 +32,14 @@
 //! | `--on-missing-key reject\|global` | 10 | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | process-wide (the default of the file's `on_missing_key`) |
 //! | `--trust-proxy CIDR` | 10 | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | process-wide |
 //! | `--forwarded-header xff\|forwarded\|x-real-ip` | 10 | `xff` | the header trusted proxies set; warns without `--trust-proxy` | process-wide |
-//! | `--store memory\|URL` | 10, 12 | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`: not available yet | process-wide |
-//! | `--fail-mode open\|closed\|local` | 12 | `open` | on a store failure: pass, 503, or a local limiter (`local`: not available yet); warns with the memory store, which never fails | process-wide |
+//! | `--store memory\|URL` | 10, 12 | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | process-wide |
+//! | `--fail-mode open\|closed\|local` | 12 | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | process-wide |
 //! | `--fail-closed` | 10, 12 | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | process-wide |
 //! | `--reset-format delta\|unix` | 10 | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | process-wide |
 //! | `--max-keys N` | 10, 17 | no cap | cap on the keys the memory store holds; warns with Redis | process-wide |
 //! | `--store-timeout MS` | 10, 12 | 50 | how long a Redis decision may take; warns with the memory store | process-wide |
-//! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store; not available yet | process-wide |
-//! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store; not available yet | process-wide |
+//! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
+//! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
 //! | `--instances N` | 12 | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
 //! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
 //! | `--rules FILE` | 14 | none | limits from a TOML rules file, every path and method answered `ok`; not available yet | — |
@@ -431,6 +431,14 @@ struct Settings {
     /// Read by the Redis store only.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     store_timeout: Option<Duration>,
+    /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    local_instances: Option<u32>,
+    /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    redis_ca: Option<PathBuf>,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    redis_client_cert: Option<(PathBuf, PathBuf)>,
     cost: u32,
     delay: Duration,
     settle_header: Option<http::HeaderName>,
@@ -482,10 +490,14 @@ impl Settings {
                 .unwrap_or(ForwardedHeader::XForwardedFor),
             failure: match fail_mode {
                 FailMode::Closed => FailurePolicy::FailClosed,
-                // `local` reaches here only with the memory store (which never fails): on Redis
-                // it is refused above until the library offers it.
+                // `local`: the Redis store decides with its local limiter during an outage, so the
+                // layer sees no failure; what still fails (none expected) is let through.
                 FailMode::Open | FailMode::Local => FailurePolicy::FailOpen,
             },
+            local_instances: (fail_mode == FailMode::Local)
+                .then(|| cli.instances.map_or(1, NonZeroU32::get)),
+            redis_ca: cli.redis_ca.clone(),
+            redis_client_cert: cli.redis_cert.clone().zip(cli.redis_key.clone()),
             reset: match cli.reset_format {
                 Some(ResetChoice::Unix) => ResetFormat::Unix,
                 Some(ResetChoice::Delta) | None => ResetFormat::Delta,
@@ -658,20 +670,13 @@ fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) 
 fn not_available_yet(
     cli: &Cli,
     store: &StoreChoice,
-    fail: FailMode,
+    _fail: FailMode,
     strategy: Strategy,
 ) -> Result<(), Usage> {
     let redis = matches!(store, StoreChoice::Redis(_));
     let aligned = matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow);
     let pending = [
         ("--rules", cli.rules.is_some()),
-        ("--fail-mode local", fail == FailMode::Local && redis),
-        (
-            "--store redis+sentinel://",
-            matches!(store, StoreChoice::Redis(u) if u.sentinel),
-        ),
-        ("--redis-ca", cli.redis_ca.is_some()),
-        ("--redis-cert", cli.redis_cert.is_some()),
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
         ("--window-offset", cli.window_offset.is_some() && aligned),
         (
@@ -959,6 +964,18 @@ async fn serve_redis(
     let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
     let store = match o.store_timeout {
         Some(timeout) => store.timeout(timeout),
+        None => store,
+    };
+    let store = match o.local_instances {
+        Some(n) => store.local_fallback(n),
+        None => store,
+    };
+    let store = match &o.redis_ca {
+        Some(ca) => store.tls_ca_file(ca),
+        None => store,
+    };
+    let store = match &o.redis_client_cert {
+        Some((cert, key)) => store.tls_client_cert(cert, key),
         None => store,
     };
     let store = match store.build().await {

@@ -54,16 +54,33 @@
 //! # }
 //! ```
 //!
+//! The [`guide`] explains which strategy to pick, what each header means (with the formulas per
+//! strategy), the bounds each strategy keeps, the trust rules for forwarded headers and how to choose
+//! a store.
+//!
 //! # Features
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
 //! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// No panics outside tests: a panic on the request path takes the service down.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 mod clock;
 mod decision;
 mod error;
+// Fuzz target bodies: for cargo-fuzz (`--cfg fuzzing`) and the lib's tests only.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;
@@ -85,3 +102,8 @@ pub use quota::{
 pub use rule::{MAX_QUOTAS, Rule};
 pub use stats::Stats;
 pub use strategy::{MAX_MOVING_WINDOW_LIMIT, Op, Strategy, UnknownStrategy};
+
+/// The README's code blocks, compiled and run as doctests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -20,7 +20,7 @@ pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::MovingWindow;
 pub(crate) use sliding_window::SlidingWindow;
 
-/// Which algorithm a rule uses. See the README's strategy guide for the trade-offs.
+/// Which algorithm a rule uses. The [guide](crate::guide#choosing-a-strategy) compares them.
 ///
 /// # Drawn: the edge attack
 ///

@@ -285,33 +285,10 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
             vec!["--strategy", "leaky-bucket", "--queue", "3000"],
             "--queue",
         ),
-        (
-            vec!["--store", "redis+sentinel://127.0.0.1:1/mymaster"],
-            "redis+sentinel",
-        ),
-        (
-            vec!["--store", &redis, "--fail-mode", "local"],
-            "--fail-mode local",
-        ),
         (vec!["--store", &redis, "--redis-lease"], "--redis-lease"),
         (
             vec!["--store", &redis, "--redis-lease", "on"],
             "--redis-lease",
-        ),
-        (
-            vec!["--store", "rediss://127.0.0.1:1", "--redis-ca", &file],
-            "--redis-ca",
-        ),
-        (
-            vec![
-                "--store",
-                "rediss://127.0.0.1:1",
-                "--redis-cert",
-                &file,
-                "--redis-key",
-                &file,
-            ],
-            "--redis-cert",
         ),
     ];
     for (args, flag) in &cases {
@@ -383,19 +360,24 @@ async fn flags_without_effect_warn_once_on_stderr_and_the_server_runs() {
         assert_eq!(warnings, 1, "{flag}: {stderr}");
     }
 
-    // `--max-keys` with a Redis store warns before the store is even reached.
+    // `--max-keys` with a Redis store warns before the store is even reached (an unreachable
+    // Redis does not stop the start, issue 12; without the Redis store in the build, exit 2).
     let redis = format!("redis://127.0.0.1:{}", closed_port());
-    let out = run(&[
+    let args = [
         "--addr",
         "127.0.0.1:0",
         "--store",
         &redis,
         "--max-keys",
         "10",
-    ])
-    .await;
-    let stderr = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    ];
+    let stderr = if cfg!(feature = "redis") {
+        Running::start(&args).await.stop().await
+    } else {
+        let out = run(&args).await;
+        assert_eq!(out.status.code(), Some(2));
+        text(&out.stderr)
+    };
     assert_eq!(
         stderr.matches("warning: --max-keys has no effect").count(),
         1,
@@ -456,27 +438,26 @@ async fn a_redis_start_error_never_prints_the_password() {
         format!("redis+cluster://alice:hunter2-secret@127.0.0.1:{port},127.0.0.1:{port}"),
         format!("ftp://alice:hunter2-secret@127.0.0.1:{port}"),
     ];
+    // Issue 12: an unreachable Redis is not a start-up error (the server starts, answers by its
+    // failure policy and connects in the background): what it prints must not carry the password
+    // either. Without the Redis store in the build, a configuration error (2).
     for url in &urls {
-        let out = run(&["--addr", "127.0.0.1:0", "--store", url]).await;
-        let stderr = text(&out.stderr);
-        assert!(!out.status.success(), "{url}");
-        assert_eq!(text(&out.stdout), "", "{url}");
+        let redis = url.starts_with("redis");
+        let stderr = if redis && cfg!(feature = "redis") {
+            let server = Running::start(&["--addr", "127.0.0.1:0", "--store", url]).await;
+            server.stop().await
+        } else {
+            let out = run(&["--addr", "127.0.0.1:0", "--store", url]).await;
+            assert_eq!(out.status.code(), Some(2), "{url}");
+            assert_eq!(text(&out.stdout), "", "{url}");
+            text(&out.stderr)
+        };
         assert!(!stderr.contains("hunter2"), "{url}: {stderr}");
         assert!(
-            stderr.contains("--store") || stderr.contains("Redis"),
+            redis || stderr.contains("--store") || stderr.contains("Redis"),
             "{stderr}"
         );
     }
-    // Unreachable is a failure at run time (1); without the Redis store in the build, a
-    // configuration error (2).
-    let out = run(&["--addr", "127.0.0.1:0", "--store", &urls[0]]).await;
-    let expected = if cfg!(feature = "redis") { 1 } else { 2 };
-    assert_eq!(out.status.code(), Some(expected), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("alice:***@"),
-        "{}",
-        text(&out.stderr)
-    );
 }
 
 #[tokio::test]

@@ -38,21 +38,27 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
 ";
 
-impl Conn {
-    async fn script(
-        &self,
-        script: &Script,
-        key: &str,
-        args: &[&str],
-    ) -> Result<Value, ::redis::RedisError> {
-        let mut call = script.key(key);
+/// `EVALSHA`, and `EVAL` with the source when the server does not know the script (`NOSCRIPT`:
+/// a flushed or restarted server, a fresh Cluster node).
+async fn run_script(
+    conn: &Conn,
+    (script, source): (&Script, &str),
+    key: &str,
+    args: &[&str],
+) -> Result<Value, ::redis::RedisError> {
+    let call = |verb: &str, body: &str| {
+        let mut cmd = ::redis::cmd(verb);
+        cmd.arg(body).arg(1).arg(key);
         for a in args {
-            call.arg(*a);
+            cmd.arg(*a);
         }
-        match self {
-            Conn::Single(c) => call.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+        cmd
+    };
+    match conn.query(&call("EVALSHA", script.get_hash())).await {
+        Err(e) if e.kind() == ::redis::ErrorKind::NoScriptError => {
+            conn.query(&call("EVAL", source)).await
         }
+        other => other,
     }
 }
 
@@ -68,6 +74,13 @@ impl RedisStore {
         s.push_str("c:");
         s.push_str(name);
         s
+    }
+
+    /// The connection, or an error while the store is still connecting.
+    fn lease_conn(&self) -> Result<Conn, StoreError> {
+        self.inner.conn.read().clone().ok_or_else(|| {
+            StoreError::new(StoreErrorKind::Connection, "Redis is not connected yet")
+        })
     }
 
     async fn timed<T>(
@@ -94,8 +107,14 @@ impl RedisStore {
     ) -> Result<(bool, u64), StoreError> {
         let cap = cap.to_string();
         let ttl = ttl_ms(ttl).to_string();
+        let conn = self.lease_conn()?;
         let v = self
-            .timed(self.inner.conn.script(&scripts().0, set, &[&cap, &ttl, id]))
+            .timed(run_script(
+                &conn,
+                (&scripts().0, ACQUIRE),
+                set,
+                &[&cap, &ttl, id],
+            ))
             .await?;
         match v {
             Value::Array(items) => match items.as_slice() {
@@ -116,8 +135,9 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let ttl = ttl_ms(ttl).to_string();
+        let conn = self.lease_conn()?;
         let v = self
-            .timed(self.inner.conn.script(&scripts().1, set, &[&ttl, id]))
+            .timed(run_script(&conn, (&scripts().1, RENEW), set, &[&ttl, id]))
             .await?;
         Ok(matches!(v, Value::Int(1)))
     }
@@ -126,7 +146,8 @@ impl RedisStore {
     pub(crate) async fn lease_release(&self, set: &str, id: &str) -> Result<(), StoreError> {
         let mut cmd = ::redis::cmd("ZREM");
         cmd.arg(set).arg(id);
-        self.timed(self.inner.conn.query(&cmd)).await.map(drop)
+        let conn = self.lease_conn()?;
+        self.timed(conn.query(&cmd)).await.map(drop)
     }
 }
 
