@@ -38,6 +38,8 @@ pub struct ConcurrencyLimit<K> {
     cap: NonZeroU32,
     backend: Backend<K>,
     last_warn: Arc<crate::throttle::Throttle>,
+    /// Woken when a slot of this process is given back, for requests waiting for one.
+    released: Arc<tokio::sync::Notify>,
 }
 
 enum Backend<K> {
@@ -64,6 +66,7 @@ impl<K> Clone for ConcurrencyLimit<K> {
                 },
             },
             last_warn: Arc::clone(&self.last_warn),
+            released: Arc::clone(&self.released),
         }
     }
 }
@@ -92,6 +95,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             cap,
             backend: Backend::Memory(Arc::default()),
             last_warn: Arc::default(),
+            released: Arc::default(),
         }
     }
 
@@ -115,6 +119,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                 ttl: DEFAULT_TTL,
             },
             last_warn: Arc::default(),
+            released: Arc::default(),
         })
     }
 
@@ -150,6 +155,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                 Ok(Some(Slot::Memory {
                     map: Arc::clone(map),
                     key: key.clone(),
+                    released: Arc::clone(&self.released),
                 }))
             }
             #[cfg(feature = "redis")]
@@ -157,7 +163,13 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                 let set = store.lease_key(key, name);
                 let id = lease_id();
                 match store.lease_acquire(&set, &id, self.cap.get(), *ttl).await {
-                    Ok((true, _)) => Ok(Some(Slot::redis(store.clone(), set, id, *ttl))),
+                    Ok((true, _)) => Ok(Some(Slot::redis(
+                        store.clone(),
+                        set,
+                        id,
+                        *ttl,
+                        Arc::clone(&self.released),
+                    ))),
                     Ok((false, _)) => Err(()),
                     Err(e) => {
                         if self.last_warn.ready(Duration::from_secs(1)) {
@@ -170,11 +182,39 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
         }
     }
 
-    /// The answer over the cap: 429 at once (a trailers-only `RESOURCE_EXHAUSTED` to gRPC).
-    fn over<B>(&self, is_grpc: bool) -> Response<ResponseBody<B>> {
+    /// Takes a slot for `key`, waiting up to `wait` for one: woken when a slot of this process
+    /// is given back, and polling every 50 ms (slots of other instances on Redis).
+    async fn acquire_within(&self, key: &K, wait: Duration) -> Result<Option<Slot<K>>, ()> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the attempt, so a release between the two is not missed.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Ok(slot) = self.acquire(key).await {
+                return Ok(slot);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(());
+            }
+            let poll = deadline.min(now + Duration::from_millis(50));
+            tokio::select! {
+                () = released => {}
+                () = tokio::time::sleep_until(poll) => {}
+            }
+        }
+    }
+
+    /// The answer over the cap: 429 (a trailers-only `RESOURCE_EXHAUSTED` to gRPC), at once or
+    /// after `waited` for a slot.
+    fn over<B>(&self, is_grpc: bool, waited: Option<Duration>) -> Response<ResponseBody<B>> {
         let cap = self.cap.get();
+        let waited = waited.map_or_else(String::new, |w| {
+            format!("; no slot came free within {} ms", w.as_millis())
+        });
         let message = format!(
-            "Too Many Requests: at most {cap} request{} in flight per client; retry in 1 second.",
+            "Too Many Requests: at most {cap} request{} in flight per client{waited}; retry in 1 second.",
             if cap == 1 { "" } else { "s" }
         );
         let mut res = if is_grpc {
@@ -215,6 +255,7 @@ enum Slot<K: StoreKey> {
     Memory {
         map: Arc<DashMap<K, u32, foldhash::fast::RandomState>>,
         key: K,
+        released: Arc<tokio::sync::Notify>,
     },
     #[cfg(feature = "redis")]
     Redis {
@@ -222,6 +263,7 @@ enum Slot<K: StoreKey> {
         set: String,
         id: String,
         renew: Option<tokio::task::JoinHandle<()>>,
+        released: Arc<tokio::sync::Notify>,
     },
 }
 
@@ -232,6 +274,7 @@ impl<K: StoreKey> Slot<K> {
         set: String,
         id: String,
         ttl: Duration,
+        released: Arc<tokio::sync::Notify>,
     ) -> Self {
         let renew = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let (store, set, id) = (store.clone(), set.clone(), id.clone());
@@ -259,6 +302,7 @@ impl<K: StoreKey> Slot<K> {
             set,
             id,
             renew,
+            released,
         }
     }
 }
@@ -268,7 +312,7 @@ impl<K: StoreKey> Tail for Slot<K> {}
 impl<K: StoreKey> Drop for Slot<K> {
     fn drop(&mut self) {
         match self {
-            Slot::Memory { map, key } => {
+            Slot::Memory { map, key, released } => {
                 let empty = map.get_mut(key).is_some_and(|mut held| {
                     *held = held.saturating_sub(1);
                     *held == 0
@@ -276,6 +320,7 @@ impl<K: StoreKey> Drop for Slot<K> {
                 if empty {
                     map.remove_if(key, |_, held| *held == 0);
                 }
+                released.notify_waiters();
             }
             #[cfg(feature = "redis")]
             Slot::Redis {
@@ -283,6 +328,7 @@ impl<K: StoreKey> Drop for Slot<K> {
                 set,
                 id,
                 renew,
+                released,
             } => {
                 if let Some(renew) = renew.take() {
                     renew.abort();
@@ -290,8 +336,11 @@ impl<K: StoreKey> Drop for Slot<K> {
                 let (store, set, id) = (store.clone(), std::mem::take(set), std::mem::take(id));
                 match tokio::runtime::Handle::try_current() {
                     Ok(rt) => {
+                        let released = Arc::clone(released);
                         rt.spawn(async move {
-                            if let Err(e) = store.lease_release(&set, &id).await {
+                            let result = store.lease_release(&set, &id).await;
+                            released.notify_waiters();
+                            if let Err(e) = result {
                                 tracing::warn!(error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
                             }
                         });
@@ -306,7 +355,7 @@ impl<K: StoreKey> Drop for Slot<K> {
 }
 
 /// Caps the requests in flight per key with a [`ConcurrencyLimit`]. Over the cap a request is
-/// answered at once: `429 Too Many Requests` with `x-ratelimit-limit: N`,
+/// answered at once (or, with [`wait`](Self::wait), once no slot came free in time): `429 Too Many Requests` with `x-ratelimit-limit: N`,
 /// `x-ratelimit-remaining: 0`, `Retry-After: 1` and a text/plain body that names the cap (to gRPC
 /// calls a trailers-only `RESOURCE_EXHAUSTED` with the same metadata). A request without a key
 /// gets `400` (gRPC `INVALID_ARGUMENT`).
@@ -332,12 +381,26 @@ impl<K: StoreKey> Drop for Slot<K> {
 pub struct ConcurrencyLayer<X: KeyExtractor> {
     limit: ConcurrencyLimit<X::Key>,
     key: X,
+    wait: Option<Duration>,
 }
 
 impl<X: KeyExtractor> ConcurrencyLayer<X> {
     /// Caps requests in flight per key with `limit`, keyed by `key`.
     pub fn new(limit: ConcurrencyLimit<X::Key>, key: X) -> Self {
-        Self { limit, key }
+        Self {
+            limit,
+            key,
+            wait: None,
+        }
+    }
+
+    /// Pacing: a request over the cap waits up to `max` for a slot instead of being refused at
+    /// once; it is woken when a slot of this process is given back, and retries every 50 ms (on
+    /// Redis: one call per retry, for slots of other instances). Refused after `max` with a body
+    /// that names the wait. A waiter that is cancelled (client gone) holds nothing.
+    pub fn wait(mut self, max: Duration) -> Self {
+        self.wait = Some(max);
+        self
     }
 }
 
@@ -349,6 +412,7 @@ impl<S, X: KeyExtractor + Clone> Layer<S> for ConcurrencyLayer<X> {
             inner,
             limit: self.limit.clone(),
             key: self.key.clone(),
+            wait: self.wait,
         }
     }
 }
@@ -359,6 +423,7 @@ pub struct ConcurrencyService<S, X: KeyExtractor> {
     inner: S,
     limit: ConcurrencyLimit<X::Key>,
     key: X,
+    wait: Option<Duration>,
 }
 
 /// The response future of a [`ConcurrencyService`].
@@ -404,10 +469,15 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limit = self.limit.clone();
+        let wait = self.wait;
         Box::pin(async move {
-            let Ok(slot) = limit.acquire(&key).await else {
+            let acquired = match wait {
+                None => limit.acquire(&key).await,
+                Some(max) => limit.acquire_within(&key, max).await,
+            };
+            let Ok(slot) = acquired else {
                 tracing::debug!(cap = limit.cap(), "concurrency limit: over the cap");
-                return Ok(limit.over(is_grpc));
+                return Ok(limit.over(is_grpc, wait));
             };
             // Dropped with this future if the client goes away before the response.
             let res = inner.call(Request::from_parts(parts, body)).await?;

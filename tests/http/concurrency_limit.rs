@@ -240,3 +240,75 @@ impl http_body::Body for Chunks {
             .map(|chunk| chunk.map(|b| Ok(http_body::Frame::data(b))))
     }
 }
+
+#[tokio::test]
+async fn with_pacing_requests_over_the_cap_wait_for_a_slot_then_are_refused_naming_the_wait() {
+    let flight = InFlight::default();
+    let held = flight.clone();
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || async move { held.hold(Duration::from_millis(200)).await }),
+        )
+        .layer(
+            ConcurrencyLayer::new(
+                ConcurrencyLimit::memory(cap(1)),
+                HeaderKey::new("x-api-key"),
+            )
+            .wait(Duration::from_secs(5)),
+        );
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url("/"));
+            tokio::spawn(async move { client.get_with(&url, &[("x-api-key", "k")]).await.status })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK, "each waited for its turn");
+    }
+    assert_eq!(flight.max(), 1, "one at a time");
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
+    server.stop().await;
+
+    // A wait shorter than the request in flight: refused after the wait, which the body names.
+    let slow = InFlight::default();
+    let held = slow.clone();
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || async move { held.hold(Duration::from_secs(2)).await }),
+        )
+        .layer(
+            ConcurrencyLayer::new(
+                ConcurrencyLimit::memory(cap(1)),
+                HeaderKey::new("x-api-key"),
+            )
+            .wait(Duration::from_millis(150)),
+        );
+    let server = TestServer::start(app).await;
+    let first = {
+        let (client, url) = (client.clone(), server.url("/"));
+        tokio::spawn(async move { client.get_with(&url, &[("x-api-key", "k")]).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let res = client
+        .get_with(&server.url("/"), &[("x-api-key", "k")])
+        .await;
+    let took = started.elapsed();
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.body.contains("within 150 ms"), "{}", res.body);
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    server.stop().await;
+}
