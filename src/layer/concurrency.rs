@@ -188,8 +188,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before the attempt, so a release between the two is not missed.
-            let released = self.released.notified();
-            tokio::pin!(released);
+            let mut released = std::pin::pin!(self.released.notified());
             released.as_mut().enable();
             if let Ok(slot) = self.acquire(key).await {
                 return Ok(slot);
@@ -199,10 +198,8 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                 return Err(());
             }
             let poll = deadline.min(now + Duration::from_millis(50));
-            tokio::select! {
-                () = released => {}
-                () = tokio::time::sleep_until(poll) => {}
-            }
+            // Woken by a release, or the poll interval elapsed: try again either way.
+            let _ = tokio::time::timeout_at(poll, released).await;
         }
     }
 
