@@ -232,3 +232,39 @@ async fn peers_are_keyed_by_the_ip_of_their_connection() {
     assert_eq!(probe.missing_keys(), 0, "every call had a peer IP");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_call_over_the_concurrency_cap_is_resource_exhausted() {
+    use std::num::NonZeroU32;
+    use tollgate::layer::{ConcurrencyLayer, ConcurrencyLimit};
+
+    // Each answer is held 300 ms after the service made it: the call stays in flight.
+    let hold =
+        tower::util::AndThenLayer::new(|res: http::Response<tonic::body::Body>| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, std::convert::Infallible>(res)
+        });
+    let limit = ConcurrencyLimit::memory(NonZeroU32::new(1).unwrap());
+    let server = serve!(
+        tower::ServiceBuilder::new()
+            .layer(ConcurrencyLayer::new(limit, PeerIp::default()))
+            .layer(hold)
+            .into_inner()
+    );
+    let client = server.client().await;
+    let (mut a, mut b) = (client.clone(), client);
+    let (first, second) = tokio::join!(a.check(check()), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.check(check()).await
+    });
+    assert!(first.is_ok(), "{first:?}");
+    let status = second.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("at most 1 request in flight"),
+        "{status:?}"
+    );
+    assert_eq!(meta(&status, "x-ratelimit-limit"), "1");
+    assert_eq!(meta(&status, "retry-after"), "1");
+    server.stop().await;
+}
