@@ -41,9 +41,10 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn run<S>(services: Vec<S>, tasks: usize, secs: u64) -> Tally
+async fn run<S, B>(services: Vec<S>, tasks: usize, secs: u64) -> Tally
 where
-    S: Service<Request<String>, Response = Response<String>, Error = Infallible>
+    B: Send + 'static,
+    S: Service<Request<String>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
         + 'static,

@@ -44,9 +44,9 @@
 //! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
 //! | `--rules FILE` | 14 | none | limits from a TOML rules file, every path and method answered `ok`; not available yet | — |
 //! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
-//! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set to the query parameter `used` and the limiter settles to it; not available yet | process-wide |
-//! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` | exit 2 |
-//! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
+//! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
+//! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2 |
+//! | `--concurrency N` | 15 | none | cap on requests in flight per key (429 at once above it, `Retry-After: 1`); on Redis shared by the instances (leases: two Redis calls per request) | exit 2 |
 //! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
 //! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
 //! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2 |
@@ -60,13 +60,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use clap::{CommandFactory, Parser, ValueEnum};
 use http::request::Parts;
 use tollgate::key::{
     Cidr, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp,
 };
-use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
+use tollgate::layer::{
+    ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom,
+};
 use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy, WindowOffset};
 
@@ -411,6 +414,8 @@ struct Settings {
     window_offset: WindowOffset,
     /// `--queue MAX_WAIT_MS` (only with `leaky-bucket`).
     queue: Option<Duration>,
+    settle_header: Option<http::HeaderName>,
+    concurrency: Option<NonZeroU32>,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -480,6 +485,8 @@ impl Settings {
                 .filter(|_| matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow))
                 .unwrap_or_default(),
             queue: cli.queue.filter(|_| strategy == Strategy::LeakyBucket),
+            settle_header: cli.settle_header.clone(),
+            concurrency: cli.concurrency,
         };
         Ok((settings, warnings))
     }
@@ -643,8 +650,6 @@ fn not_available_yet(cli: &Cli, store: &StoreChoice, _fail: FailMode) -> Result<
     let pending = [
         ("--rules", cli.rules.is_some()),
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
-        ("--settle-header", cli.settle_header.is_some()),
-        ("--concurrency", cli.concurrency.is_some()),
     ];
     match pending.iter().find(|(_, on)| *on) {
         Some((flag, _)) => Err(Usage(format!(
@@ -701,6 +706,7 @@ impl KeyExtractor for DemoKey {
 /// limiter (in a shaping queue with `--queue`). A queue the library refuses is a usage error.
 fn app<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
+    inflight: Option<ConcurrencyLimit<Vec<u8>>>,
     o: &Settings,
 ) -> Result<Router, String> {
     let key = match &o.key {
@@ -712,6 +718,7 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
         KeyChoice::Global => DemoKey::Global,
     };
     let cost = o.cost;
+    let concurrency = inflight.map(|limit| ConcurrencyLayer::new(limit, key.clone()));
     let mut layer = RateLimitLayer::new(limiter, key)
         .reset_format(o.reset)
         .failure_policy(o.failure)
@@ -722,18 +729,37 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
     if let Some(max_wait) = o.queue {
         layer = layer.queue(max_wait).map_err(|e| format!("--queue: {e}"))?;
     }
+    if let Some(name) = &o.settle_header {
+        layer = layer.settle_from(SettleFrom::header(name.clone()));
+    }
     let delay = o.delay;
-    Ok(Router::new()
-        .route(
-            "/",
-            get(move || async move {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+    let settle = o.settle_header.clone().map(|name| (name, cost.max(1)));
+    let router = Router::new().route(
+        "/",
+        get(move |uri: http::Uri| async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let mut res = "ok".into_response();
+            if let Some((name, estimate)) = settle {
+                // `used` verbatim (the limiter judges it), the estimate without one.
+                let used = uri
+                    .query()
+                    .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("used=")))
+                    .map_or_else(|| estimate.to_string(), str::to_owned);
+                if let Ok(v) = http::HeaderValue::from_str(&used) {
+                    res.headers_mut().insert(name, v);
                 }
-                "ok"
-            }),
-        )
-        .layer(layer))
+            }
+            res
+        }),
+    );
+    // The rate limit first, then the cap on requests in flight (inside it: a request refused by
+    // the rate limit never takes a slot).
+    Ok(match concurrency {
+        Some(concurrency) => router.layer(concurrency).layer(layer),
+        None => router.layer(layer),
+    })
 }
 
 /// Binds the first of `--addr`'s addresses that accepts (exit 2 if the name does not resolve,
@@ -763,9 +789,10 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener, ExitCode> {
 /// Serves until SIGINT or SIGTERM. Generic over the store, so any `Store<Vec<u8>>` plugs in.
 async fn serve<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
+    inflight: Option<ConcurrencyLimit<Vec<u8>>>,
     o: &Settings,
 ) -> ExitCode {
-    let app = match app(limiter, o) {
+    let app = match app(limiter, inflight, o) {
         Ok(app) => app,
         Err(message) => return usage_error(&message),
     };
@@ -888,7 +915,10 @@ async fn main() -> ExitCode {
                 None => builder,
             };
             match builder.build() {
-                Ok(limiter) => serve(limiter, &o).await,
+                Ok(limiter) => {
+                    let inflight = o.concurrency.map(ConcurrencyLimit::memory);
+                    serve(limiter, inflight, &o).await
+                }
                 Err(e) => usage_error(&e.to_string()),
             }
         }
@@ -936,8 +966,18 @@ async fn serve_redis(
             return ExitCode::FAILURE;
         }
     };
-    match builder.store(store).build() {
-        Ok(limiter) => serve(limiter, o).await,
+    match builder.store(store.clone()).build() {
+        Ok(limiter) => {
+            let inflight = match o
+                .concurrency
+                .map(|cap| ConcurrencyLimit::redis(store, "default", cap))
+            {
+                Some(Ok(limit)) => Some(limit),
+                Some(Err(e)) => return usage_error(&e.to_string()),
+                None => None,
+            };
+            serve(limiter, inflight, o).await
+        }
         Err(e) => usage_error(&e.to_string()),
     }
 }

@@ -99,8 +99,10 @@
 //! An admitted request moves the state: the fixed window adds `c` to `n`, the moving window logs `c`
 //! units at `t`, the sliding window counter adds `c` to `cur`, GCRA sets `TAT = max(TAT, t) + c*T`.
 //! Settlement ([`RateLimiter::settle`](crate::RateLimiter::settle) with the check's
-//! [`Reservation`](crate::Decision::reservation), or the layer's [`Settle`](crate::layer::Settle)
-//! marker on a response) charges the actual cost `a` of a check that reserved `c`, where it was
+//! [`Reservation`](crate::Decision::reservation), the layer's [`Settle`](crate::layer::Settle)
+//! marker on a response, or a source of [`settle_from`](crate::layer::RateLimitLayer::settle_from):
+//! a response header, a [`UsedUnits`](crate::layer::UsedUnits) extension, a trailer or a count over
+//! the body) charges the actual cost `a` of a check that reserved `c`, where it was
 //! counted: GCRA moves `TAT` by `(a - c)*T`, never below `t`; the windows adjust the window or
 //! bucket of the check, or do nothing once it has ended; the moving window adds or removes entries
 //! at the check's own timestamp, never another request's (a charge beyond a full log is dropped).

@@ -2,7 +2,7 @@
 //!
 //! | extractor | key | reads |
 //! | --- | --- | --- |
-//! | [`PeerIp`] | the connection's IP (IPv6 by /56) | [`PeerAddr`], or axum's `ConnectInfo<SocketAddr>` (feature `axum`) |
+//! | [`PeerIp`] | the connection's IP (IPv6 by /56) | [`PeerAddr`], axum's `ConnectInfo<SocketAddr>` (feature `axum`), or tonic's `TcpConnectInfo` (feature `tonic`) |
 //! | [`ForwardedIp`] | the client IP behind trusted proxies | one forwarded header, only from trusted peers |
 //! | [`HeaderKey`] | a header's value (an API key), long values hashed | one header |
 //! | [`ExtensionKey`] | a value an earlier layer put in the request (a user id) | request extensions |
@@ -196,11 +196,19 @@ pub(crate) fn peer_ip(parts: &Parts) -> Result<IpAddr, KeyError> {
     {
         return Ok(a.ip());
     }
+    #[cfg(feature = "tonic")]
+    if let Some(a) = parts
+        .extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(tonic::transport::server::TcpConnectInfo::remote_addr)
+    {
+        return Ok(a.ip());
+    }
     warn_once(
         &WARNED_NO_PEER,
         "rate limiter found no peer address in a request: serve axum with \
-         `into_make_service_with_connect_info::<SocketAddr>()`, or insert `tollgate::key::PeerAddr` \
-         per connection",
+         `into_make_service_with_connect_info::<SocketAddr>()`, serve tonic with its TCP \
+         incoming (feature `tonic`), or insert `tollgate::key::PeerAddr` per connection",
     );
     Err(KeyError::new("the peer address is unknown"))
 }
@@ -219,8 +227,9 @@ fn checked_prefix(prefix: u8) -> u8 {
 /// The peer's IP address from the connection (never from a header). IPv6 clients are keyed by
 /// their /56 by default, IPv4-mapped IPv6 addresses as IPv4 (see [`normalize_ip`]).
 ///
-/// Reads [`PeerAddr`], then axum's `ConnectInfo<SocketAddr>` (feature `axum`). Without either the
-/// request has no key (logged once).
+/// Reads [`PeerAddr`], then axum's `ConnectInfo<SocketAddr>` (feature `axum`), then tonic's
+/// `TcpConnectInfo` (feature `tonic`, set by `tonic::transport::Server`). Without any the request
+/// has no key (logged once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerIp {
     v6_prefix: u8,

@@ -12,12 +12,16 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::Settle;
+use super::body::ResponseBody;
+use super::concurrency::OverCap;
+use super::grpc;
 use super::layer::{Core, Pacing};
 use super::response::{
     FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
     write_allowed_headers, write_headers,
 };
 use super::service::{CountId, mark_counted};
+use super::settle::{AtEnd, BodySettle, Source, warn_bad_value};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -154,6 +158,66 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         Some(secret.partition_key(&self.key))
     }
 
+    /// What the response says the request cost, for this limiter: its [`Settle`] marker (taken
+    /// out: an enclosing limiter never settles this one's reservation), else the configured
+    /// source's value when the head has it. `None`: the estimate stands (for now).
+    fn settled_units<B>(&self, res: &mut Response<B>) -> Option<u32> {
+        if res.extensions().get::<OverCap>().is_some() {
+            // Refused by a concurrency cap inside: the request never ran.
+            return Some(0);
+        }
+        let name = self.core.limiter.name();
+        if res
+            .extensions()
+            .get::<Settle>()
+            .is_some_and(|s| s.is_for(name))
+        {
+            return res.extensions_mut().remove::<Settle>().map(|s| s.charged());
+        }
+        match self.core.settle.as_ref()?.read_head(res) {
+            Ok(units) => units,
+            Err(bad) => {
+                warn_bad_value(&self.core.settle_warned, name, bad);
+                None
+            }
+        }
+    }
+
+    /// The response with its body watched for a settlement at the body's end, when configured.
+    fn watch_body<B>(&self, res: Response<B>, d: &Decision) -> Response<ResponseBody<B>> {
+        let mut res = res.map(ResponseBody::inner);
+        let (Some(from), Some(reservation)) = (self.core.settle.as_ref(), d.reservation()) else {
+            return res;
+        };
+        let end = match &from.source {
+            Source::Body(count) => AtEnd::Count(Arc::clone(count)),
+            Source::Trailer(name) => AtEnd::Trailer(name.clone(), None),
+            Source::Header(_) | Source::Extension => return res,
+        };
+        let cap = from.cap.map_or_else(
+            || {
+                self.rule()
+                    .quotas()
+                    .iter()
+                    .map(|q| u64::from(q.limit().max(q.burst())))
+                    .max()
+                    .unwrap_or(u64::MAX)
+            },
+            u64::from,
+        );
+        res.body_mut().watch(Box::new(BodySettle {
+            limiter: self.core.limiter.clone(),
+            key: self.key.clone(),
+            rule: self.rule.clone(),
+            reservation,
+            end,
+            cap,
+            units: 0,
+            warned: Arc::clone(&self.core.settle_warned),
+        }));
+        res
+    }
+
     fn key_text(&self) -> Option<String> {
         self.core.log_keys.then(|| self.key.log_text())
     }
@@ -169,9 +233,11 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         }
     }
 
-    fn reject<B: From<String>>(&self, d: Decision) -> Response<B>
+    /// The answer to a rejected request; `is_grpc`: a trailers-only gRPC status instead of the
+    /// hook's answer (read from the request only when answering, off the allowed path).
+    fn reject<B>(&self, d: Decision, is_grpc: bool) -> Response<ResponseBody<B>>
     where
-        R: OnRejected<B>,
+        R: OnRejected<ResponseBody<B>>,
     {
         tracing::debug!(
             key = self.key_text(),
@@ -182,7 +248,11 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         );
         let rule = self.rule();
         let violated = item_name(&self.core.headers, rule, d.quota_index());
-        let mut res = self.core.rejection.on_rejected_by(&d, &[&violated]);
+        let mut res = if is_grpc {
+            grpc::rejected(&d)
+        } else {
+            self.core.rejection.on_rejected_by(&d, &[&violated])
+        };
         let pk = self.partition_key();
         write_headers(
             res.headers_mut(),
@@ -231,7 +301,7 @@ pin_project! {
         Readying { pending: Option<Pending<S, ReqB>>, decision: Option<Decision> },
         Forwarding { #[pin] fut: S::Future, decision: Option<Decision> },
         Settling { #[pin] settle: Answer<St::Future>, response: Option<Response<ResB>>, decision: Decision },
-        Done { response: Option<Response<ResB>> },
+        Done { response: Option<Response<ResponseBody<ResB>>> },
     }
 }
 
@@ -250,7 +320,7 @@ where
         }
     }
 
-    pub(crate) fn ready(response: Response<ResB>) -> Self {
+    pub(crate) fn ready(response: Response<ResponseBody<ResB>>) -> Self {
         Self {
             state: State::Done {
                 response: Some(response),
@@ -277,11 +347,10 @@ where
 impl<S, ReqB, ResB, K, St, C, R> ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
 {
     /// The store answered during `call` (the memory store always does). An allowed request goes
     /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
@@ -311,7 +380,7 @@ where
                 let fresh = inner.clone();
                 drop(std::mem::replace(inner, fresh));
                 State::Done {
-                    response: Some(ctx.reject(d)),
+                    response: Some(ctx.reject(d, grpc::is_grpc(request.headers()))),
                 }
             }
             result => {
@@ -337,13 +406,12 @@ where
 impl<S, ReqB, ResB, K, St, C, R> Future for ResponseFuture<S, ReqB, ResB, K, St, C, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
 {
-    type Output = Result<Response<ResB>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -402,19 +470,9 @@ where
                 StateProj::Forwarding { fut, decision } => {
                     let mut res = ready!(fut.poll(cx))?;
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), *decision) else {
-                        return Poll::Ready(Ok(res));
+                        return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
-                    let name = ctx.core.limiter.name();
-                    if res
-                        .extensions()
-                        .get::<Settle>()
-                        .is_some_and(|s| s.is_for(name))
-                    {
-                        // Taken out: an enclosing limiter never settles this one's reservation.
-                        let units = res
-                            .extensions_mut()
-                            .remove::<Settle>()
-                            .map_or(0, |s| s.charged());
+                    if let Some(units) = ctx.settled_units(&mut res) {
                         if let Some(settle) = ctx.settle(&d, units) {
                             this.state.set(State::Settling {
                                 settle,
@@ -425,7 +483,7 @@ where
                         }
                     }
                     finish_allowed(ctx, &mut res, &d);
-                    return Poll::Ready(Ok(res));
+                    return Poll::Ready(Ok(ctx.watch_body(res, &d)));
                 }
                 StateProj::Settling {
                     settle,
@@ -444,7 +502,7 @@ where
                         }
                     };
                     finish_allowed(ctx, &mut res, &d);
-                    return Poll::Ready(Ok(res));
+                    return Poll::Ready(Ok(ctx.watch_body(res, &d)));
                 }
                 StateProj::Done { response } => {
                     return match response.take() {
@@ -478,18 +536,21 @@ fn after_check<S, ReqB, ResB, K, St, C, R>(
 ) -> State<S, ReqB, ResB, K, St>
 where
     S: Service<Request<ReqB>> + Clone,
-    ResB: From<String>,
     K: StoreKey,
     St: Store<K>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
 {
     let d = match result {
         Ok(d) => d,
         Err(e) => {
             ctx.store_error(&e);
             if ctx.core.failure == FailurePolicy::FailClosed {
-                let mut res = ctx.core.rejection.on_refused(Refusal::StoreFailed(&e));
+                let mut res = if grpc::is_grpc(p.request.headers()) {
+                    grpc::refused(Refusal::StoreFailed(&e))
+                } else {
+                    ctx.core.rejection.on_refused(Refusal::StoreFailed(&e))
+                };
                 res.extensions_mut().insert(e);
                 return State::Done {
                     response: Some(res),
@@ -534,12 +595,12 @@ where
                     }
                 }
                 _ => State::Done {
-                    response: Some(ctx.reject(d)),
+                    response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
                 },
             }
         }
         Outcome::Exceeds => State::Done {
-            response: Some(ctx.reject(d)),
+            response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
         },
     }
 }
@@ -550,7 +611,11 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     d: &Decision,
 ) {
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
-    if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
+    // A rejection by an inner concurrency cap keeps its fields too.
+    if ctx.core.headers.on_allowed
+        && res.extensions().get::<Decision>().is_none()
+        && res.extensions().get::<OverCap>().is_none()
+    {
         let below = res.extensions_mut().remove::<Reported>();
         let pk = ctx.partition_key();
         let reported = write_allowed_headers(

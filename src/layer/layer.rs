@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -11,6 +11,7 @@ use tower_layer::Layer;
 
 use super::response::{DefaultRejection, FailurePolicy, HeaderConfig, HeaderStyle, ResetFormat};
 use super::service::RateLimitService;
+use super::settle::SettleFrom;
 use crate::clock::{Clock, SystemClock};
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
@@ -181,6 +182,8 @@ pub(crate) struct Core<K, St, C, R> {
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
+    pub(crate) settle: Option<SettleFrom>,
+    pub(crate) settle_warned: Arc<AtomicBool>,
 }
 
 impl<K, St, C, R> Core<K, St, C, R> {
@@ -268,6 +271,8 @@ pub struct RateLimitLayer<
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
+    pub(crate) settle: Option<SettleFrom>,
+    pub(crate) settle_warned: Arc<AtomicBool>,
 }
 
 impl<X, St, C, R, Co, Ru, Sk> Clone for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
@@ -294,6 +299,8 @@ where
             waiting: Arc::clone(&self.waiting),
             last_warn: Arc::clone(&self.last_warn),
             missing_keys: Arc::clone(&self.missing_keys),
+            settle: self.settle.clone(),
+            settle_warned: Arc::clone(&self.settle_warned),
         }
     }
 }
@@ -339,6 +346,8 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
             waiting: Arc::default(),
             last_warn: Arc::default(),
             missing_keys: Arc::default(),
+            settle: None,
+            settle_warned: Arc::default(),
         }
     }
 }
@@ -513,6 +522,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
     }
 
@@ -533,6 +544,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
     }
 
@@ -553,7 +566,30 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
+    }
+
+    /// Settles each request's reservation from its response (a header, an extension, the body's
+    /// end; see [`SettleFrom`]): the request is admitted on its estimate ([`cost`](Self::cost),
+    /// at least 1 here) and then charged what the response reports. Stacked layers configured with
+    /// the same source each settle their own reservation from it.
+    ///
+    /// ```
+    /// use tollgate::{RateLimiter, key::HeaderKey, layer::{RateLimitLayer, SettleFrom}};
+    ///
+    /// // An LLM gateway: 100 000 tokens an hour per API key, each call charged the tokens its
+    /// // backend reports in `x-tokens-used`, admitted on an estimate of 500.
+    /// let limiter = RateLimiter::builder().quotas("100000/hour").unwrap().build().unwrap();
+    /// let layer = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
+    ///     .cost(|_: &http::request::Parts| 500)
+    ///     .settle_from(SettleFrom::header(http::HeaderName::from_static("x-tokens-used")));
+    /// # let _ = layer;
+    /// ```
+    pub fn settle_from(mut self, source: SettleFrom) -> Self {
+        self.settle = Some(source);
+        self
     }
 
     /// Exempts the requests for which `f` returns `true`: they pass without a check and without
@@ -574,6 +610,8 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             waiting: self.waiting,
             last_warn: self.last_warn,
             missing_keys: self.missing_keys,
+            settle: self.settle,
+            settle_warned: self.settle_warned,
         }
     }
 }
@@ -602,6 +640,8 @@ where
                 waiting: Arc::clone(&self.waiting),
                 last_warn: Arc::clone(&self.last_warn),
                 missing_keys: Arc::clone(&self.missing_keys),
+                settle: self.settle.clone(),
+                settle_warned: Arc::clone(&self.settle_warned),
             }),
             Arc::new(Hooks {
                 key: self.key.clone(),

@@ -98,14 +98,20 @@
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
 //! example); `tower::ServiceBuilder` stacks the layer as usual.
 
+mod body;
+mod concurrency;
 mod future;
+mod grpc;
 mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
 mod pace;
 mod response;
 mod service;
+mod settle;
 
+pub use body::{BoxError, ResponseBody};
+pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
@@ -115,6 +121,7 @@ pub use response::{
     X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
+pub use settle::{SettleFrom, UsedUnits};
 
 #[allow(unused_imports)]
 use crate::{Decision, RateLimiter};

@@ -431,12 +431,13 @@ where
 }
 
 #[cfg(not(feature = "axum"))]
-impl<B, F> OnRejected<B> for RespondWith<F>
+impl<B, B2, F> OnRejected<B> for RespondWith<F>
 where
-    F: Fn(&Decision) -> Response<B> + Send + Sync + 'static,
+    F: Fn(&Decision) -> Response<B2> + Send + Sync + 'static,
+    B: From<B2>,
 {
     fn on_rejected(&self, decision: &Decision) -> Response<B> {
-        (self.0)(decision)
+        (self.0)(decision).map(B::from)
     }
 }
 
@@ -580,12 +581,13 @@ impl<B: From<String>> OnRejected<B> for ProblemJson {
     }
 }
 
-impl<B, F> OnRejected<B> for F
+impl<B, B2, F> OnRejected<B> for F
 where
-    F: Fn(&Decision) -> Response<B> + Send + Sync + 'static,
+    F: Fn(&Decision) -> Response<B2> + Send + Sync + 'static,
+    B: From<B2>,
 {
     fn on_rejected(&self, decision: &Decision) -> Response<B> {
-        self(decision)
+        self(decision).map(B::from)
     }
 }
 

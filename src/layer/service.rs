@@ -8,7 +8,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::future::{Ctx, Pending, ResponseFuture};
+use super::grpc;
 use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
 use super::response::{OnRejected, Refusal};
 use crate::clock::Clock;
@@ -152,16 +154,15 @@ impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
     for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: From<String>,
     X: KeyExtractor,
     St: Store<X::Key>,
     C: Clock,
-    R: OnRejected<ResB>,
+    R: OnRejected<ResponseBody<ResB>>,
     Co: RequestCost,
     Ru: SelectRule,
     Sk: Skip,
 {
-    type Response = Response<ResB>;
+    type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqB, ResB, X::Key, St, C, R>;
 
@@ -191,10 +192,15 @@ where
                 }
                 MissingKey::Reject(status) => {
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
-                    let mut res = self.core.rejection.on_refused(Refusal::NoKey {
+                    let refusal = Refusal::NoKey {
                         status: *status,
                         error: &e,
-                    });
+                    };
+                    let mut res = if grpc::is_grpc(&parts.headers) {
+                        grpc::refused(refusal)
+                    } else {
+                        self.core.rejection.on_refused(refusal)
+                    };
                     res.extensions_mut().insert(e);
                     // Gives back what the inner service's `poll_ready` reserved.
                     let fresh = self.inner.clone();
@@ -217,7 +223,11 @@ where
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }
-        let cost = hooks.cost.cost(&parts);
+        let mut cost = hooks.cost.cost(&parts);
+        if self.core.settle.is_some() {
+            // A cost-0 peek must not pass a key deep in debt: settlement admits on at least 1.
+            cost = cost.max(1);
+        }
         let answer = self
             .core
             .limiter

@@ -59,8 +59,12 @@ fn get() -> Request<Body> {
     Request::get("/").body(Body::default()).unwrap()
 }
 
-async fn body(res: Response<Body>) -> String {
-    String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+async fn body<B: http_body::Body>(res: Response<B>) -> String
+where
+    B::Error: std::fmt::Debug,
+{
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 #[tokio::test]

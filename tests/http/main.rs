@@ -12,6 +12,7 @@ mod example_client;
 #[path = "../../examples/login.rs"]
 mod example_login;
 
+mod concurrency_limit;
 mod http_examples;
 mod http_layer;
 mod ietf_draft_examples;
@@ -24,6 +25,7 @@ mod login;
 mod playground;
 mod problem_json;
 mod server_cli;
+mod settle_from_response;
 mod settlement;
 mod shaping_queue;
 mod stacked_headers;

@@ -26,7 +26,10 @@ fn ok()
     service_fn(|_req: Request<Body>| ready(Ok::<_, Infallible>(Response::new(Body::default()))))
 }
 
-async fn problem(res: Response<Body>) -> (StatusCode, String) {
+async fn problem<B: http_body::Body>(res: Response<B>) -> (StatusCode, String)
+where
+    B::Error: std::fmt::Debug,
+{
     assert_eq!(res.headers()["content-type"], "application/problem+json");
     let status = res.status();
     let bytes = res.into_body().collect().await.unwrap().to_bytes();

@@ -276,8 +276,6 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
     let redis = format!("redis://127.0.0.1:{}", closed_port());
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rules", &file], "--rules"),
-        (vec!["--concurrency", "4"], "--concurrency"),
-        (vec!["--settle-header", "x-used"], "--settle-header"),
         (vec!["--store", &redis, "--redis-lease"], "--redis-lease"),
         (
             vec!["--store", &redis, "--redis-lease", "on"],
@@ -505,6 +503,102 @@ async fn delay_ms_makes_the_handler_take_that_long() {
         res.num("x-ratelimit-remaining"),
         9,
         "the delayed request was counted"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn settle_header_charges_what_the_handler_reports() {
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--strategy",
+        "fixed-window",
+        "--quota",
+        "20/hour",
+        "--cost",
+        "4",
+        "--settle-header",
+        "x-used",
+    ])
+    .await;
+    let client = TestClient::new();
+    let res = client.get(&server.url("/?used=1")).await;
+    assert_eq!(res.header("x-used"), Some("1"), "the handler echoes `used`");
+    assert_eq!(res.num("x-ratelimit-remaining"), 19, "the settled state");
+    let res = client.get(&server.url("/")).await;
+    assert_eq!(res.header("x-used"), Some("4"), "no `used`: the estimate");
+    assert_eq!(res.num("x-ratelimit-remaining"), 15);
+    for bad in ["-1", "abc", "4294967296"] {
+        let res = client.get(&server.url(&format!("/?used={bad}"))).await;
+        assert_eq!(res.header("x-used"), Some(bad), "verbatim");
+        assert_eq!(res.status, StatusCode::OK);
+    }
+    // Each bad value left the estimate (4) charged: 15 - 3 x 4 = 3 left, less than an estimate.
+    let res = client.get(&server.url("/?used=0")).await;
+    assert_eq!(
+        res.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "3 units left < estimate 4"
+    );
+    let stderr = server.stop().await;
+    assert_eq!(
+        stderr.matches("the estimate stands").count(),
+        1,
+        "one warning for the bad values: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn concurrency_caps_requests_in_flight_per_key() {
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--quota",
+        "100/minute",
+        "--concurrency",
+        "2",
+        "--delay-ms",
+        "500",
+    ])
+    .await;
+    let client = TestClient::new();
+    let url = server.url("/");
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { client.get(&url).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        let res = t.await.unwrap();
+        if res.status == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(res.header("x-ratelimit-limit"), Some("2"));
+            assert_eq!(res.header("x-ratelimit-remaining"), Some("0"));
+            assert_eq!(res.header("retry-after"), Some("1"));
+            assert!(
+                res.body.contains("at most 2 requests in flight"),
+                "{}",
+                res.body
+            );
+        }
+        statuses.push(res.status);
+    }
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "two in flight, the third refused at once"
+    );
+    assert_eq!(
+        client.get(&url).await.status,
+        StatusCode::OK,
+        "the slots came back"
     );
     server.stop().await;
 }

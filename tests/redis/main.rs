@@ -9,12 +9,14 @@ mod support;
 
 mod limiter_names;
 mod redis_cluster;
+mod redis_concurrency_limit;
 mod redis_degraded;
 mod redis_faults;
 mod redis_faults_flood;
 mod redis_flood;
 mod redis_sentinel;
 mod redis_server;
+mod redis_settle_from_response;
 mod redis_store;
 mod redis_tls;
 mod shaping_queue;

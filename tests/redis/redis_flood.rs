@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use redis_support::RedisServer;
 use tollgate::key::GlobalKey;
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{RateLimitLayer, ResponseBody};
 use tollgate::store::redis::{RedisCounters, RedisStore};
 use tollgate::{RateLimiter, Strategy};
 use tower::{Layer, Service, ServiceExt};
@@ -46,8 +46,12 @@ async fn instance(
     quota: &str,
     admitted: Arc<AtomicU64>,
 ) -> (
-    impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future = impl Send>
-    + Clone
+    impl Service<
+        Request<String>,
+        Response = Response<ResponseBody<String>>,
+        Error = Infallible,
+        Future = impl Send,
+    > + Clone
     + Send
     + 'static,
     RedisStore,

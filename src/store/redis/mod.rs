@@ -53,6 +53,7 @@ mod breaker;
 mod cache;
 mod degraded;
 mod keys;
+mod leases;
 mod scripts;
 mod sentinel;
 
