@@ -110,7 +110,7 @@ mod future;
 #[allow(clippy::module_inception)]
 mod layer;
 mod pace;
-mod response;
+pub(crate) mod response;
 mod service;
 
 pub use future::ResponseFuture;
