@@ -42,7 +42,7 @@
 //! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store; not available yet | process-wide |
 //! | `--instances N` | 12 | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
 //! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
-//! | `--rules FILE` | 14 | none | limits from a TOML rules file, every path and method answered `ok`; not available yet | — |
+//! | `--rules FILE` | 14 | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
 //! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
 //! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set to the query parameter `used` and the limiter settles to it; not available yet | process-wide |
 //! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` | exit 2 |
@@ -51,7 +51,10 @@
 //! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window`: not available yet; warns with other strategies | exit 2 |
 //! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue that waits up to MAX_WAIT_MS: not available yet; warns with other strategies | exit 2 |
 //!
-//! `GET /metrics` (issue 14) will be served, never limited, once metrics exist.
+//! `GET /metrics` (issue 14) is served in every mode, never limited: the Prometheus text format of
+//! the `tollgate_*` metrics (expose it on an internal port in production). With `--rules`, the file
+//! is polled every `--reload-interval` ms and swapped in when its content changes; an invalid file
+//! is logged and the old rules keep serving.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -68,6 +71,7 @@ use tollgate::key::{
 };
 use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
 use tollgate::store::{Store, StoreKey};
+use tollgate::rules::{IpSource, MissingKey as FileMissingKey, Rules, RulesOptions};
 use tollgate::{Clock, RateLimiter, Strategy};
 
 /// The longest `--delay-ms` (10 minutes): a demo handler, not a way to park connections forever.
@@ -430,6 +434,8 @@ struct Settings {
     store_timeout: Option<Duration>,
     cost: u32,
     delay: Duration,
+    rules: Option<PathBuf>,
+    reload_every: Option<Duration>,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -490,6 +496,11 @@ impl Settings {
             store,
             cost: cli.cost.unwrap_or(1),
             delay: cli.delay_ms.unwrap_or(Duration::ZERO),
+            rules: cli.rules.clone(),
+            reload_every: match cli.reload_interval.unwrap_or(1000) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
         };
         Ok((settings, warnings))
     }
@@ -657,7 +668,6 @@ fn not_available_yet(
     let redis = matches!(store, StoreChoice::Redis(_));
     let aligned = matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow);
     let pending = [
-        ("--rules", cli.rules.is_some()),
         ("--fail-mode local", fail == FailMode::Local && redis),
         (
             "--store redis+sentinel://",
@@ -756,6 +766,68 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
             }),
         )
         .layer(layer)
+        .route("/metrics", get(metrics))
+}
+
+/// The Prometheus recorder's handle, installed once in `main`.
+static METRICS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+    std::sync::OnceLock::new();
+
+/// `GET /metrics`: the Prometheus text format, never limited (routed outside the layer).
+async fn metrics() -> ([(http::HeaderName, &'static str); 1], String) {
+    let body = METRICS.get().map(|h| h.render()).unwrap_or_default();
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        body,
+    )
+}
+
+/// The app of `--rules`: every path and method answers `ok` (after `--delay-ms`), limited by the
+/// file; `GET /metrics` is outside the limits.
+fn rules_app<St: Store<Vec<u8>>>(rules: &Rules<St>, o: &Settings) -> Router {
+    let delay = o.delay;
+    Router::new()
+        .fallback(move || async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            "ok"
+        })
+        .layer(rules.layer())
+        .route("/metrics", get(metrics))
+}
+
+/// The process-wide flags as the rules file's options.
+fn rules_options(o: &Settings) -> RulesOptions {
+    RulesOptions {
+        ip: if o.trusted.is_empty() {
+            IpSource::Peer(PeerIp::default())
+        } else {
+            IpSource::Forwarded(ForwardedIp::from_cidrs(o.trusted.iter().copied()).header(o.header))
+        },
+        on_missing_key: if o.missing_global {
+            FileMissingKey::Global
+        } else {
+            FileMissingKey::Reject
+        },
+        failure: o.failure,
+        reset: o.reset,
+        ..RulesOptions::default()
+    }
+}
+
+/// Serves the rules file `path` with `rules` built, reloading it every `--reload-interval`.
+async fn serve_rules<St: Store<Vec<u8>>>(rules: Rules<St>, path: &Path, o: &Settings) -> ExitCode {
+    if let Some(every) = o.reload_every {
+        rules.watch(path, every);
+    }
+    let app = rules_app(&rules, o);
+    serve_app(app, o).await
+}
+
+/// The error of a rules file that cannot be used (exit 2).
+fn rules_error(path: &Path, e: &dyn std::fmt::Display) -> ExitCode {
+    usage_error(&format!("--rules {}: {e}", path.display()))
 }
 
 /// Binds the first of `--addr`'s addresses that accepts (exit 2 if the name does not resolve,
@@ -787,6 +859,11 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
     o: &Settings,
 ) -> ExitCode {
+    serve_app(app(limiter, o), o).await
+}
+
+/// Serves `app` until SIGINT or SIGTERM.
+async fn serve_app(app: Router, o: &Settings) -> ExitCode {
     let listener = match bind(&o.addr).await {
         Ok(l) => l,
         Err(code) => return code,
@@ -798,7 +875,6 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
             return ExitCode::FAILURE;
         }
     };
-    let app = app(limiter, o);
     let shutdown = shutdown_signal();
     println!("listening on http://{addr}");
     use std::io::Write as _;
@@ -889,6 +965,31 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+        Ok(handle) => {
+            let _ = METRICS.set(handle);
+        }
+        Err(e) => eprintln!("server: warning: no /metrics: {e}"),
+    }
+    if let Some(path) = o.rules.clone() {
+        return match &o.store {
+            StoreChoice::Memory => {
+                let mut store = tollgate::store::MemoryStoreBuilder::default();
+                if let Some(n) = o.max_keys {
+                    store = store.max_keys(n);
+                }
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(t) => t,
+                    Err(e) => return rules_error(&path, &e),
+                };
+                match Rules::memory_with(&text, rules_options(&o), store) {
+                    Ok(rules) => serve_rules(rules, &path, &o).await,
+                    Err(e) => rules_error(&path, &e),
+                }
+            }
+            StoreChoice::Redis(url) => serve_redis_rules(url, &path, &o).await,
+        };
+    }
     let mut builder = RateLimiter::<Vec<u8>>::builder().strategy(o.strategy);
     for q in &o.quotas {
         builder = match builder.quotas(q) {
@@ -946,6 +1047,43 @@ async fn serve_redis(
         Ok(limiter) => serve(limiter, o).await,
         Err(e) => usage_error(&e.to_string()),
     }
+}
+
+/// `--rules` on a Redis store: every limit on a clone of one store.
+#[cfg(feature = "redis")]
+async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCode {
+    let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
+    let store = match o.store_timeout {
+        Some(timeout) => store.timeout(timeout),
+        None => store,
+    };
+    let store = match store.build().await {
+        Ok(store) => store,
+        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+            return usage_error(&url.scrub(&format!("--store: {e}")));
+        }
+        Err(e) => {
+            eprintln!(
+                "server: cannot start the Redis store at {}: {}",
+                url.scrub(&url.url),
+                url.scrub(&e.to_string())
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match Rules::from_path(path, rules_options(o), move || store.clone()) {
+        Ok(rules) => serve_rules(rules, path, o).await,
+        Err(e) => rules_error(path, &e),
+    }
+}
+
+/// Without the `redis` feature there is no Redis store: say so and exit 2.
+#[cfg(not(feature = "redis"))]
+async fn serve_redis_rules(url: &RedisUrl, _path: &Path, _o: &Settings) -> ExitCode {
+    usage_error(&format!(
+        "--store {}: this build has no Redis store (build with `--features redis` or `--all-features`)",
+        url.scrub(&url.url)
+    ))
 }
 
 /// Without the `redis` feature there is no Redis store: say so and exit 2.
