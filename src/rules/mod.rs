@@ -33,8 +33,9 @@
 //! atomically when its content hash changes; requests in flight finish on the rules they started
 //! with; an invalid file is refused (logged, counted in `tollgate_rules_reloads_total{result="error"}`)
 //! and the old rules keep serving. State per limit: a limit whose name, strategy, quotas and key are
-//! unchanged keeps its state; any other change to a kept name (quotas, strategy, key) starts that
-//! limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
+//! unchanged keeps its state (a change of path, methods, cost or shadow keeps it too); a change of
+//! its strategy, quotas or key starts that limit fresh, with a warning (the state of the old rule
+//! is not converted: it expires by itself); a rename is a new limit. Instances polling the same file may
 //! disagree for up to one interval.
 
 mod file;
@@ -64,7 +65,7 @@ use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
 use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
 use crate::layer::{DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat};
 use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
-use crate::{Decision, Op, RateLimiter};
+use crate::{Decision, Op, RateLimiter, Rule};
 use metrics::LimitMetrics;
 
 /// The settings that apply to every limit of a rules file (the `server` example's process-wide
@@ -146,7 +147,12 @@ impl std::fmt::Display for ReloadReport {
 /// A limit ready to decide: its spec, limiter, key reader, header settings and metric handles.
 struct Limit<St> {
     spec: LimitSpec,
+    /// The limiter of the limit's name, kept across reloads.
     limiter: RateLimiter<Vec<u8>, St>,
+    /// The rule when it is not the limiter's own (changed by a reload: a state of its own).
+    rule: Option<Rule>,
+    /// The first bytes of every key: a hash of the key spec, so a changed key starts fresh.
+    key_tag: [u8; 4],
     missing_global: bool,
     headers: HeaderConfig,
     metrics: LimitMetrics,
@@ -408,22 +414,34 @@ impl<St: Store<Vec<u8>>> Shared<St> {
             old.limits.iter().map(|l| (l.spec.name.as_str(), l)).collect();
         let mut limits = Vec::with_capacity(file.limits.len());
         let mut seen = BTreeMap::new();
+        let initial = old.limits.is_empty();
         for spec in file.limits {
             let kept = by_name.get(spec.name.as_str()).copied();
-            let limiter = match kept {
-                Some(l) if l.spec.rule == spec.rule && l.spec.key == spec.key => {
-                    if l.spec != spec {
-                        report.changed.push(spec.name.clone());
-                    }
-                    l.limiter.clone()
-                }
-                _ => {
-                    if kept.is_some() {
+            let (limiter, rule) = match kept {
+                Some(l) => {
+                    if l.spec.rule == spec.rule && l.spec.key == spec.key {
+                        if l.spec != spec {
+                            report.changed.push(spec.name.clone());
+                        }
+                    } else {
                         report.fresh.push(spec.name.clone());
-                    } else if !old.limits.is_empty() || !report.added.is_empty() {
+                    }
+                    // The same limiter (its name stays taken on the store); a changed rule gets
+                    // a state of its own under that limiter.
+                    let rule = (spec.rule != *l.limiter.rule()).then(|| spec.rule.clone());
+                    if let Some(r) = &rule {
+                        l.limiter
+                            .store()
+                            .validate(r)
+                            .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)))?;
+                    }
+                    (l.limiter.clone(), rule)
+                }
+                None => {
+                    if !initial {
                         report.added.push(spec.name.clone());
                     }
-                    self.build_limiter(&spec)?
+                    (self.build_limiter(&spec)?, None)
                 }
             };
             seen.insert(spec.name.clone(), ());
@@ -432,6 +450,8 @@ impl<St: Store<Vec<u8>>> Shared<St> {
             headers.reset = self.options.reset;
             headers.policy_name = Arc::from(spec.name.as_str());
             limits.push(Limit {
+                key_tag: key_tag(&spec.key),
+                rule,
                 missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
                     == MissingKey::Global,
                 metrics: LimitMetrics::new(&spec.name),
@@ -451,8 +471,7 @@ impl<St: Store<Vec<u8>>> Shared<St> {
         })
     }
 
-    /// A new limiter for `spec` on a store of its own. Its state is keyed by the limit's name, so
-    /// a limit whose key changed gets a store scope of its own via the key's tag.
+    /// A new limiter for `spec`, on the store `make_store` gives.
     fn build_limiter(&self, spec: &LimitSpec) -> Result<RateLimiter<Vec<u8>, St>, RulesError> {
         let mut builder = RateLimiter::<Vec<u8>>::builder()
             .name(spec.name.clone())
@@ -484,15 +503,39 @@ fn read_rules(path: &Path) -> Result<String, RulesError> {
     Ok(text)
 }
 
+/// The 4 bytes every key of a limit with this key spec starts with.
+fn key_tag(spec: &KeySpec) -> [u8; 4] {
+    let digest = content_hash(spec.to_string().as_bytes());
+    [digest[0], digest[1], digest[2], digest[3]]
+}
+
 fn content_hash(bytes: &[u8]) -> [u8; 32] {
     use sha2::Digest as _;
     sha2::Sha256::digest(bytes).into()
 }
 
-impl<St> Limit<St> {
+impl<St: Store<Vec<u8>>> Limit<St> {
+    /// The limit's rule now.
+    fn rule(&self) -> &Rule {
+        self.rule.as_ref().unwrap_or_else(|| self.limiter.rule())
+    }
+
+    /// Applies `op` to `key` under the limit's rule now.
+    fn apply(&self, key: &Vec<u8>, op: Op) -> crate::store::Answer<St::Future> {
+        self.limiter.apply(key, self.rule.as_ref(), op)
+    }
+
+    /// The key of a request without one, when the limit counts those in one global bucket.
+    fn global_key(&self) -> Vec<u8> {
+        let mut out = self.key_tag.to_vec();
+        out.push(b'G');
+        out
+    }
+
     /// The request's key under this limit: the key spec's tag, then each part.
     fn key(&self, parts: &Parts, options: &RulesOptions) -> Result<Vec<u8>, KeyError> {
         let mut out = Vec::with_capacity(40);
+        out.extend_from_slice(&self.key_tag);
         for part in self.spec.key.parts() {
             match part {
                 file::KeyPart::Ip => {
@@ -653,7 +696,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
         }
         let key = match limit.key(parts, options) {
             Ok(k) => k,
-            Err(_) if limit.missing_global => vec![b'G'],
+            Err(_) if limit.missing_global => limit.global_key(),
             Err(error) => {
                 limit.metrics.no_key.increment(1);
                 rollback(compiled, &held).await;
@@ -664,7 +707,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
                 }));
             }
         };
-        match limit.limiter.check(&key, limit.spec.cost).await {
+        match limit.apply(&key, Op::Check(limit.spec.cost)).await {
             Ok(d) if d.is_allowed() => held.push(Held {
                 index,
                 key,
@@ -675,7 +718,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
                 tracing::debug!(limit = %limit.spec.name, "rejected");
                 rollback(compiled, &held).await;
                 let mut res: Response<B> = DefaultRejection.on_rejected(&d);
-                write_headers(res.headers_mut(), &d, limit.limiter.rule(), &limit.headers);
+                write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers);
                 return Verdict::Answer(res);
             }
             Err(e) => {
@@ -702,7 +745,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
         let limit = &compiled.limits[index];
         let Ok(key) = limit.key(parts, options).or_else(|e| {
             if limit.missing_global {
-                Ok(vec![b'G'])
+                Ok(limit.global_key())
             } else {
                 Err(e)
             }
@@ -710,7 +753,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
             limit.metrics.no_key.increment(1);
             continue;
         };
-        match limit.limiter.check(&key, limit.spec.cost).await {
+        match limit.apply(&key, Op::Check(limit.spec.cost)).await {
             Ok(d) => {
                 if d.is_allowed() {
                     limit.metrics.allowed.increment(1);
@@ -737,7 +780,7 @@ async fn rollback<St: Store<Vec<u8>>>(compiled: &Compiled<St>, held: &[Held]) {
     for h in held {
         let limit = &compiled.limits[h.index];
         if let Some(r) = h.decision.reservation() {
-            if let Err(e) = limit.limiter.apply(&h.key, None, Op::settle(r, 0)).await {
+            if let Err(e) = limit.apply(&h.key, Op::settle(r, 0)).await {
                 limit.metrics.store_errors.increment(1);
                 tracing::warn!(limit = %limit.spec.name, error = %e, "rollback failed");
             }
@@ -766,7 +809,7 @@ fn write_success_headers<St>(
             below,
             headers,
             d,
-            limit.limiter.rule(),
+            limit.rule(),
             &limit.headers,
         ));
     }
