@@ -415,3 +415,151 @@ impl RulesFile {
         Ok(Self { limits })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(text: &str) -> RulesError {
+        RulesFile::parse(text).expect_err("must be refused")
+    }
+
+    #[test]
+    fn a_full_limit_parses_with_every_field() {
+        let f = RulesFile::parse(
+            r#"
+            [[limit]]
+            name = "login"
+            path = "/login"
+            methods = ["post", "Get"]
+            key = "ip+header:x-user"
+            on_missing_key = "global"
+            strategy = "token-bucket"
+            quotas = "5/minute; 20/hour"
+            burst = 10
+            cost = 2
+            shadow = true
+            "#,
+        )
+        .unwrap();
+        let l = &f.limits[0];
+        assert_eq!(l.name, "login");
+        assert_eq!(l.methods, vec![Method::POST, Method::GET]);
+        assert_eq!(l.key.to_string(), "ip+header:x-user");
+        assert_eq!(l.on_missing_key, Some(MissingKey::Global));
+        assert_eq!(l.rule.strategy(), Strategy::TokenBucket);
+        assert_eq!(l.rule.quotas().len(), 2);
+        assert_eq!(l.rule.quotas()[0].burst(), 10);
+        assert_eq!((l.cost, l.shadow), (2, true));
+        let d = RulesFile::parse("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n").unwrap();
+        let d = &d.limits[0];
+        assert_eq!(d.path.as_str(), "/*");
+        assert!(d.methods.is_empty());
+        assert_eq!(d.key.parts(), &[KeyPart::Ip]);
+        assert_eq!(d.rule.strategy(), Strategy::SlidingWindow);
+        assert_eq!((d.cost, d.shadow, d.on_missing_key), (1, false, None));
+    }
+
+    #[test]
+    fn errors_name_their_line_and_column() {
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"5/fortnight\"\n");
+        assert_eq!(e.position(), Some((3, 10)), "{e}");
+        assert!(e.to_string().starts_with("line 3, column 10: quotas:"), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nstrategy = \"nope\"\n");
+        assert_eq!(e.position(), Some((4, 12)), "{e}");
+        assert!(e.message().contains("unknown strategy"), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\ncolour = 1\n");
+        assert_eq!(e.position().map(|p| p.0), Some(4), "{e}");
+        assert!(e.message().contains("colour"), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nkey = \"cookie\"\n");
+        assert_eq!(e.position(), Some((4, 7)), "{e}");
+        let e = error("[[limit]\n");
+        assert_eq!(e.position().map(|p| p.0), Some(1), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"\"\n");
+        assert_eq!(e.position(), Some((3, 10)), "empty quotas: {e}");
+        let e = error("[[limit]]\nname = \"a\"\n");
+        assert!(e.message().contains("quotas"), "{e}");
+    }
+
+    #[test]
+    fn bad_limits_are_refused_with_a_reason() {
+        let two = "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n";
+        let e = error(&format!("{two}{two}"));
+        assert!(e.message().contains("duplicate"), "{e}");
+        assert_eq!(e.position(), Some((5, 8)));
+        for (field, needle) in [
+            ("name = \"no spaces\"", "name"),
+            ("path = \"login\"", "start with"),
+            ("path = \"/a/*/b\"", "final"),
+            ("path = \"/a?b=1\"", "never match"),
+            ("path = \"/a/x{id}\"", "braces"),
+            ("path = \"/a/{}\"", "segment"),
+            ("methods = [\"\"]", "not a method"),
+            ("burst = 3", "burst"),
+            ("key = \"ip+ip\"", "twice"),
+            ("fail_mode = \"open\"", "reserved"),
+            ("queue_ms = 10", "reserved"),
+        ] {
+            let text = if field.starts_with("name") {
+                format!("[[limit]]\n{field}\nquotas = \"1/second\"\n")
+            } else {
+                format!("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n{field}\n")
+            };
+            let e = error(&text);
+            assert!(e.message().contains(needle), "{field}: {e}");
+            assert!(e.position().is_some(), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn paths_match_as_the_schema_says() {
+        let p = |t: &str| PathPattern::parse(t).unwrap();
+        let api = p("/api/*");
+        assert!(api.matches("/api/"));
+        assert!(api.matches("/api/users/7"));
+        assert!(!api.matches("/api"));
+        assert!(!api.matches("/apix/1"));
+        let all = p("/*");
+        assert!(all.matches("/"));
+        assert!(all.matches("/anything/at/all"));
+        let exact = p("/login");
+        assert!(exact.matches("/login"));
+        assert!(!exact.matches("/login/"), "no trailing-slash folding");
+        assert!(!exact.matches("/Login"), "case-sensitive");
+        let param = p("/users/{id}/posts");
+        assert!(param.matches("/users/7/posts"));
+        assert!(!param.matches("/users//posts"), "a parameter is non-empty");
+        assert!(!param.matches("/users/7/posts/1"));
+        let root = p("/");
+        assert!(root.matches("/"));
+        assert!(!root.matches("/a"));
+    }
+
+    #[test]
+    fn header_names_may_hold_a_plus_and_composites_split_on_known_parts() {
+        let k = KeySpec::parse("header:x+y+ip").unwrap();
+        assert_eq!(
+            k.parts(),
+            &[
+                KeyPart::Header(HeaderName::from_static("x+y")),
+                KeyPart::Ip
+            ]
+        );
+        assert!(KeySpec::parse("header:").is_err());
+        assert!(KeySpec::parse("").is_err());
+    }
+
+    #[test]
+    fn ten_thousand_limits_load_and_an_oversized_file_is_refused() {
+        let mut text = String::new();
+        for i in 0..10_000 {
+            text.push_str(&format!(
+                "[[limit]]\nname = \"l{i}\"\npath = \"/p{i}\"\nquotas = \"10/minute\"\n"
+            ));
+        }
+        assert_eq!(RulesFile::parse(&text).unwrap().limits.len(), 10_000);
+        let big = "#".repeat(MAX_RULES_FILE_BYTES + 1);
+        let e = error(&big);
+        assert!(e.message().contains("bytes"), "{e}");
+    }
+}
