@@ -21,6 +21,7 @@ mod layer_service;
 mod login;
 mod playground;
 mod problem_json;
+mod rules_file;
 mod server_cli;
 mod settlement;
 mod stacked_headers;
