@@ -70,8 +70,8 @@ use tollgate::key::{
     Cidr, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp,
 };
 use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
-use tollgate::store::{Store, StoreKey};
 use tollgate::rules::{IpSource, MissingKey as FileMissingKey, Rules, RulesOptions};
+use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy};
 
 /// The longest `--delay-ms` (10 minutes): a demo handler, not a way to park connections forever.

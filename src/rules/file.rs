@@ -132,8 +132,7 @@ impl KeySpec {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut pieces: Vec<String> = Vec::new();
         for piece in text.split('+') {
-            let starts_part =
-                piece == "ip" || piece == "global" || piece.starts_with("header:");
+            let starts_part = piece == "ip" || piece == "global" || piece.starts_with("header:");
             match pieces.last_mut() {
                 Some(last) if !starts_part && last.starts_with("header:") => {
                     last.push('+');
@@ -334,10 +333,7 @@ impl RulesFile {
             let name = l.name.get_ref().clone();
             validate_name(&name).map_err(|e| err(l.name.span(), e.to_string()))?;
             if !names.insert(name.clone()) {
-                return Err(err(
-                    l.name.span(),
-                    format!("duplicate limit name {name:?}"),
-                ));
+                return Err(err(l.name.span(), format!("duplicate limit name {name:?}")));
             }
             for (field, v) in [
                 ("fail_mode", &l.fail_mode),
@@ -354,7 +350,7 @@ impl RulesFile {
             }
             let path = match &l.path {
                 Some(p) => PathPattern::parse(p.get_ref()).map_err(|m| err(p.span(), m))?,
-                None => PathPattern::parse("/*").map_err(|m| RulesError::whole(m))?,
+                None => PathPattern::parse("/*").map_err(RulesError::whole)?,
             };
             let mut methods = Vec::new();
             for m in l.methods.iter().flatten() {
@@ -464,7 +460,10 @@ mod tests {
     fn errors_name_their_line_and_column() {
         let e = error("[[limit]]\nname = \"a\"\nquotas = \"5/fortnight\"\n");
         assert_eq!(e.position(), Some((3, 10)), "{e}");
-        assert!(e.to_string().starts_with("line 3, column 10: quotas:"), "{e}");
+        assert!(
+            e.to_string().starts_with("line 3, column 10: quotas:"),
+            "{e}"
+        );
         let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nstrategy = \"nope\"\n");
         assert_eq!(e.position(), Some((4, 12)), "{e}");
         assert!(e.message().contains("unknown strategy"), "{e}");
@@ -540,10 +539,7 @@ mod tests {
         let k = KeySpec::parse("header:x+y+ip").unwrap();
         assert_eq!(
             k.parts(),
-            &[
-                KeyPart::Header(HeaderName::from_static("x+y")),
-                KeyPart::Ip
-            ]
+            &[KeyPart::Header(HeaderName::from_static("x+y")), KeyPart::Ip]
         );
         assert!(KeySpec::parse("header:").is_err());
         assert!(KeySpec::parse("").is_err());

@@ -25,9 +25,7 @@ pub(super) struct LimitMetrics {
 
 impl LimitMetrics {
     pub(super) fn new(limit: &str) -> Self {
-        let outcome = |o: &'static str| {
-            counter!("tollgate_requests_total", "limit" => limit.to_owned(), "outcome" => o)
-        };
+        let outcome = |o: &'static str| counter!("tollgate_requests_total", "limit" => limit.to_owned(), "outcome" => o);
         Self {
             allowed: outcome("allowed"),
             rejected: outcome("rejected"),

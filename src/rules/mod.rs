@@ -63,7 +63,9 @@ pub use metrics::METRIC_NAMES;
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
 use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
-use crate::layer::{DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat};
+use crate::layer::{
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat,
+};
 use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Decision, Op, RateLimiter, Rule};
 use metrics::LimitMetrics;
@@ -410,8 +412,11 @@ impl<St: Store<Vec<u8>>> Shared<St> {
         report: &mut ReloadReport,
     ) -> Result<Compiled<St>, RulesError> {
         let old = self.current.load_full();
-        let by_name: HashMap<&str, &Limit<St>> =
-            old.limits.iter().map(|l| (l.spec.name.as_str(), l)).collect();
+        let by_name: HashMap<&str, &Limit<St>> = old
+            .limits
+            .iter()
+            .map(|l| (l.spec.name.as_str(), l))
+            .collect();
         let mut limits = Vec::with_capacity(file.limits.len());
         let mut seen = BTreeMap::new();
         let initial = old.limits.is_empty();
@@ -430,10 +435,9 @@ impl<St: Store<Vec<u8>>> Shared<St> {
                     // a state of its own under that limiter.
                     let rule = (spec.rule != *l.limiter.rule()).then(|| spec.rule.clone());
                     if let Some(r) = &rule {
-                        l.limiter
-                            .store()
-                            .validate(r)
-                            .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)))?;
+                        l.limiter.store().validate(r).map_err(|e| {
+                            RulesError::whole(format!("limit {:?}: {e}", spec.name))
+                        })?;
                     }
                     (l.limiter.clone(), rule)
                 }
@@ -580,7 +584,9 @@ impl<St> Clone for RulesLayer<St> {
 
 impl<St> std::fmt::Debug for RulesLayer<St> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RulesLayer").field("rules", &self.rules).finish()
+        f.debug_struct("RulesLayer")
+            .field("rules", &self.rules)
+            .finish()
     }
 }
 
@@ -650,7 +656,13 @@ where
                 Verdict::Answer(res) => Ok(res),
                 Verdict::Forward { allowed, shadow } => {
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
-                    write_success_headers(&compiled, &shared.options, &allowed, shadow, res.headers_mut());
+                    write_success_headers(
+                        &compiled,
+                        &shared.options,
+                        &allowed,
+                        shadow,
+                        res.headers_mut(),
+                    );
                     Ok(res)
                 }
             }
@@ -762,7 +774,10 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
                     limit.metrics.shadow_rejected.increment(1);
                     tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
                 }
-                if shadow.as_ref().is_none_or(|(_, s)| d.remaining() < s.remaining()) {
+                if shadow
+                    .as_ref()
+                    .is_none_or(|(_, s)| d.remaining() < s.remaining())
+                {
                     shadow = Some((index, d));
                 }
             }

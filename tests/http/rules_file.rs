@@ -18,7 +18,12 @@ use crate::support::{TestClient, TestServer, ip};
 
 /// A server answering `ok` on every path and method, limited by `rules`.
 async fn serve(rules: &Rules) -> TestServer {
-    TestServer::start(Router::new().fallback(|| async { "ok" }).layer(rules.layer())).await
+    TestServer::start(
+        Router::new()
+            .fallback(|| async { "ok" })
+            .layer(rules.layer()),
+    )
+    .await
 }
 
 fn request(method: Method, url: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
@@ -34,10 +39,8 @@ struct TempFile(PathBuf);
 
 impl TempFile {
     fn new(name: &str, text: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "tollgate-rules-{name}-{}.toml",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("tollgate-rules-{name}-{}.toml", std::process::id()));
         std::fs::write(&path, text).unwrap();
         Self(path)
     }
@@ -89,26 +92,63 @@ async fn limits_apply_per_path_and_method() {
     let server = serve(&rules).await;
     let c = TestClient::new();
     let send = |m: Method, path: &str, h: &[(&str, &str)]| c.send(request(m, &server.url(path), h));
-    assert_eq!(send(Method::POST, "/login", &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        send(Method::POST, "/login", &[]).await.status,
+        StatusCode::OK
+    );
     let res = send(Method::POST, "/login", &[]).await;
     assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(res.header("retry-after").is_some());
-    assert_eq!(send(Method::GET, "/login", &[]).await.status, StatusCode::OK, "POST only");
-    assert_eq!(send(Method::POST, "/login/", &[]).await.status, StatusCode::OK, "no folding");
+    assert_eq!(
+        send(Method::GET, "/login", &[]).await.status,
+        StatusCode::OK,
+        "POST only"
+    );
+    assert_eq!(
+        send(Method::POST, "/login/", &[]).await.status,
+        StatusCode::OK,
+        "no folding"
+    );
     for _ in 0..2 {
         let res = send(Method::GET, "/api/a", &[]).await;
         assert_eq!(res.status, StatusCode::OK);
         assert_eq!(res.body, "ok");
     }
-    assert_eq!(send(Method::DELETE, "/api/b/c", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(Method::GET, "/api", &[]).await.status, StatusCode::OK, "/api/* is below /api");
+    assert_eq!(
+        send(Method::DELETE, "/api/b/c", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(Method::GET, "/api", &[]).await.status,
+        StatusCode::OK,
+        "/api/* is below /api"
+    );
     let res = send(Method::GET, "/users/7", &[]).await;
-    assert_eq!(res.status, StatusCode::BAD_REQUEST, "no x-user header: {}", res.body);
+    assert_eq!(
+        res.status,
+        StatusCode::BAD_REQUEST,
+        "no x-user header: {}",
+        res.body
+    );
     let alice = [("x-user", "alice")];
-    assert_eq!(send(Method::GET, "/users/7", &alice).await.status, StatusCode::OK);
-    assert_eq!(send(Method::GET, "/users/8", &alice).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(Method::GET, "/users/8", &[("x-user", "bob")]).await.status, StatusCode::OK);
-    assert_eq!(send(Method::GET, "/users//x", &alice).await.status, StatusCode::OK);
+    assert_eq!(
+        send(Method::GET, "/users/7", &alice).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(Method::GET, "/users/8", &alice).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(Method::GET, "/users/8", &[("x-user", "bob")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(Method::GET, "/users//x", &alice).await.status,
+        StatusCode::OK
+    );
     server.stop().await;
 }
 
@@ -139,7 +179,10 @@ async fn two_matching_limits_report_the_one_with_fewest_left() {
     assert_eq!(res.num("x-ratelimit-limit"), 3);
     assert_eq!(res.num("x-ratelimit-remaining"), 2);
     let policy = res.header("ratelimit-policy").unwrap();
-    assert!(policy.contains("\"wide\";q=10") && policy.contains("\"narrow\";q=3"), "{policy}");
+    assert!(
+        policy.contains("\"wide\";q=10") && policy.contains("\"narrow\";q=3"),
+        "{policy}"
+    );
     let res = c.get(&server.url("/y")).await;
     assert_eq!(res.num("x-ratelimit-remaining"), 8);
     server.stop().await;
@@ -176,7 +219,9 @@ async fn a_rejected_request_spends_nothing_in_the_other_limits_under_races() {
         for _ in 0..8 {
             let url = server.url("/");
             let client = TestClient::from_ip(ip(&format!("127.0.0.{}", i + 2)));
-            tasks.push(tokio::spawn(async move { (i, client.get(&url).await.status) }));
+            tasks.push(tokio::spawn(
+                async move { (i, client.get(&url).await.status) },
+            ));
         }
     }
     let mut admitted = vec![0; ips];
@@ -189,7 +234,10 @@ async fn a_rejected_request_spends_nothing_in_the_other_limits_under_races() {
         }
     }
     let total: usize = admitted.iter().sum();
-    assert!(admitted.iter().all(|&a| a <= P), "per-ip over-admitted: {admitted:?}");
+    assert!(
+        admitted.iter().all(|&a| a <= P),
+        "per-ip over-admitted: {admitted:?}"
+    );
     assert!(total <= G, "global over-admitted: {total}");
     assert!(total > 0);
     // The per-IP rejections were rolled back in the global limit: exactly G - total are left,
@@ -226,27 +274,45 @@ async fn an_invalid_reload_keeps_the_old_rules_and_each_change_case_keeps_or_res
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
 
     // Unchanged content: nothing to do.
-    assert_eq!(rules.reload_text(&base("/*", "2/hour", "ip")).unwrap(), None);
+    assert_eq!(
+        rules.reload_text(&base("/*", "2/hour", "ip")).unwrap(),
+        None
+    );
     // Invalid: refused with its position, the old rules keep limiting.
-    let e = rules.reload_text(&base("/*", "2/fortnight", "ip")).unwrap_err();
+    let e = rules
+        .reload_text(&base("/*", "2/fortnight", "ip"))
+        .unwrap_err();
     assert!(e.to_string().starts_with("line 6, column 10"), "{e}");
     assert_eq!(rules.names(), ["l"]);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
 
     // Path changed, quotas and key kept: state kept.
-    let r = rules.reload_text(&base("/a", "2/hour", "ip")).unwrap().unwrap();
+    let r = rules
+        .reload_text(&base("/a", "2/hour", "ip"))
+        .unwrap()
+        .unwrap();
     assert_eq!(r.changed, ["l"]);
     assert!(r.fresh.is_empty() && r.added.is_empty() && r.removed.is_empty());
-    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS, "state kept");
+    assert_eq!(
+        get().await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "state kept"
+    );
 
     // Quotas changed: the limit starts fresh under its new quota.
-    let r = rules.reload_text(&base("/a", "1/hour", "ip")).unwrap().unwrap();
+    let r = rules
+        .reload_text(&base("/a", "1/hour", "ip"))
+        .unwrap()
+        .unwrap();
     assert_eq!(r.fresh, ["l"]);
     assert_eq!(get().await.status, StatusCode::OK);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
 
     // Key changed: fresh again.
-    let r = rules.reload_text(&base("/a", "1/hour", "header:x-k")).unwrap().unwrap();
+    let r = rules
+        .reload_text(&base("/a", "1/hour", "header:x-k"))
+        .unwrap()
+        .unwrap();
     assert_eq!(r.fresh, ["l"]);
     assert_eq!(get().await.status, StatusCode::OK);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
@@ -254,7 +320,10 @@ async fn an_invalid_reload_keeps_the_old_rules_and_each_change_case_keeps_or_res
     // A rename is a new limit.
     let renamed = base("/a", "1/hour", "header:x-k").replace("\"l\"", "\"m\"");
     let r = rules.reload_text(&renamed).unwrap().unwrap();
-    assert_eq!((r.added.as_slice(), r.removed.as_slice()), (&["m".to_owned()][..], &["l".to_owned()][..]));
+    assert_eq!(
+        (r.added.as_slice(), r.removed.as_slice()),
+        (&["m".to_owned()][..], &["l".to_owned()][..])
+    );
     assert_eq!(get().await.status, StatusCode::OK);
     server.stop().await;
 }
@@ -266,7 +335,9 @@ async fn a_reload_under_load_drops_no_request_and_resets_no_key() {
             "[[limit]]\nname = \"keep\"\npath = \"/keep\"\nstrategy = \"fixed-window-first-hit\"\nquotas = \"3/hour\"\n\n[[limit]]\nname = \"all\"\nquotas = \"1000000/hour\"\n",
         );
         for i in 0..extra {
-            t.push_str(&format!("\n[[limit]]\nname = \"x{i}\"\npath = \"/x{i}\"\nquotas = \"5/minute\"\n"));
+            t.push_str(&format!(
+                "\n[[limit]]\nname = \"x{i}\"\npath = \"/x{i}\"\nquotas = \"5/minute\"\n"
+            ));
         }
         t
     };
@@ -320,7 +391,10 @@ async fn a_reload_under_load_drops_no_request_and_resets_no_key() {
     std::fs::remove_file(&file.0).unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(rules.names().len(), 8);
-    assert_eq!(c.get(&server.url("/keep")).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        c.get(&server.url("/keep")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     watcher.abort();
     Arc::try_unwrap(server).ok().unwrap().stop().await;
 }
@@ -350,14 +424,25 @@ async fn a_shadow_limit_counts_without_rejecting() {
     let c = TestClient::new();
     let first = c.get(&server.url("/")).await;
     assert_eq!(first.status, StatusCode::OK);
-    assert_eq!(first.num("x-ratelimit-remaining"), 2, "the shadow limit never sets x-ratelimit-*");
+    assert_eq!(
+        first.num("x-ratelimit-remaining"),
+        2,
+        "the shadow limit never sets x-ratelimit-*"
+    );
     assert_eq!(first.num("x-ratelimit-shadow-remaining"), 0);
     for left in [1, 0] {
         let res = c.get(&server.url("/")).await;
-        assert_eq!(res.status, StatusCode::OK, "a shadow rejection lets the request through");
+        assert_eq!(
+            res.status,
+            StatusCode::OK,
+            "a shadow rejection lets the request through"
+        );
         assert_eq!(res.num("x-ratelimit-remaining"), left);
     }
-    assert_eq!(c.get(&server.url("/")).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        c.get(&server.url("/")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     server.stop().await;
 }
 
@@ -366,7 +451,8 @@ fn requests_total(page: &str, limit: &str, outcome: &str) -> u64 {
     page.lines()
         .filter(|l| l.starts_with("tollgate_requests_total{"))
         .find(|l| {
-            l.contains(&format!("limit=\"{limit}\"")) && l.contains(&format!("outcome=\"{outcome}\""))
+            l.contains(&format!("limit=\"{limit}\""))
+                && l.contains(&format!("outcome=\"{outcome}\""))
         })
         .and_then(|l| l.rsplit(' ').next())
         .map_or(0, |v| v.parse().unwrap())
@@ -404,7 +490,9 @@ shadow = true
     assert_eq!(post().await.status, StatusCode::OK);
     assert_eq!(post().await.status, StatusCode::OK);
     assert_eq!(post().await.status, StatusCode::TOO_MANY_REQUESTS);
-    let res = c.send(request(Method::PUT, &server.url("/any/where"), &[])).await;
+    let res = c
+        .send(request(Method::PUT, &server.url("/any/where"), &[]))
+        .await;
     assert_eq!((res.status, res.body.as_str()), (StatusCode::OK, "ok"));
     for _ in 0..3 {
         let m = c.get(&server.url("/metrics")).await;
@@ -414,7 +502,11 @@ shadow = true
     assert_eq!(requests_total(&page, "login", "allowed"), 2, "{page}");
     assert_eq!(requests_total(&page, "login", "rejected"), 1, "{page}");
     assert_eq!(requests_total(&page, "shadow", "allowed"), 1, "{page}");
-    assert_eq!(requests_total(&page, "shadow", "shadow_rejected"), 2, "{page}");
+    assert_eq!(
+        requests_total(&page, "shadow", "shadow_rejected"),
+        2,
+        "{page}"
+    );
     assert!(!page.contains("127.0.0.1"), "the key is never a label");
 
     // A reload that does not parse is refused and counted; the old rules keep serving.
@@ -422,18 +514,27 @@ shadow = true
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(post().await.status, StatusCode::TOO_MANY_REQUESTS);
     let page = c.get(&server.url("/metrics")).await.body;
-    assert!(page.contains("tollgate_rules_reloads_total{result=\"error\"} 1"), "{page}");
+    assert!(
+        page.contains("tollgate_rules_reloads_total{result=\"error\"} 1"),
+        "{page}"
+    );
     let stderr = server.stop().await;
     assert!(stderr.contains("line 3, column 10"), "{stderr}");
 }
 
 #[tokio::test]
 async fn a_rules_file_that_cannot_be_used_exits_2_with_its_line_and_column() {
-    let file = TempFile::new("bad", "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nstrategy = \"fast\"\n");
+    let file = TempFile::new(
+        "bad",
+        "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nstrategy = \"fast\"\n",
+    );
     let out = run(&["--rules", file.path()]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("line 4, column 12") && stderr.contains("unknown strategy"), "{stderr}");
+    assert!(
+        stderr.contains("line 4, column 12") && stderr.contains("unknown strategy"),
+        "{stderr}"
+    );
     let out = run(&["--rules", file.path(), "--quota", "1/second"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("set it in the rules file"));
