@@ -773,8 +773,15 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
 static METRICS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
     std::sync::OnceLock::new();
 
+/// Publishes the figures the stores count (keys held, evictions) before a scrape: set by `--rules`.
+type Publish = Box<dyn Fn() + Send + Sync>;
+static PUBLISH: std::sync::OnceLock<Publish> = std::sync::OnceLock::new();
+
 /// `GET /metrics`: the Prometheus text format, never limited (routed outside the layer).
 async fn metrics() -> ([(http::HeaderName, &'static str); 1], String) {
+    if let Some(publish) = PUBLISH.get() {
+        publish();
+    }
     let body = METRICS.get().map(|h| h.render()).unwrap_or_default();
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -821,6 +828,8 @@ async fn serve_rules<St: Store<Vec<u8>>>(rules: Rules<St>, path: &Path, o: &Sett
     if let Some(every) = o.reload_every {
         rules.watch(path, every);
     }
+    let published = rules.clone();
+    let _ = PUBLISH.set(Box::new(move || published.publish_stats()));
     let app = rules_app(&rules, o);
     serve_app(app, o).await
 }
@@ -965,7 +974,11 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().set_buckets_for_metric(
+        metrics_exporter_prometheus::Matcher::Full("tollgate_store_latency_seconds".into()),
+        &tollgate::rules::STORE_LATENCY_BUCKETS,
+    );
+    match recorder.and_then(|r| r.install_recorder()) {
         Ok(handle) => {
             let _ = METRICS.set(handle);
         }

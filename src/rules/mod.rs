@@ -59,7 +59,7 @@ pub use file::{
     KeyPart, KeySpec, LimitSpec, MAX_RULES_FILE_BYTES, MissingKey, PathPattern, RulesError,
     RulesFile,
 };
-pub use metrics::METRIC_NAMES;
+pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
 use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
@@ -172,6 +172,8 @@ struct Shared<St> {
     current: ArcSwap<Compiled<St>>,
     options: RulesOptions,
     make_store: MakeStore<St>,
+    /// Whether every limit has a store of its own (its stats are the limit's).
+    own_stores: bool,
     /// The content hash of the file last loaded.
     loaded: parking_lot::Mutex<[u8; 32]>,
     reloads: metrics::ReloadMetrics,
@@ -249,7 +251,11 @@ impl Rules<MemoryStore<Vec<u8>>> {
         options: RulesOptions,
         store: MemoryStoreBuilder,
     ) -> Result<Self, RulesError> {
-        Self::new(text, options, move || store.clone().build())
+        let mut rules = Self::new(text, options, move || store.clone().build())?;
+        if let Some(shared) = Arc::get_mut(&mut rules.shared) {
+            shared.own_stores = true;
+        }
+        Ok(rules)
     }
 }
 
@@ -272,6 +278,7 @@ impl<St: Store<Vec<u8>>> Rules<St> {
             }),
             options,
             make_store: Box::new(make_store),
+            own_stores: false,
             loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
             reloads: metrics::ReloadMetrics::new(),
         };
@@ -305,6 +312,23 @@ impl<St: Store<Vec<u8>>> Rules<St> {
     pub fn names(&self) -> Vec<String> {
         let current = self.shared.current.load();
         current.limits.iter().map(|l| l.spec.name.clone()).collect()
+    }
+
+    /// Publishes what the stores count into the gauges and counters that are not updated per
+    /// request: `tollgate_keys{limit}` (keys held) and `tollgate_evictions_total{limit}`, for the
+    /// limits whose store is their own (the memory store; a store shared by several limits, such
+    /// as Redis, reports nothing here). [`Rules::watch`] calls it at every poll; call it before a
+    /// scrape for exact figures.
+    pub fn publish_stats(&self) {
+        let current = self.shared.current.load();
+        if !self.shared.own_stores {
+            return;
+        }
+        for limit in current.limits.iter() {
+            let stats = limit.limiter.stats();
+            limit.metrics.keys.set(stats.keys as f64);
+            limit.metrics.evictions.absolute(stats.evictions);
+        }
     }
 
     /// Swaps in the rules of `text` if its content differs from the last loaded: `Ok(None)` when
@@ -378,6 +402,7 @@ impl<St: Store<Vec<u8>>> Rules<St> {
                 tokio::time::sleep(every).await;
                 let Some(shared) = weak.upgrade() else { break };
                 let rules = Rules { shared };
+                rules.publish_stats();
                 let text = match read_rules(&path) {
                     Ok(t) => t,
                     Err(e) => {
@@ -524,9 +549,20 @@ impl<St: Store<Vec<u8>>> Limit<St> {
         self.rule.as_ref().unwrap_or_else(|| self.limiter.rule())
     }
 
-    /// Applies `op` to `key` under the limit's rule now.
-    fn apply(&self, key: &Vec<u8>, op: Op) -> crate::store::Answer<St::Future> {
-        self.limiter.apply(key, self.rule.as_ref(), op)
+    /// Applies `op` to `key` under the limit's rule now; a decision that is not ready at once (a
+    /// remote store) is timed into `tollgate_store_latency_seconds`.
+    async fn apply(&self, key: &Vec<u8>, op: Op) -> Result<Decision, crate::StoreError> {
+        match self.limiter.apply(key, self.rule.as_ref(), op).into_now() {
+            Ok(ready) => ready,
+            Err(later) => {
+                let start = std::time::Instant::now();
+                let result = later.await;
+                self.metrics
+                    .store_latency
+                    .record(start.elapsed().as_secs_f64());
+                result
+            }
+        }
     }
 
     /// The key of a request without one, when the limit counts those in one global bucket.

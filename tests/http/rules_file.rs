@@ -508,6 +508,11 @@ shadow = true
         "{page}"
     );
     assert!(!page.contains("127.0.0.1"), "the key is never a label");
+    assert!(page.contains("tollgate_keys{limit=\"login\"} 1"), "{page}");
+    assert!(
+        page.contains("tollgate_units_total{limit=\"login\"} 2"),
+        "{page}"
+    );
 
     // A reload that does not parse is refused and counted; the old rules keep serving.
     file.replace("[[limit]]\nname = \"login\"\nquotas = \"2/fortnight\"\n");

@@ -11,3 +11,4 @@ mod redis_cluster;
 mod redis_faults;
 mod redis_server;
 mod redis_store;
+mod rules_redis;
