@@ -26,6 +26,10 @@
 //! protocol runs on every store (memory and Redis). Shadow limits are checked after the enforced
 //! ones admitted the request: they are counted and never reject or roll anything back.
 //!
+//! A handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful login: only failures
+//! count) settles the request's reservation with every enforced limit of the file, or only with the
+//! limit it names ([`Settle::for_limiter`]).
+//!
 //! Headers follow the stacked-limiter rule: on a `429` the rejecting limit's; on a success the
 //! `x-ratelimit-*` fields of the limit with the fewest remaining, and one IETF item per limit.
 //!
@@ -64,7 +68,7 @@ pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
 use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
 use crate::layer::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat,
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
 use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Decision, Op, RateLimiter, Rule};
@@ -690,8 +694,12 @@ where
             let mut inner = inner;
             match verdict {
                 Verdict::Answer(res) => Ok(res),
-                Verdict::Forward { allowed, shadow } => {
+                Verdict::Forward {
+                    mut allowed,
+                    shadow,
+                } => {
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
+                    settle(&compiled, &mut allowed, res.extensions_mut()).await;
                     write_success_headers(
                         &compiled,
                         &shared.options,
@@ -712,9 +720,43 @@ enum Verdict<B> {
     Answer(Response<B>),
     /// Forward; the enforced decisions (by limit index) and the shadow decision to report.
     Forward {
-        allowed: Vec<(usize, Decision)>,
+        allowed: Vec<Held>,
         shadow: Option<(usize, Decision)>,
     },
+}
+
+/// Settles the reservations of the forwarded request as the handler's [`Settle`] marker says (if
+/// any): with every limit of the file, or only the one it names; counts the units spent.
+async fn settle<St: Store<Vec<u8>>>(
+    compiled: &Compiled<St>,
+    allowed: &mut [Held],
+    extensions: &mut http::Extensions,
+) {
+    let marker = extensions.get::<Settle>().cloned();
+    let mut taken = false;
+    for h in allowed.iter_mut() {
+        let limit = &compiled.limits[h.index];
+        let mut units = limit.spec.cost;
+        if let Some(m) = marker.as_ref().filter(|m| m.is_for(&limit.spec.name)) {
+            if let Some(r) = h.decision.reservation() {
+                taken = true;
+                match limit.apply(&h.key, Op::settle(r, m.charged())).await {
+                    Ok(d) => {
+                        h.decision = d;
+                        units = m.charged();
+                    }
+                    Err(e) => {
+                        limit.metrics.store_errors.increment(1);
+                        tracing::warn!(limit = %limit.spec.name, error = %e, "settle failed");
+                    }
+                }
+            }
+        }
+        limit.metrics.units.increment(u64::from(units));
+    }
+    if taken {
+        extensions.remove::<Settle>();
+    }
 }
 
 /// A reservation to give back if another limit rejects.
@@ -781,13 +823,10 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
             }
         }
     }
-    let mut allowed = Vec::with_capacity(held.len());
-    for h in held {
-        let limit = &compiled.limits[h.index];
-        limit.metrics.allowed.increment(1);
-        limit.metrics.units.increment(u64::from(limit.spec.cost));
-        allowed.push((h.index, h.decision));
+    for h in &held {
+        compiled.limits[h.index].metrics.allowed.increment(1);
     }
+    let allowed = held;
     let mut shadow: Option<(usize, Decision)> = None;
     for index in shadows {
         let limit = &compiled.limits[index];
@@ -847,19 +886,19 @@ static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelim
 fn write_success_headers<St>(
     compiled: &Compiled<St>,
     options: &RulesOptions,
-    allowed: &[(usize, Decision)],
+    allowed: &[Held],
     shadow: Option<(usize, Decision)>,
     headers: &mut HeaderMap,
 ) where
     St: Store<Vec<u8>>,
 {
     let mut below: Option<Reported> = None;
-    for (index, d) in allowed {
-        let limit = &compiled.limits[*index];
+    for h in allowed {
+        let limit = &compiled.limits[h.index];
         below = Some(write_allowed_headers(
             below,
             headers,
-            d,
+            &h.decision,
             limit.rule(),
             &limit.headers,
         ));

@@ -546,3 +546,96 @@ async fn a_rules_file_that_cannot_be_used_exits_2_with_its_line_and_column() {
     let out = run(&["--rules", file.path(), "--reload-interval", "10"]).await;
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A login form limited by IP and by username in one decision, where only failures count: the
+/// handler's `Settle::refund()` gives a success back to both limits.
+#[tokio::test]
+async fn a_login_limited_by_ip_and_username_counts_only_failures() {
+    use axum::Extension;
+    use axum::response::IntoResponse;
+    use tollgate::layer::Settle;
+
+    let rules = Rules::memory(
+        r#"
+        [[limit]]
+        name = "login-ip"
+        path = "/login"
+        methods = ["POST"]
+        strategy = "moving-window"
+        quotas = "5/hour"
+
+        [[limit]]
+        name = "login-user"
+        path = "/login"
+        methods = ["POST"]
+        key = "header:x-user"
+        strategy = "moving-window"
+        quotas = "2/hour"
+        "#,
+        RulesOptions::default(),
+    )
+    .unwrap();
+    let app = Router::new()
+        .route(
+            "/login",
+            axum::routing::post(|headers: http::HeaderMap| async move {
+                if headers.get("x-pass").is_some_and(|p| p == "right") {
+                    (Extension(Settle::refund()), "welcome").into_response()
+                } else {
+                    (StatusCode::UNAUTHORIZED, "wrong password").into_response()
+                }
+            }),
+        )
+        .layer(rules.layer());
+    let server = TestServer::start(app).await;
+    let c = TestClient::new();
+    let login = |user: &'static str, pass: &'static str| {
+        c.send(request(
+            Method::POST,
+            &server.url("/login"),
+            &[("x-user", user), ("x-pass", pass)],
+        ))
+    };
+    for _ in 0..4 {
+        let res = login("alice", "right").await;
+        assert_eq!(res.status, StatusCode::OK, "successes never count");
+        assert_eq!(
+            res.num("x-ratelimit-remaining"),
+            2,
+            "the settled state is reported"
+        );
+    }
+    assert_eq!(
+        login("alice", "wrong").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        login("alice", "wrong").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let res = login("alice", "right").await;
+    assert_eq!(
+        res.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "alice's 2 failures are spent"
+    );
+    // The rejection spent nothing from the IP limit: of its 5, the 2 failures are spent.
+    assert_eq!(login("bob", "wrong").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(login("bob", "wrong").await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        login("carol", "wrong").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let res = login("dave", "wrong").await;
+    assert_eq!(
+        res.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the IP's 5 failures are spent"
+    );
+    assert_eq!(
+        res.num("x-ratelimit-limit"),
+        5,
+        "the rejecting limit's headers"
+    );
+    server.stop().await;
+}
