@@ -37,9 +37,15 @@
 //! atomically when its content hash changes; requests in flight finish on the rules they started
 //! with; an invalid file is refused (logged, counted in `tollgate_rules_reloads_total{result="error"}`)
 //! and the old rules keep serving. State per limit: a limit whose name, strategy, quotas and key are
-//! unchanged keeps its state (a change of path, methods, cost or shadow keeps it too); a change of
-//! its strategy, quotas or key starts that limit fresh, with a warning (the state of the old rule
-//! is not converted: it expires by itself); a rename is a new limit. Instances polling the same file may
+//! unchanged keeps its state (a change of path, methods, cost or shadow keeps it too). A change of
+//! its quotas converts each key's state when the key is next seen, for as long as the old rule's
+//! horizon: the units spent under the old rule (its binding quota's `limit - remaining`, so rounded
+//! toward the stricter state) are charged to the new rule, capped at its smallest limit (never a
+//! stuck counter), when the new list has a quota of the same period (a removed period's count is
+//! dropped, a new period starts empty); in memory and on Redis alike, the limit remembering the
+//! old rule. The conversion costs one extra peek per request during that horizon, and two
+//! concurrent first requests of one key may both convert it (stricter, never more lenient). A
+//! change of strategy or key starts that limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
 //! disagree for up to one interval.
 
 mod file;
@@ -71,7 +77,7 @@ use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
 use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
-use crate::{Decision, Op, RateLimiter, Rule};
+use crate::{Clock, Decision, Op, RateLimiter, Rule};
 use metrics::LimitMetrics;
 
 /// The settings that apply to every limit of a rules file (the `server` example's process-wide
@@ -126,7 +132,10 @@ pub struct ReloadReport {
     /// Limits whose settings changed but whose state is kept (path, methods, cost, shadow,
     /// missing-key choice).
     pub changed: Vec<String>,
-    /// Limits whose strategy, quotas or key changed: their state starts fresh.
+    /// Limits whose quotas changed (same strategy and key): each key's state is converted to the
+    /// new quotas when the key is next seen (see [`Rules`]).
+    pub converted: Vec<String>,
+    /// Limits whose strategy or key changed: their state starts fresh.
     pub fresh: Vec<String>,
 }
 
@@ -136,6 +145,7 @@ impl ReloadReport {
         self.added.is_empty()
             && self.removed.is_empty()
             && self.changed.is_empty()
+            && self.converted.is_empty()
             && self.fresh.is_empty()
     }
 }
@@ -144,8 +154,8 @@ impl std::fmt::Display for ReloadReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "added {:?}, removed {:?}, changed {:?}, started fresh {:?}",
-            self.added, self.removed, self.changed, self.fresh
+            "added {:?}, removed {:?}, changed {:?}, converted {:?}, started fresh {:?}",
+            self.added, self.removed, self.changed, self.converted, self.fresh
         )
     }
 }
@@ -159,9 +169,19 @@ struct Limit<St> {
     rule: Option<Rule>,
     /// The first bytes of every key: a hash of the key spec, so a changed key starts fresh.
     key_tag: [u8; 4],
+    /// The rule before a quota change, whose states are converted on access until it ends.
+    previous: Option<Previous>,
     missing_global: bool,
     headers: HeaderConfig,
     metrics: LimitMetrics,
+}
+
+/// The rule a limit had before its quotas changed, and until when a key may still hold state under
+/// it (the change's time plus the old rule's horizon, on the limiter's clock).
+#[derive(Clone, Debug)]
+struct Previous {
+    rule: Rule,
+    until: u64,
 }
 
 /// One version of the rules: what a request is decided on from start to end.
@@ -358,13 +378,14 @@ impl<St: Store<Vec<u8>>> Rules<St> {
                     added = ?report.added,
                     removed = ?report.removed,
                     changed = ?report.changed,
+                    converted = ?report.converted,
                     fresh = ?report.fresh,
                     "rules reloaded"
                 );
                 for name in &report.fresh {
                     tracing::warn!(
                         limit = %name,
-                        "rules reload: strategy, quotas or key changed: the limit starts fresh"
+                        "rules reload: strategy or key changed: the limit starts fresh"
                     );
                 }
                 Ok(Some(report))
@@ -451,12 +472,24 @@ impl<St: Store<Vec<u8>>> Shared<St> {
         let initial = old.limits.is_empty();
         for spec in file.limits {
             let kept = by_name.get(spec.name.as_str()).copied();
-            let (limiter, rule) = match kept {
+            let (limiter, rule, previous) = match kept {
                 Some(l) => {
+                    let mut previous = None;
                     if l.spec.rule == spec.rule && l.spec.key == spec.key {
                         if l.spec != spec {
                             report.changed.push(spec.name.clone());
                         }
+                        previous = l.previous.clone();
+                    } else if l.spec.key == spec.key
+                        && l.spec.rule.strategy() == spec.rule.strategy()
+                    {
+                        report.converted.push(spec.name.clone());
+                        let horizon =
+                            u64::try_from(l.rule().horizon().as_nanos()).unwrap_or(u64::MAX);
+                        previous = Some(Previous {
+                            rule: l.rule().clone(),
+                            until: l.limiter.clock().now().saturating_add(horizon),
+                        });
                     } else {
                         report.fresh.push(spec.name.clone());
                     }
@@ -468,13 +501,13 @@ impl<St: Store<Vec<u8>>> Shared<St> {
                             RulesError::whole(format!("limit {:?}: {e}", spec.name))
                         })?;
                     }
-                    (l.limiter.clone(), rule)
+                    (l.limiter.clone(), rule, previous)
                 }
                 None => {
                     if !initial {
                         report.added.push(spec.name.clone());
                     }
-                    (self.build_limiter(&spec)?, None)
+                    (self.build_limiter(&spec)?, None, None)
                 }
             };
             seen.insert(spec.name.clone(), ());
@@ -485,6 +518,7 @@ impl<St: Store<Vec<u8>>> Shared<St> {
             limits.push(Limit {
                 key_tag: key_tag(&spec.key),
                 rule,
+                previous,
                 missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
                     == MissingKey::Global,
                 metrics: LimitMetrics::new(&spec.name),
@@ -566,6 +600,46 @@ impl<St: Store<Vec<u8>>> Limit<St> {
                     .record(start.elapsed().as_secs_f64());
                 result
             }
+        }
+    }
+
+    /// Converts `key`'s state under the rule before a quota change to the current rule, once:
+    /// the units spent in the old rule's reported quota are charged to the new rule (at most its
+    /// smallest limit, so a counter is never stuck above a limit) if the new rule has a quota of
+    /// the same period (a removed period's count is dropped), and the old state is reset. Units
+    /// are rounded toward the stricter state: the spent count is `limit - remaining` of the old
+    /// state now. Nothing happens once the old rule's horizon has passed since the change.
+    async fn convert(&self, key: &Vec<u8>) {
+        let Some(p) = &self.previous else { return };
+        if self.limiter.clock().now() >= p.until {
+            return;
+        }
+        let Ok(old) = self.limiter.apply(key, Some(&p.rule), Op::Peek).await else {
+            return;
+        };
+        let spent = old.limit().saturating_sub(old.remaining());
+        if spent == 0 {
+            return;
+        }
+        let new = self.rule();
+        let period = p.rule.quotas().get(old.quota_index()).map(|q| q.period());
+        if new.quotas().iter().any(|q| Some(q.period()) == period) {
+            let bucket = new.strategy().is_bucket();
+            let cap = new
+                .quotas()
+                .iter()
+                .map(|q| if bucket { q.burst() } else { q.limit() })
+                .min()
+                .unwrap_or(0);
+            if let Err(e) = self.apply(key, Op::Check(spent.min(cap))).await {
+                self.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %self.spec.name, error = %e, "state conversion failed");
+                return;
+            }
+        }
+        if let Err(e) = self.limiter.apply(key, Some(&p.rule), Op::Reset).await {
+            self.metrics.store_errors.increment(1);
+            tracing::warn!(limit = %self.spec.name, error = %e, "state conversion failed");
         }
     }
 
@@ -797,6 +871,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
                 }));
             }
         };
+        limit.convert(&key).await;
         match limit.apply(&key, Op::Check(limit.spec.cost)).await {
             Ok(d) if d.is_allowed() => held.push(Held {
                 index,
@@ -840,6 +915,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
             limit.metrics.no_key.increment(1);
             continue;
         };
+        limit.convert(&key).await;
         match limit.apply(&key, Op::Check(limit.spec.cost)).await {
             Ok(d) => {
                 if d.is_allowed() {

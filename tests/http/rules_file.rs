@@ -299,7 +299,50 @@ async fn an_invalid_reload_keeps_the_old_rules_and_each_change_case_keeps_or_res
         "state kept"
     );
 
-    // Quotas changed: the limit starts fresh under its new quota.
+    // Quotas changed: the 2 units spent are kept against the new limit of 1 (capped there).
+    let r = rules
+        .reload_text(&base("/a", "1/hour", "ip"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.converted, ["l"]);
+    assert_eq!(
+        get().await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "never a free reset"
+    );
+    // Raised to 3: the 1 unit spent is kept, 2 are left.
+    let r = rules
+        .reload_text(&base("/a", "3/hour", "ip"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.converted, ["l"]);
+    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
+    // Another period: the hour's count is dropped, the minute starts empty.
+    let r = rules
+        .reload_text(&base("/a", "1/minute", "ip"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.converted, ["l"]);
+    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
+    // A quota list matched by period: the minute's spent unit is kept.
+    let r = rules
+        .reload_text(&base("/a", "2/minute; 10/day", "ip"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.converted, ["l"]);
+    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
+    // Strategy changed: fresh.
+    let moving =
+        base("/a", "2/minute; 10/day", "ip").replace("fixed-window-first-hit", "moving-window");
+    let r = rules.reload_text(&moving).unwrap().unwrap();
+    assert_eq!(r.fresh, ["l"]);
+    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
     let r = rules
         .reload_text(&base("/a", "1/hour", "ip"))
         .unwrap()

@@ -92,7 +92,7 @@ async fn a_rejected_request_spends_nothing_on_redis_under_races() {
 }
 
 #[tokio::test]
-async fn a_reload_on_redis_keeps_unchanged_limits_and_starts_changed_ones_fresh() {
+async fn a_reload_on_redis_keeps_unchanged_limits_and_converts_changed_quotas() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
@@ -116,10 +116,20 @@ async fn a_reload_on_redis_keeps_unchanged_limits_and_starts_changed_ones_fresh(
         StatusCode::TOO_MANY_REQUESTS,
         "kept"
     );
-    // A quota change on a shared store: the same limiter (its name stays taken), a fresh state.
-    let r = rules.reload_text(&text("2/hour", "/a")).unwrap().unwrap();
-    assert_eq!(r.fresh, ["l"]);
+    // A quota change on a shared store: the same limiter (its name stays taken), the spent unit
+    // converted to the new quota on access.
+    let r = rules.reload_text(&text("3/hour", "/a")).unwrap().unwrap();
+    assert_eq!(r.converted, ["l"]);
     assert_eq!(c.get(&server.url("/a")).await.status, StatusCode::OK);
+    assert_eq!(c.get(&server.url("/a")).await.status, StatusCode::OK);
+    assert_eq!(
+        c.get(&server.url("/a")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A strategy change starts fresh.
+    let moving = text("1/hour", "/a").replace("fixed-window-first-hit", "moving-window");
+    let r = rules.reload_text(&moving).unwrap().unwrap();
+    assert_eq!(r.fresh, ["l"]);
     assert_eq!(c.get(&server.url("/a")).await.status, StatusCode::OK);
     assert_eq!(
         c.get(&server.url("/a")).await.status,
