@@ -368,7 +368,14 @@ impl<St: Store<Vec<u8>>> Rules<St> {
             return Ok(None);
         }
         let mut report = ReloadReport::default();
-        let result = RulesFile::parse(text).and_then(|f| self.shared.compile(f, &mut report));
+        let result = if text.trim().is_empty() {
+            // What a reader sees between a writer's truncation and its write: never "no limits".
+            Err(RulesError::whole(
+                "the new rules file is empty (a file with no limits holds at least a comment)",
+            ))
+        } else {
+            RulesFile::parse(text).and_then(|f| self.shared.compile(f, &mut report))
+        };
         match result {
             Ok(compiled) => {
                 self.shared.current.store(Arc::new(compiled));
@@ -415,7 +422,8 @@ impl<St: Store<Vec<u8>>> Rules<St> {
     }
 
     /// Polls `path` every `every` (at least 50 ms) on the tokio runtime and reloads it when its
-    /// content changes. The task ends when every [`Rules`] handle and layer is dropped. A file
+    /// content changes and then holds still for 25 ms (a file caught in the middle of an in-place
+    /// write is not loaded; an empty one is refused). The task ends when every [`Rules`] handle and layer is dropped. A file
     /// that stays invalid is reported once per content, not once per poll.
     pub fn watch(&self, path: impl Into<PathBuf>, every: Duration) -> tokio::task::JoinHandle<()> {
         let path = path.into();
@@ -441,8 +449,15 @@ impl<St: Store<Vec<u8>>> Rules<St> {
                     }
                 };
                 let hash = content_hash(text.as_bytes());
-                if refused == Some(hash) {
+                if refused == Some(hash) || *rules.shared.loaded.lock() == hash {
                     continue;
+                }
+                // A change: read again a moment later and load only a content that held still,
+                // so a file caught in the middle of an in-place write is not loaded.
+                tokio::time::sleep(SETTLE_TIME).await;
+                match read_rules(&path) {
+                    Ok(again) if again == text => {}
+                    _ => continue,
                 }
                 match rules.reload_text(&text) {
                     Ok(_) => refused = None,
@@ -552,6 +567,9 @@ impl<St: Store<Vec<u8>>> Shared<St> {
             .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)))
     }
 }
+
+/// How long a changed rules file must keep the same content before it is loaded.
+const SETTLE_TIME: Duration = Duration::from_millis(25);
 
 /// Reads a rules file, refusing one above [`MAX_RULES_FILE_BYTES`] before reading it whole.
 fn read_rules(path: &Path) -> Result<String, RulesError> {

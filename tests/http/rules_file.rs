@@ -284,6 +284,8 @@ async fn an_invalid_reload_keeps_the_old_rules_and_each_change_case_keeps_or_res
         .unwrap_err();
     assert!(e.to_string().starts_with("line 6, column 10"), "{e}");
     assert_eq!(rules.names(), ["l"]);
+    let e = rules.reload_text(" \n").unwrap_err();
+    assert!(e.message().contains("empty"), "{e}");
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
 
     // Path changed, quotas and key kept: state kept.
