@@ -4,10 +4,13 @@
 //! cargo run --example server -- --quota 5/minute --strategy token-bucket --burst 2
 //! curl -i http://127.0.0.1:3000/
 //! cargo run --example server -- --help        # every flag, with its default
+//! cargo run --example server -- --rules examples/rules.toml
 //! cargo run --features redis --example server -- --store redis://127.0.0.1:6379
 //! ```
 //!
 //! `GET /` answers `ok` (after `--delay-ms`); every other path answers 404, counted like any request.
+//! With `--rules FILE` (e.g. `examples/rules.toml`) every path and method answers `ok`, limited by
+//! the file's limits.
 //! Once listening it prints exactly one line to stdout, `listening on http://ADDR`; logs and warnings
 //! go to stderr (`RUST_LOG`, e.g. `RUST_LOG=tollgate=debug` for one line per rejection). SIGINT and
 //! SIGTERM stop it with exit code 0. A usage or configuration error (a bad value, a contradiction, a

@@ -684,3 +684,55 @@ async fn a_login_limited_by_ip_and_username_counts_only_failures() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_example_rules_file_loads_and_limits_logins_by_ip_and_username() {
+    let rules = Rules::memory(
+        include_str!("../../examples/rules.toml"),
+        RulesOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        rules.names(),
+        [
+            "per-ip",
+            "login-ip",
+            "login-user",
+            "api-global",
+            "api-user-next"
+        ]
+    );
+    let server = serve(&rules).await;
+    let c = TestClient::new();
+    let login = |user: &'static str| {
+        c.send(request(
+            Method::POST,
+            &server.url("/login"),
+            &[("x-username", user)],
+        ))
+    };
+    let res = c
+        .send(request(Method::POST, &server.url("/login"), &[]))
+        .await;
+    assert_eq!(
+        res.status,
+        StatusCode::BAD_REQUEST,
+        "no username: {}",
+        res.body
+    );
+    for _ in 0..5 {
+        assert_eq!(login("alice").await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        login("bob").await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "5 per minute per IP"
+    );
+    let res = c.get_with(&server.url("/api/x"), &[("x-user", "u")]).await;
+    assert_eq!(res.status, StatusCode::OK);
+    assert!(
+        res.header("x-ratelimit-shadow-remaining").is_none(),
+        "shadow: no headers by default"
+    );
+    server.stop().await;
+}
