@@ -23,7 +23,11 @@ impl RulesError {
     /// An error at the start of byte range `span` of `text`.
     fn at(text: &str, span: Option<Range<usize>>, message: impl Into<String>) -> Self {
         let position = span.map(|s| {
-            let before = &text[..s.start.min(text.len())];
+            let mut end = s.start.min(text.len());
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let before = &text[..end];
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             (line, column)
@@ -164,6 +168,19 @@ impl KeySpec {
             parts.push(part);
         }
         Ok(Self { parts })
+    }
+}
+
+impl serde::Serialize for KeySpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        KeySpec::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -532,6 +549,21 @@ mod tests {
         let root = p("/");
         assert!(root.matches("/"));
         assert!(!root.matches("/a"));
+    }
+
+    #[test]
+    fn key_specs_serialize_as_their_text() {
+        let k: KeySpec = serde_json::from_str("\"ip+header:x-user\"").unwrap();
+        assert_eq!(serde_json::to_string(&k).unwrap(), "\"ip+header:x-user\"");
+        assert!(serde_json::from_str::<KeySpec>("\"cookie\"").is_err());
+        let m: MissingKey = serde_json::from_str("\"global\"").unwrap();
+        assert_eq!(m, MissingKey::Global);
+    }
+
+    #[test]
+    fn an_error_after_multibyte_text_points_at_its_character_column() {
+        let e = error("# é\n[[limit]]\nname = \"é\"\nquotas = \"1/second\"\n");
+        assert_eq!(e.position(), Some((3, 8)), "{e}");
     }
 
     #[test]
