@@ -64,6 +64,7 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
+use tracing::Instrument as _;
 
 pub use file::{
     KeyPart, KeySpec, LimitSpec, MAX_RULES_FILE_BYTES, MissingKey, PathPattern, RulesError,
@@ -782,7 +783,10 @@ where
         let shared = Arc::clone(&self.rules.shared);
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let verdict = decide(&compiled, &shared.options, &parts).await;
+            let span = tracing::trace_span!("tollgate.rules.decide", path = parts.uri.path());
+            let verdict = decide(&compiled, &shared.options, &parts)
+                .instrument(span)
+                .await;
             let mut inner = inner;
             match verdict {
                 Verdict::Answer(res) => Ok(res),
@@ -863,8 +867,6 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
     options: &RulesOptions,
     parts: &Parts,
 ) -> Verdict<B> {
-    let span = tracing::trace_span!("tollgate.rules.decide", path = parts.uri.path());
-    let _enter = span.enter();
     let path = parts.uri.path();
     let mut held: Vec<Held> = Vec::new();
     let mut shadows: Vec<usize> = Vec::new();
