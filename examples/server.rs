@@ -35,14 +35,14 @@
 //! | `--on-missing-key reject\|global` | 10 | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | process-wide (the default of the file's `on_missing_key`) |
 //! | `--trust-proxy CIDR` | 10 | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | process-wide |
 //! | `--forwarded-header xff\|forwarded\|x-real-ip` | 10 | `xff` | the header trusted proxies set; warns without `--trust-proxy` | process-wide |
-//! | `--store memory\|URL` | 10, 12 | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`: not available yet | process-wide |
-//! | `--fail-mode open\|closed\|local` | 12 | `open` | on a store failure: pass, 503, or a local limiter (`local`: not available yet); warns with the memory store, which never fails | process-wide |
+//! | `--store memory\|URL` | 10, 12 | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | process-wide |
+//! | `--fail-mode open\|closed\|local` | 12 | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | process-wide |
 //! | `--fail-closed` | 10, 12 | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | process-wide |
 //! | `--reset-format delta\|unix` | 10 | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | process-wide |
 //! | `--max-keys N` | 10, 17 | no cap | cap on the keys the memory store holds; warns with Redis | process-wide |
 //! | `--store-timeout MS` | 10, 12 | 50 | how long a Redis decision may take; warns with the memory store | process-wide |
-//! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store; not available yet | process-wide |
-//! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store; not available yet | process-wide |
+//! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
+//! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
 //! | `--instances N` | 12 | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
 //! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
 //! | `--rules FILE` | 14 | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
@@ -51,8 +51,8 @@
 //! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` | exit 2 |
 //! | `--concurrency N` | 15 | none | cap on requests in flight per key; not available yet | exit 2 |
 //! | `--delay-ms MS` | 15 | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
-//! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window`: not available yet; warns with other strategies | exit 2 |
-//! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue that waits up to MAX_WAIT_MS: not available yet; warns with other strategies | exit 2 |
+//! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
+//! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2 |
 //!
 //! `GET /metrics` (issue 14) is served in every mode, never limited: the Prometheus text format of
 //! the `tollgate_*` metrics (expose it on an internal port in production). With `--rules`, the file
@@ -75,7 +75,7 @@ use tollgate::key::{
 use tollgate::layer::{FailurePolicy, RateLimitLayer, ResetFormat};
 use tollgate::rules::{IpSource, MissingKey as FileMissingKey, Rules, RulesOptions};
 use tollgate::store::{Store, StoreKey};
-use tollgate::{Clock, RateLimiter, Strategy};
+use tollgate::{Clock, RateLimiter, Strategy, WindowOffset};
 
 /// The longest `--delay-ms` (10 minutes): a demo handler, not a way to park connections forever.
 const MAX_DELAY_MS: u64 = 600_000;
@@ -201,7 +201,7 @@ struct Cli {
 
     /// UTC offset of clock-aligned windows: [+-]HH:MM, or [+-]Nh, Nm, NhMm; under 24 h
     #[arg(long, value_name = "OFFSET", value_parser = window_offset, allow_hyphen_values = true)]
-    window_offset: Option<i64>,
+    window_offset: Option<WindowOffset>,
 
     /// With leaky-bucket, queue requests up to MAX_WAIT_MS instead of rejecting them
     #[arg(long, value_name = "MAX_WAIT_MS", value_parser = positive_ms)]
@@ -322,40 +322,9 @@ fn delay(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("expected milliseconds from 0 to {MAX_DELAY_MS}"))
 }
 
-/// `[+-]HH:MM`, or `[+-]` then `Nh`, `Nm` or `NhMm`, below 24 h in size: the offset in seconds.
-fn window_offset(s: &str) -> Result<i64, String> {
-    const FORMS: &str = "expected [+-]HH:MM or [+-]Nh, Nm, NhMm (e.g. +08:00, -5h, 30m, 5h30m)";
-    let (sign, body) = match s.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let number = |t: &str| -> Option<i64> {
-        (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| t.parse().ok())
-            .flatten()
-    };
-    let minutes = if let Some((h, m)) = body.split_once(':') {
-        match (number(h), number(m)) {
-            (Some(h), Some(m)) if m < 60 => h * 60 + m,
-            _ => return Err(FORMS.into()),
-        }
-    } else if let Some(m) = body.strip_suffix('m') {
-        match m.split_once('h') {
-            Some((h, m)) => match (number(h), number(m)) {
-                (Some(h), Some(m)) if m < 60 => h * 60 + m,
-                _ => return Err(FORMS.into()),
-            },
-            None => number(m).ok_or(FORMS)?,
-        }
-    } else if let Some(h) = body.strip_suffix('h') {
-        number(h).ok_or(FORMS)? * 60
-    } else {
-        return Err(FORMS.into());
-    };
-    if minutes >= 24 * 60 {
-        return Err("the offset must be under 24 hours".into());
-    }
-    Ok(sign * minutes * 60)
+/// `--window-offset`: the library's notation ([`WindowOffset`]).
+fn window_offset(s: &str) -> Result<WindowOffset, String> {
+    s.parse().map_err(|e: tollgate::OffsetError| e.to_string())
 }
 
 // ---- the meaning of the flags together ----
@@ -435,10 +404,22 @@ struct Settings {
     /// Read by the Redis store only.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     store_timeout: Option<Duration>,
+    /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    local_instances: Option<u32>,
+    /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    redis_ca: Option<PathBuf>,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    redis_client_cert: Option<(PathBuf, PathBuf)>,
     cost: u32,
     delay: Duration,
     rules: Option<PathBuf>,
     reload_every: Option<Duration>,
+    /// `--window-offset` (UTC unless set, and only with a clock-aligned strategy).
+    window_offset: WindowOffset,
+    /// `--queue MAX_WAIT_MS` (only with `leaky-bucket`).
+    queue: Option<Duration>,
 }
 
 /// A configuration error (exit code 2), one line.
@@ -465,7 +446,7 @@ impl Settings {
         tls_files(cli, &store)?;
         let strategy = cli.strategy.unwrap_or(Strategy::SlidingWindow);
         let warnings = warnings(cli, &store, fail_mode, strategy);
-        not_available_yet(cli, &store, fail_mode, strategy)?;
+        not_available_yet(cli, &store, fail_mode)?;
         let settings = Settings {
             addr: cli
                 .addr
@@ -486,10 +467,14 @@ impl Settings {
                 .unwrap_or(ForwardedHeader::XForwardedFor),
             failure: match fail_mode {
                 FailMode::Closed => FailurePolicy::FailClosed,
-                // `local` reaches here only with the memory store (which never fails): on Redis
-                // it is refused above until the library offers it.
+                // `local`: the Redis store decides with its local limiter during an outage, so the
+                // layer sees no failure; what still fails (none expected) is let through.
                 FailMode::Open | FailMode::Local => FailurePolicy::FailOpen,
             },
+            local_instances: (fail_mode == FailMode::Local)
+                .then(|| cli.instances.map_or(1, NonZeroU32::get)),
+            redis_ca: cli.redis_ca.clone(),
+            redis_client_cert: cli.redis_cert.clone().zip(cli.redis_key.clone()),
             reset: match cli.reset_format {
                 Some(ResetChoice::Unix) => ResetFormat::Unix,
                 Some(ResetChoice::Delta) | None => ResetFormat::Delta,
@@ -504,6 +489,11 @@ impl Settings {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
+            window_offset: cli
+                .window_offset
+                .filter(|_| matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow))
+                .unwrap_or_default(),
+            queue: cli.queue.filter(|_| strategy == Strategy::LeakyBucket),
         };
         Ok((settings, warnings))
     }
@@ -662,30 +652,12 @@ fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) 
 
 /// Flags whose behaviour the library does not offer yet, where they would take effect: one line
 /// each. Giving a flag its behaviour = deleting its line here and wiring it in `app` or `main`.
-fn not_available_yet(
-    cli: &Cli,
-    store: &StoreChoice,
-    fail: FailMode,
-    strategy: Strategy,
-) -> Result<(), Usage> {
+fn not_available_yet(cli: &Cli, store: &StoreChoice, _fail: FailMode) -> Result<(), Usage> {
     let redis = matches!(store, StoreChoice::Redis(_));
-    let aligned = matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow);
     let pending = [
-        ("--fail-mode local", fail == FailMode::Local && redis),
-        (
-            "--store redis+sentinel://",
-            matches!(store, StoreChoice::Redis(u) if u.sentinel),
-        ),
-        ("--redis-ca", cli.redis_ca.is_some()),
-        ("--redis-cert", cli.redis_cert.is_some()),
         ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
         ("--settle-header", cli.settle_header.is_some()),
         ("--concurrency", cli.concurrency.is_some()),
-        ("--window-offset", cli.window_offset.is_some() && aligned),
-        (
-            "--queue",
-            cli.queue.is_some() && strategy == Strategy::LeakyBucket,
-        ),
     ];
     match pending.iter().find(|(_, on)| *on) {
         Some((flag, _)) => Err(Usage(format!(
@@ -739,8 +711,11 @@ impl KeyExtractor for DemoKey {
 }
 
 /// The app: `GET /` answers `ok` (after `--delay-ms`); everything, 404s included, goes through the
-/// limiter.
-fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &Settings) -> Router {
+/// limiter (in a shaping queue with `--queue`). A queue the library refuses is a usage error.
+fn app<St: Store<Vec<u8>>, C: Clock>(
+    limiter: RateLimiter<Vec<u8>, St, C>,
+    o: &Settings,
+) -> Result<Router, String> {
     let key = match &o.key {
         KeyChoice::Ip if o.trusted.is_empty() => DemoKey::Peer(PeerIp::default()),
         KeyChoice::Ip => {
@@ -757,8 +732,11 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
     if o.missing_global {
         layer = layer.fallback_key(global_key());
     }
+    if let Some(max_wait) = o.queue {
+        layer = layer.queue(max_wait).map_err(|e| format!("--queue: {e}"))?;
+    }
     let delay = o.delay;
-    Router::new()
+    Ok(Router::new()
         .route(
             "/",
             get(move || async move {
@@ -769,7 +747,7 @@ fn app<St: Store<Vec<u8>>, C: Clock>(limiter: RateLimiter<Vec<u8>, St, C>, o: &S
             }),
         )
         .layer(layer)
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics)))
 }
 
 /// The Prometheus recorder's handle, installed once in `main`.
@@ -871,7 +849,11 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
     limiter: RateLimiter<Vec<u8>, St, C>,
     o: &Settings,
 ) -> ExitCode {
-    serve_app(app(limiter, o), o).await
+    let app = match app(limiter, o) {
+        Ok(app) => app,
+        Err(message) => return usage_error(&message),
+    };
+    serve_app(app, o).await
 }
 
 /// Serves `app` until SIGINT or SIGTERM.
@@ -1016,6 +998,7 @@ async fn main() -> ExitCode {
     if let Some(b) = o.burst {
         builder = builder.burst(b);
     }
+    builder = builder.window_offset(o.window_offset);
     match &o.store {
         StoreChoice::Memory => {
             let builder = match o.max_keys {
@@ -1043,6 +1026,18 @@ async fn serve_redis(
     let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
     let store = match o.store_timeout {
         Some(timeout) => store.timeout(timeout),
+        None => store,
+    };
+    let store = match o.local_instances {
+        Some(n) => store.local_fallback(n),
+        None => store,
+    };
+    let store = match &o.redis_ca {
+        Some(ca) => store.tls_ca_file(ca),
+        None => store,
+    };
+    let store = match &o.redis_client_cert {
+        Some((cert, key)) => store.tls_client_cert(cert, key),
         None => store,
     };
     let store = match store.build().await {

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# T-56, the longer tier: cargo-fuzz on every fuzz target (bodies in src/fuzzing.rs; the PR tier replays
-# the same targets in tests/fuzz_replay.rs). One fuzzer at a time, one process each.
+# The longer tier's fuzzing: cargo-fuzz on every fuzz target (bodies in src/fuzzing.rs, compiled under
+# cargo-fuzz's `--cfg fuzzing`; every test run replays the corpora through the same bodies in the lib's
+# unit tests, src/fuzzing/replay.rs). One fuzzer at a time, one process each.
 #
 #   bash scripts/fuzz.sh                         # 30 minutes per target
 #   FUZZ_SECONDS=60 bash scripts/fuzz.sh         # a short run
 #   FUZZ_SECONDS=300 bash scripts/fuzz.sh strategy quota   # some targets only
 #
-# New inputs go to fuzz/target/corpus-work/<target> (not checked in), seeded from fuzz/corpus/<target>.
+# New inputs go to fuzz/target/corpus-work/<target> (not checked in), seeded from the checked-in
+# corpus src/fuzzing/corpus/<target> (outside fuzz/: `cargo package` leaves out fuzz/, a crate of its
+# own, and the packaged crate's tests replay the corpora).
 # A crash leaves its input in fuzz/artifacts/<target>/ and makes the script exit 1 after all targets
 # ran; replay one with `cargo fuzz run <target> <file>` inside fuzz/, then add the minimized input to
-# fuzz/corpus/<target>/ once fixed (tests/fuzz_replay.rs replays every corpus file in CI).
+# src/fuzzing/corpus/<target>/ once fixed (`cargo test --lib fuzzing` replays every corpus file).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 SECS=${FUZZ_SECONDS:-1800}
@@ -30,7 +33,7 @@ for t in $TARGETS; do
   mkdir -p "$work"
   echo "== $t: ${SECS}s (log: fuzz/$log)"
   set +e
-  cargo fuzz run "$t" "$work" "corpus/$t" -- \
+  cargo fuzz run "$t" "$work" "../src/fuzzing/corpus/$t" -- \
     -max_total_time="$SECS" -print_final_stats=1 -rss_limit_mb=2048 -max_len=4096 >"$log" 2>&1
   rc=$?
   set -e

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The longer tier (TESTING.md tier "N") in one documented command:
+# The longer tier in one documented command (CONTRIBUTING.md "Test tiers"):
 #
 #   bash scripts/long.sh
 #
 # Knobs (environment): TOLLGATE_SCALE (default 10: the full sizes, e.g. 2 x 5*10^5 and
-# 8 x 5*10^5 attempts in tests/core/concurrency.rs, 10^6-key floods in tests/core/memory_store.rs; 100 gives the
-# 10^7-key flood there), PROPTEST_CASES (default 10000 cases per proptest), FLOOD_KEYS (default 10^7,
+# 8 x 5*10^5 attempts in the concurrency tests, 10^6-key floods in the memory-store tests; 100 gives
+# the 10^7-key flood there), PROPTEST_CASES (default 10000 cases per proptest), FLOOD_KEYS (default 10^7,
 # the keys of tools/src/bin/key_flood.rs), FUZZ (default 1: run scripts/fuzz.sh when it exists).
 # Needs redis-server/redis-cli on PATH (scripts/test.sh installs them); the Redis tests start their own.
 # See RELIABILITY.md for what each step proves and the figures it printed last time.
@@ -50,5 +50,21 @@ RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
 step "shuttle: clock advancer + 2 consumers, 1000 random and 1000 PCT schedules per layout (T-12)"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
   cargo test --release --lib memory::model:: -- --nocapture
+
+step "cargo deny: licences, bans and sources of every dependency (deny.toml; advisories need the network)"
+command -v cargo-deny >/dev/null || cargo install cargo-deny --locked
+cargo deny --all-features check licenses bans sources
+
+# What crates.io would get: the packaged crate must carry everything its tests need (the include list
+# in Cargo.toml). Unpacked outside the repository so that nothing of the checkout can stand in for a
+# missing file; built in the checkout's target dir, so the dependencies are not built again.
+step "the packaged crate: cargo package, then its tests in the unpacked copy"
+cargo package --allow-dirty --no-verify
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+root=$PWD
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+tar -xzf "target/package/tollgate-$version.crate" -C "$unpacked"
+(cd "$unpacked/tollgate-$version" && CARGO_TARGET_DIR="$root/target" cargo test --all-features)
 
 step "done"

@@ -12,6 +12,11 @@ if need_redis; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
+# redis-sentinel for the Sentinel failover test (tests fall back to `redis-server --sentinel`).
+if ! command -v redis-sentinel >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-sentinel >/dev/null
+fi
 # The package starts no server we rely on: every Redis test starts its own on a free port.
 need_chromium() { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }
 if need_chromium; then
@@ -23,7 +28,7 @@ fi
 
 export RUST_BACKTRACE=1
 cargo test --all-features "$@"
-# Arithmetic must agree with overflow checks off too (TESTING.md T-10).
+# Arithmetic must agree with overflow checks off too (T-10).
 if [ -f tests/core/time_and_numbers.rs ]; then
   cargo test --release --all-features --test core time_and_numbers
 fi

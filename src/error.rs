@@ -35,6 +35,8 @@ pub enum ConfigError {
     InvalidName(String),
     /// A limiter of this name already exists on the store.
     DuplicateName(String),
+    /// A shaping queue cannot be set up as asked (the message says why).
+    Queue(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -65,6 +67,7 @@ impl fmt::Display for ConfigError {
                 q.burst()
             ),
             Self::Store(msg) => write!(f, "store configuration: {msg}"),
+            Self::Queue(msg) => write!(f, "queue: {msg}"),
             Self::InvalidName(name) => write!(
                 f,
                 "limiter name {name:?}: use 1 to 64 characters among A-Z a-z 0-9 _ . -"

@@ -1,9 +1,11 @@
-//! Fuzz target bodies (TESTING.md T-56), shared by the cargo-fuzz crate under `fuzz/` and by the
-//! PR-tier replay in `tests/fuzz_replay.rs`. Not part of the public API.
+//! Fuzz target bodies, shared by the cargo-fuzz crate under `fuzz/` and by the lib's own tests
+//! (every file of `src/fuzzing/corpus` replayed, and a proptest harness per target: `fuzzing/replay.rs`).
+//! Compiled only under `cfg(fuzzing)` (set by cargo-fuzz) and `cfg(test)`: not part of the public
+//! API, and absent from a user's build.
 //!
-//! Every target takes arbitrary bytes, decodes a structured input from them with [`Input`] (a
-//! byte cursor that never fails: missing bytes read as zero), runs the code under test and
-//! asserts its invariants. A failed assertion or any panic is a finding.
+//! Every target takes arbitrary bytes, decodes a structured input from them with [`Input`]
+//! (`arbitrary`'s cursor, which never fails: missing bytes read as zero), runs the code under test
+//! and asserts its invariants. A failed assertion or any panic is a finding.
 
 #![allow(missing_docs, clippy::missing_panics_doc)]
 
@@ -11,6 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use arbitrary::{Arbitrary, Unstructured};
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
 use crate::decision::Outcome;
@@ -22,71 +25,77 @@ use crate::rule::{Rule, horizon_ticks};
 use crate::store::StoreKey;
 use crate::strategy::{Op, Params, QuotaState, Strategy, Verdict, apply};
 
-/// A cursor over fuzz bytes. Reads past the end yield zeros, so every input decodes.
-#[derive(Debug)]
-pub struct Input<'a> {
-    data: &'a [u8],
+/// The input cursor of every target: `arbitrary`'s [`Unstructured`]. Its integers are read little
+/// endian and missing bytes read as zero, so every input decodes and the checked-in corpora keep
+/// their meaning.
+pub type Input<'a> = Unstructured<'a>;
+
+/// Infallible draws from an [`Input`], in the byte layout the corpora were written in.
+pub trait Draw<'a> {
+    /// One byte (zero past the end).
+    fn u8(&mut self) -> u8;
+    /// The low bit of one byte.
+    fn bool(&mut self) -> bool;
+    /// Two bytes, little endian.
+    fn u16(&mut self) -> u16;
+    /// Four bytes, little endian.
+    fn u32(&mut self) -> u32;
+    /// Eight bytes, little endian.
+    fn u64(&mut self) -> u64;
+    /// Sixteen bytes, little endian.
+    fn u128(&mut self) -> u128;
+    /// A byte string whose length is read first (one byte, modulo `max + 1`; shorter at the end of
+    /// the input).
+    fn sized(&mut self, max: usize) -> &'a [u8];
+    /// Everything left.
+    fn rest(&mut self) -> &'a [u8];
+    /// An address that often falls in the ranges [`Draw::cidr`] builds.
+    fn ip(&mut self) -> IpAddr;
+    /// A CIDR range, valid by construction (any prefix up to the address width).
+    fn cidr(&mut self) -> Cidr;
 }
 
-impl<'a> Input<'a> {
-    pub fn new(data: &'a [u8]) -> Self {
-        Self { data }
+/// An integer from `u`: `arbitrary`'s integers only fail on a broken `Unstructured`, never at the
+/// end of the input (they read zeros there).
+fn int<'a, T: Arbitrary<'a> + Default>(u: &mut Unstructured<'a>) -> T {
+    u.arbitrary().unwrap_or_default()
+}
+
+impl<'a> Draw<'a> for Unstructured<'a> {
+    fn u8(&mut self) -> u8 {
+        int(self)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+    fn bool(&mut self) -> bool {
+        int::<u8>(self) & 1 == 1
     }
 
-    pub fn u8(&mut self) -> u8 {
-        match self.data.split_first() {
-            Some((&b, rest)) => {
-                self.data = rest;
-                b
-            }
-            None => 0,
-        }
+    fn u16(&mut self) -> u16 {
+        int(self)
     }
 
-    pub fn bool(&mut self) -> bool {
-        self.u8() & 1 == 1
+    fn u32(&mut self) -> u32 {
+        int(self)
     }
 
-    pub fn u16(&mut self) -> u16 {
-        u16::from_le_bytes([self.u8(), self.u8()])
+    fn u64(&mut self) -> u64 {
+        int(self)
     }
 
-    pub fn u32(&mut self) -> u32 {
-        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    fn u128(&mut self) -> u128 {
+        int(self)
     }
 
-    pub fn u64(&mut self) -> u64 {
-        u64::from(self.u32()) | (u64::from(self.u32()) << 32)
-    }
-
-    pub fn u128(&mut self) -> u128 {
-        u128::from(self.u64()) | (u128::from(self.u64()) << 64)
-    }
-
-    /// Up to `n` bytes (fewer at the end of the input).
-    pub fn take(&mut self, n: usize) -> &'a [u8] {
-        let (head, rest) = self.data.split_at(n.min(self.data.len()));
-        self.data = rest;
-        head
-    }
-
-    /// A byte string whose length is read first (at most `max`).
-    pub fn bytes(&mut self, max: usize) -> &'a [u8] {
+    fn sized(&mut self, max: usize) -> &'a [u8] {
         let n = usize::from(self.u8()) % (max + 1);
-        self.take(n)
+        self.bytes(n.min(self.len())).unwrap_or_default()
     }
 
-    /// Everything left.
-    pub fn rest(&mut self) -> &'a [u8] {
-        std::mem::take(&mut self.data)
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::replace(self, Unstructured::new(&[])).take_rest()
     }
 
-    /// An address that often falls in the ranges [`Input::cidr`] builds.
-    pub fn ip(&mut self) -> IpAddr {
+    fn ip(&mut self) -> IpAddr {
         const V4: [[u8; 4]; 4] = [[10, 0, 0, 0], [192, 168, 0, 0], [203, 0, 113, 0], [0; 4]];
         const V6: [u16; 3] = [0x2001, 0xfe80, 0];
         match self.u8() % 6 {
@@ -110,8 +119,7 @@ impl<'a> Input<'a> {
         }
     }
 
-    /// A CIDR range, valid by construction (any prefix up to the address width).
-    pub fn cidr(&mut self) -> Cidr {
+    fn cidr(&mut self) -> Cidr {
         let addr = self.ip();
         let width = if addr.is_ipv4() { 33 } else { 129 };
         let prefix = self.u8() % width;
@@ -325,7 +333,7 @@ fn ref_resolve(
 /// proxies appended change nothing once the walk stops inside the proxies' part); `extract` is the
 /// normalised result.
 pub fn forwarded(data: &[u8]) {
-    let mut inp = Input::new(data);
+    let mut inp = Unstructured::new(data);
     let header = match inp.u8() % 3 {
         0 => ForwardedHeader::XForwardedFor,
         1 => ForwardedHeader::Forwarded,
@@ -335,7 +343,7 @@ pub fn forwarded(data: &[u8]) {
     let n = usize::from(inp.u8() % 5);
     let trusted: Vec<Cidr> = (0..n).map(|_| inp.cidr()).collect();
     let v6_prefix = inp.u8() % 130;
-    let attacker = header_safe(inp.bytes(80));
+    let attacker = header_safe(inp.sized(80));
     let lines: Vec<Vec<u8>> = inp
         .rest()
         .split(|&b| b == b'\n')
@@ -480,7 +488,7 @@ const QUOTA_WORDS: &[&str] = &[
 /// quota has a non-zero period of at most [`MAX_PERIOD`]; `Display` parses back to the same limit
 /// and period, alone and joined with `; `.
 pub fn quota(data: &[u8]) {
-    let mut inp = Input::new(data);
+    let mut inp = Unstructured::new(data);
     let text = match inp.u8() % 3 {
         0 => String::from_utf8_lossy(inp.rest()).into_owned(),
         1 => {
@@ -568,7 +576,7 @@ fn check_quota_text(text: &str) {
 /// prefixes above 128 act as 128; a range contains its own address and the mapped forms of its IPv4
 /// addresses; `Cidr` text round-trips and parsing arbitrary text does not panic.
 pub fn ip_mask(data: &[u8]) {
-    let mut inp = Input::new(data);
+    let mut inp = Unstructured::new(data);
     let ip = inp.ip();
     let prefix = inp.u8();
     let noise = inp.u128();
@@ -711,7 +719,7 @@ fn peek(
 /// `retry_after` is admitted; the moving window and the clock-aligned fixed window never admit more
 /// than `N` in a window.
 pub fn strategy(data: &[u8]) {
-    let mut inp = Input::new(data);
+    let mut inp = Unstructured::new(data);
     let strategy = Strategy::ALL[usize::from(inp.u8()) % Strategy::ALL.len()];
     let nq = usize::from(inp.u8() % 3) + 1;
     let Some(quotas) = (0..nq)
@@ -875,9 +883,9 @@ fn redis_value(inp: &mut Input<'_>, depth: u8) -> ::redis::Value {
             2 => -i64::from(inp.u8()),
             _ => inp.u64() as i64,
         }),
-        5 => Value::BulkString(inp.bytes(16).to_vec()),
+        5 => Value::BulkString(inp.sized(16).to_vec()),
         6 => Value::Array(children(inp)),
-        7 => Value::SimpleString(String::from_utf8_lossy(inp.bytes(16)).into_owned()),
+        7 => Value::SimpleString(String::from_utf8_lossy(inp.sized(16)).into_owned()),
         8 => Value::Okay,
         9 => {
             let kv = children(inp);
@@ -889,7 +897,7 @@ fn redis_value(inp: &mut Input<'_>, depth: u8) -> ::redis::Value {
         12 => Value::Boolean(inp.bool()),
         13 => Value::VerbatimString {
             format: VerbatimFormat::Text,
-            text: String::from_utf8_lossy(inp.bytes(16)).into_owned(),
+            text: String::from_utf8_lossy(inp.sized(16)).into_owned(),
         },
         14 => Value::Push {
             kind: PushKind::Message,
@@ -911,7 +919,7 @@ fn redis_value(inp: &mut Input<'_>, depth: u8) -> ::redis::Value {
 #[cfg(feature = "redis")]
 pub fn redis_reply(data: &[u8]) {
     use ::redis::Value;
-    let mut inp = Input::new(data);
+    let mut inp = Unstructured::new(data);
     let quotas = usize::from(inp.u8() % 18);
     let value = if inp.bool() {
         let mut items = vec![Value::Int(inp.u64() as i64 & i64::MAX)];
@@ -1020,7 +1028,7 @@ fn redis_names<K: StoreKey + std::fmt::Debug>(prefix: &str, a: &K, b: &K) {
 
 /// A prefix the Redis store accepts (no brace, at most 64 bytes).
 fn fuzz_prefix(inp: &mut Input<'_>) -> String {
-    String::from_utf8_lossy(inp.bytes(24)).replace(['{', '}'], "")
+    String::from_utf8_lossy(inp.sized(24)).replace(['{', '}'], "")
 }
 
 /// Moves `k` bytes from the front of `b` to the end of `a` (separator injection).
@@ -1035,14 +1043,14 @@ fn shift(a: &[u8], b: &[u8], k: usize) -> (Vec<u8>, Vec<u8>) {
 /// exactly for equal keys, whatever bytes the keys hold (separators, braces, NUL, non-UTF-8, long
 /// keys that get hashed); one hash tag, so one Cluster slot, for all names of one key.
 pub fn key_encoding(data: &[u8]) {
-    let mut inp = Input::new(data);
+    let mut inp = Unstructured::new(data);
     let prefix = fuzz_prefix(&mut inp);
     let kind = inp.u8() % 6;
     let k = usize::from(inp.u8());
-    let a1 = inp.bytes(120);
-    let a2 = inp.bytes(40);
-    let b1 = inp.bytes(120);
-    let b2 = inp.bytes(40);
+    let a1 = inp.sized(120);
+    let a2 = inp.sized(40);
+    let b1 = inp.sized(120);
+    let b2 = inp.sized(40);
     // The second key: an independent one, or the first with bytes moved between its parts.
     let (b1, b2) = if inp.bool() {
         (b1.to_vec(), b2.to_vec())
@@ -1071,3 +1079,6 @@ pub fn key_encoding(data: &[u8]) {
         ),
     }
 }
+
+#[cfg(test)]
+mod replay;

@@ -54,6 +54,10 @@
 //! # }
 //! ```
 //!
+//! The [`guide`] explains which strategy to pick, what each header means (with the formulas per
+//! strategy), the bounds each strategy keeps, the trust rules for forwarded headers and how to choose
+//! a store.
+//!
 //! # Features
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
 //! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
@@ -62,15 +66,29 @@
 //! - `serde`: `Serialize`/`Deserialize` on [`Quota`], [`Strategy`], [`Rule`] and the layer's
 //!   options.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// No panics outside tests: a panic on the request path takes the service down.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 mod clock;
 mod decision;
 mod error;
+// Fuzz target bodies: for cargo-fuzz (`--cfg fuzzing`) and the lib's tests only.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;
+mod offset;
 mod quota;
 mod rule;
 #[cfg(feature = "rules")]
@@ -88,9 +106,15 @@ pub use decision::{Decision, Outcome, Reservation};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
+pub use offset::{OffsetError, WindowOffset};
 pub use quota::{
     MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas,
 };
 pub use rule::{MAX_QUOTAS, Rule};
 pub use stats::Stats;
 pub use strategy::{MAX_MOVING_WINDOW_LIMIT, Op, Strategy, UnknownStrategy};
+
+/// The README's code blocks, compiled and run as doctests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -89,6 +89,7 @@ impl<K> RateLimiter<K> {
             store: MemoryStoreBuilder::default(),
             clock: SystemClock::new(),
             sweep_every: None,
+            window_offset: crate::WindowOffset::UTC,
             _key: PhantomData,
         }
     }
@@ -358,6 +359,7 @@ pub struct Builder<K, S = MemoryStoreBuilder, C = SystemClock> {
     strategy: Strategy,
     quotas: Vec<Quota>,
     burst: Option<std::num::NonZeroU32>,
+    window_offset: crate::WindowOffset,
     store: S,
     clock: C,
     sweep_every: Option<Duration>,
@@ -413,6 +415,14 @@ impl<K, S, C> Builder<K, S, C> {
         self
     }
 
+    /// Clock-aligned windows follow the clock of the time zone at `offset` from UTC (default UTC):
+    /// see [`Rule::with_window_offset`]. For a user's own time zone per request, give each
+    /// request a rule with its offset ([`RateLimiter::apply`] or the layer's `select_rule`).
+    pub fn window_offset(mut self, offset: crate::WindowOffset) -> Self {
+        self.window_offset = offset;
+        self
+    }
+
     /// Also sweep expired keys every `interval` from a background thread that holds only a weak
     /// reference (it ends when the limiter is dropped). Traffic alone sweeps too; this returns idle
     /// memory when traffic stops.
@@ -428,6 +438,7 @@ impl<K, S, C> Builder<K, S, C> {
             strategy: self.strategy,
             quotas: self.quotas,
             burst: self.burst,
+            window_offset: self.window_offset,
             store: self.store,
             clock,
             sweep_every: self.sweep_every,
@@ -442,6 +453,7 @@ impl<K, S, C> Builder<K, S, C> {
             strategy: self.strategy,
             quotas: self.quotas,
             burst: self.burst,
+            window_offset: self.window_offset,
             store: Given(store),
             clock: self.clock,
             sweep_every: self.sweep_every,
@@ -458,7 +470,7 @@ impl<K, S, C> Builder<K, S, C> {
             Some(b) if !q.has_explicit_burst() => q.with_burst(b),
             _ => *q,
         });
-        Rule::new(self.strategy, quotas)
+        Ok(Rule::new(self.strategy, quotas)?.with_window_offset(self.window_offset))
     }
 }
 

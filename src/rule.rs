@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::offset::WindowOffset;
 use crate::quota::{MAX_PERIOD, Quota, parse_quotas};
 use crate::strategy::{MAX_MOVING_WINDOW_LIMIT, Params, Strategy};
 
@@ -23,7 +24,11 @@ pub struct Rule {
     strategy: Strategy,
     quotas: Vec<Quota>,
     nanos: Vec<Params>,
-    /// A fingerprint of the strategy and quotas, the same in every process (see [`Rule::tag`]).
+    /// The time zone the clock-aligned windows follow (UTC unless set; only on the strategies
+    /// that have such windows).
+    offset: WindowOffset,
+    /// A fingerprint of the strategy, quotas and offset, the same in every process (see
+    /// [`Rule::tag`]).
     tag: u64,
 }
 
@@ -44,14 +49,56 @@ impl Rule {
         if quotas.len() > MAX_QUOTAS {
             return Err(ConfigError::TooManyQuotas(quotas.len()));
         }
-        let nanos = params_in(strategy, &quotas, 1)?;
-        let tag = fingerprint(strategy, &quotas);
+        let nanos = params_in(strategy, &quotas, 1, WindowOffset::UTC)?;
+        let tag = fingerprint(strategy, &quotas, WindowOffset::UTC);
         Ok(Self {
             strategy,
             quotas,
             nanos,
+            offset: WindowOffset::UTC,
             tag,
         })
+    }
+
+    /// This rule with its clock-aligned windows following the clock of the time zone at `offset`
+    /// from UTC (see [`WindowOffset`]): a `1/day` quota with `+08:00` resets at 16:00 UTC. The
+    /// offset is part of the rule's identity: a key's state under one offset is not its state
+    /// under another. Only [`Strategy::FixedWindow`] and [`Strategy::SlidingWindow`] have
+    /// clock-aligned windows; on the others the offset is ignored, with a warning.
+    ///
+    /// ```
+    /// use tollgate::{Rule, Strategy, WindowOffset};
+    ///
+    /// let rule = Rule::parse(Strategy::FixedWindow, "1/day").unwrap()
+    ///     .with_window_offset("8h".parse().unwrap());
+    /// assert_eq!(rule.window_offset(), "+08:00".parse::<WindowOffset>().unwrap());
+    /// ```
+    #[must_use]
+    pub fn with_window_offset(mut self, offset: WindowOffset) -> Self {
+        if !matches!(
+            self.strategy,
+            Strategy::FixedWindow | Strategy::SlidingWindow
+        ) {
+            if !offset.is_utc() {
+                tracing::warn!(
+                    strategy = %self.strategy,
+                    %offset,
+                    "a window offset has no effect on this strategy: it has no clock-aligned windows"
+                );
+            }
+            return self;
+        }
+        self.offset = offset;
+        for (p, q) in self.nanos.iter_mut().zip(&self.quotas) {
+            p.offset = offset.phase(q.period_nanos().max(1), Duration::from_nanos(1));
+        }
+        self.tag = fingerprint(self.strategy, &self.quotas, offset);
+        self
+    }
+
+    /// The UTC offset of the time zone the rule's clock-aligned windows follow.
+    pub fn window_offset(&self) -> WindowOffset {
+        self.offset
     }
 
     /// A rule from a strategy and quota notation (`"5/second; 100/minute"`).
@@ -102,12 +149,13 @@ impl Rule {
     /// When a bucket quota's interval is below one tick.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn params_in(&self, tick_nanos: u64) -> Result<Vec<Params>, ConfigError> {
-        params_in(self.strategy, &self.quotas, tick_nanos)
+        params_in(self.strategy, &self.quotas, tick_nanos, self.offset)
     }
 }
 
-/// FNV-1a over the strategy's name and each quota's limit, period and burst.
-fn fingerprint(strategy: Strategy, quotas: &[Quota]) -> u64 {
+/// FNV-1a over the strategy's name, each quota's limit, period and burst, and the window offset
+/// (when not UTC, so that the keys of rules without one stay as they were).
+fn fingerprint(strategy: Strategy, quotas: &[Quota], offset: WindowOffset) -> u64 {
     let mut hash = 0xcbf2_9ce4_8422_2325_u64;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {
@@ -119,6 +167,10 @@ fn fingerprint(strategy: Strategy, quotas: &[Quota]) -> u64 {
         eat(&q.limit().to_le_bytes());
         eat(&q.period_nanos().to_le_bytes());
         eat(&q.burst().to_le_bytes());
+    }
+    if !offset.is_utc() {
+        eat(b"offset");
+        eat(&offset.minutes().to_le_bytes());
     }
     hash
 }
@@ -135,6 +187,7 @@ fn params_in(
     strategy: Strategy,
     quotas: &[Quota],
     tick_nanos: u64,
+    offset: WindowOffset,
 ) -> Result<Vec<Params>, ConfigError> {
     let max_ticks = u64::try_from(MAX_PERIOD.as_nanos()).unwrap_or(u64::MAX) / tick_nanos;
     quotas
@@ -151,7 +204,8 @@ fn params_in(
             if strategy == Strategy::MovingWindow && q.limit() > MAX_MOVING_WINDOW_LIMIT {
                 return Err(ConfigError::MovingWindowLimitTooLarge(*q));
             }
-            let p = Params::bucket(limit, window, u64::from(q.burst()));
+            let mut p = Params::bucket(limit, window, u64::from(q.burst()));
+            p.offset = offset.phase(window.max(1), Duration::from_nanos(tick_nanos));
             if strategy.is_bucket()
                 && p.burst
                     .checked_mul(p.emission)

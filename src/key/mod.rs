@@ -41,15 +41,6 @@
 //! assert_eq!(ip.to_string(), "2001:db8::", "IPv6 keyed by its /56");
 //! assert_eq!(key.as_bytes(), b"\0k1");
 //! ```
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 mod forwarded;
 mod ip;

@@ -12,9 +12,10 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::Settle;
-use super::layer::Core;
+use super::layer::{Core, Pacing};
 use super::response::{
-    FailurePolicy, OnRejected, Refusal, Reported, text, write_allowed_headers, write_headers,
+    FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
+    write_allowed_headers, write_headers,
 };
 use super::service::{CountId, mark_counted};
 use crate::clock::Clock;
@@ -69,6 +70,8 @@ pub(crate) struct Ctx<K, St, C, R> {
     cost: u32,
     rule: Option<Arc<Rule>>,
     waited: Duration,
+    /// In queue mode: the request's departure was reserved and it waits for it (or has left).
+    departed: bool,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
 }
@@ -87,6 +90,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             cost,
             rule,
             waited: Duration::ZERO,
+            departed: false,
             id,
         }
     }
@@ -105,14 +109,49 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             .apply(&self.key, self.rule.as_deref(), Op::Check(self.cost))
     }
 
+    /// The state of the queue at departure, for the headers.
+    fn peek(&self) -> Answer<St::Future> {
+        self.core
+            .limiter
+            .apply(&self.key, self.rule.as_deref(), Op::Peek)
+    }
+
+    /// In queue mode, how long an admitted request waits for its departure: the check reserved
+    /// the slot `[departure, departure + cost x T)`, and its reset is the slot's end.
+    fn queue_wait(&self, d: &Decision) -> Duration {
+        match (&self.core.pacing, &self.rule) {
+            (Some(Pacing::Queue { rule, emission }), Some(mine))
+                if !self.departed && d.is_allowed() && Arc::ptr_eq(rule, mine) =>
+            {
+                let slot = u64::from(self.cost).saturating_mul(*emission);
+                Duration::from_nanos(d.reset_after.saturating_sub(slot))
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Settles what the check answered by `checked` reserved for `units`, in the window it counted in.
+    /// Not in queue mode, where a slot given back would put two waiters in one.
     fn settle(&self, checked: &Decision, units: u32) -> Option<Answer<St::Future>> {
+        if matches!(self.core.pacing, Some(Pacing::Queue { .. })) {
+            return None;
+        }
         let reservation = checked.reservation()?;
         Some(self.core.limiter.apply(
             &self.key,
             self.rule.as_deref(),
             Op::settle(reservation, units),
         ))
+    }
+
+    /// The request's partition key (`pk`), when the layer writes one.
+    fn partition_key(&self) -> Option<String> {
+        let ietf = matches!(
+            self.core.headers.style,
+            HeaderStyle::Ietf | HeaderStyle::Both
+        );
+        let secret = self.core.headers.pk.as_ref().filter(|_| ietf)?;
+        Some(secret.partition_key(&self.key))
     }
 
     fn key_text(&self) -> Option<String> {
@@ -141,8 +180,17 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             exceeds = d.outcome() == Outcome::Exceeds,
             "rate limited"
         );
-        let mut res = self.core.rejection.on_rejected(&d);
-        write_headers(res.headers_mut(), &d, self.rule(), &self.core.headers);
+        let rule = self.rule();
+        let violated = item_name(&self.core.headers, rule, d.quota_index());
+        let mut res = self.core.rejection.on_rejected_by(&d, &[&violated]);
+        let pk = self.partition_key();
+        write_headers(
+            res.headers_mut(),
+            &d,
+            rule,
+            &self.core.headers,
+            pk.as_deref(),
+        );
         res.extensions_mut().insert(d);
         res
     }
@@ -246,7 +294,7 @@ where
         ctx: Ctx<K, St, C, R>,
     ) -> Self {
         let state = match result {
-            Ok(d) if d.is_allowed() => {
+            Ok(d) if d.is_allowed() && ctx.queue_wait(&d).is_zero() => {
                 mark_counted(request.extensions_mut(), ctx.id);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
@@ -254,7 +302,10 @@ where
                     decision: Some(d),
                 }
             }
-            Ok(d) if d.outcome() == Outcome::Exceeds || ctx.core.pacing.is_none() => {
+            Ok(d)
+                if d.outcome() == Outcome::Exceeds
+                    || (!d.is_allowed() && !matches!(ctx.core.pacing, Some(Pacing::Sleep(_)))) =>
+            {
                 // The request never reaches `inner`: give back what its `poll_ready` reserved
                 // (e.g. a concurrency permit) rather than hold it until the next request.
                 let fresh = inner.clone();
@@ -325,7 +376,12 @@ where
                         return broken("a state without its request, context or answer");
                     };
                     ctx.waited = ctx.waited.saturating_add(*wait);
-                    let check = ctx.check();
+                    // A queued request has its slot: at departure only the headers are left.
+                    let check = if ctx.departed {
+                        ctx.peek()
+                    } else {
+                        ctx.check()
+                    };
                     let pending = pending.take();
                     this.state.set(State::Deciding { check, pending });
                 }
@@ -447,6 +503,17 @@ where
         }
     };
     match d.outcome() {
+        Outcome::Allowed if !ctx.queue_wait(&d).is_zero() => {
+            let wait = ctx.queue_wait(&d);
+            ctx.departed = true;
+            p.unready();
+            State::Pacing {
+                sleep: tokio::time::sleep(wait),
+                wait,
+                pending: Some(p),
+                guard: Some(WaitGuard::new(&ctx.core.waiting)),
+            }
+        }
         Outcome::Allowed => {
             p.request.extensions_mut().insert(d);
             State::Readying {
@@ -457,7 +524,7 @@ where
         Outcome::Rejected => {
             let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
             match ctx.core.pacing {
-                Some(max) if ctx.waited.saturating_add(wait) <= max => {
+                Some(Pacing::Sleep(max)) if ctx.waited.saturating_add(wait) <= max => {
                     p.unready();
                     State::Pacing {
                         sleep: tokio::time::sleep(wait),
@@ -485,8 +552,15 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
     if ctx.core.headers.on_allowed && res.extensions().get::<Decision>().is_none() {
         let below = res.extensions_mut().remove::<Reported>();
-        let reported =
-            write_allowed_headers(below, res.headers_mut(), d, ctx.rule(), &ctx.core.headers);
+        let pk = ctx.partition_key();
+        let reported = write_allowed_headers(
+            below,
+            res.headers_mut(),
+            d,
+            ctx.rule(),
+            &ctx.core.headers,
+            pk.as_deref(),
+        );
         res.extensions_mut().insert(reported);
     }
 }

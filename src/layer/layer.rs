@@ -89,6 +89,77 @@ impl<F: Fn(&Parts) -> bool + Send + Sync + 'static> Skip for F {
     }
 }
 
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
+    RateLimitLayer<X, St, C, R, Co, Ru, Sk>
+{
+    /// Shaping queue mode, for a limiter with the [leaky bucket](crate::Strategy::LeakyBucket) and
+    /// one quota: a FIFO queue drained at the constant rate `T = period / limit`. Each request gets
+    /// its departure time when it arrives (a reservation in the store, `T` after the previous
+    /// waiter's, so requests leave in arrival order, `T` apart, with no initial burst: the quota's
+    /// burst is not used), waits for it on tokio's timer, and is then forwarded, with the
+    /// rate-limit headers computed at departure. The only bound is the maximum wait: a request whose
+    /// departure would come later than `max_wait` after its arrival (`max_wait` rounded down to a
+    /// whole number of `T`) gets a `429` at once. Works on every store (on Redis the queue is
+    /// shared by every instance). The headers describe the queue: `x-ratelimit-limit` is its depth
+    /// (`max_wait / T + 1` places), `x-ratelimit-remaining` the places free when the request left.
+    ///
+    /// A waiter whose client goes away (the future is dropped) keeps its slot: the gap stays, and
+    /// the waiters behind it keep their departures. Settlement does not apply in this mode: giving
+    /// a slot back would put two waiters in one. Requests with a rule from
+    /// [`select_rule`](Self::select_rule) use that rule as given. Needs a tokio runtime with the
+    /// time driver; use [`TokioClock`](crate::TokioClock) as the limiter's clock in tests with
+    /// paused time.
+    ///
+    /// # Errors
+    /// [`ConfigError::Queue`](crate::ConfigError::Queue) when the limiter's rule is not a leaky
+    /// bucket with one quota, or `max_wait` is shorter than `T`.
+    pub fn queue(mut self, max_wait: Duration) -> Result<Self, crate::ConfigError> {
+        let rule = self.limiter.rule();
+        let err = |why: String| Err(crate::ConfigError::Queue(why));
+        if rule.strategy() != crate::Strategy::LeakyBucket {
+            return err(format!(
+                "a queue needs the {} strategy, not {}",
+                crate::Strategy::LeakyBucket,
+                rule.strategy()
+            ));
+        }
+        let [quota] = rule.quotas() else {
+            return err("a queue drains one quota: give the limiter exactly one".into());
+        };
+        let emission = quota
+            .period_nanos()
+            .div_ceil(u64::from(quota.limit()))
+            .max(1);
+        let max_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let slots = max_nanos / emission;
+        if slots == 0 {
+            return err(format!(
+                "the maximum wait {max_wait:?} is shorter than one interval ({:?}) of {quota}",
+                Duration::from_nanos(emission)
+            ));
+        }
+        // Admitted when max(TAT, now) - now + T <= B x T: a departure at most (B - 1) x T away.
+        let depth = u32::try_from(slots.saturating_add(1)).unwrap_or(u32::MAX);
+        let depth = std::num::NonZeroU32::new(depth).unwrap_or(std::num::NonZeroU32::MIN);
+        let queue_rule = Rule::new(crate::Strategy::LeakyBucket, [quota.with_burst(depth)])?;
+        self.pacing = Some(Pacing::Queue {
+            rule: Arc::new(queue_rule),
+            emission,
+        });
+        Ok(self)
+    }
+}
+
+/// How a request that cannot pass now waits.
+#[derive(Clone, Debug)]
+pub(crate) enum Pacing {
+    /// Sleeps for the wait the rejection names, then checks again; up to this long in total.
+    Sleep(Duration),
+    /// A shaping queue: every request is admitted under `rule` (the limiter's quota with a depth
+    /// of the maximum wait) and leaves at its reserved departure, `emission` nanoseconds apart.
+    Queue { rule: Arc<Rule>, emission: u64 },
+}
+
 /// What happens to a request whose key cannot be extracted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum MissingKey<K> {
@@ -104,12 +175,22 @@ pub(crate) struct Core<K, St, C, R> {
     pub(crate) headers: HeaderConfig,
     pub(crate) failure: FailurePolicy,
     pub(crate) missing: MissingKey<K>,
-    pub(crate) pacing: Option<Duration>,
+    pub(crate) pacing: Option<Pacing>,
     pub(crate) log_keys: bool,
     pub(crate) rejection: R,
     pub(crate) waiting: Arc<AtomicUsize>,
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
+}
+
+impl<K, St, C, R> Core<K, St, C, R> {
+    /// The queue's rule, in queue mode.
+    pub(crate) fn queue_rule(&self) -> Option<Arc<Rule>> {
+        match &self.pacing {
+            Some(Pacing::Queue { rule, .. }) => Some(Arc::clone(rule)),
+            _ => None,
+        }
+    }
 }
 
 /// The per-request hooks: key, cost, rule, skip.
@@ -178,7 +259,7 @@ pub struct RateLimitLayer<
     pub(crate) headers: HeaderConfig,
     pub(crate) failure: FailurePolicy,
     pub(crate) missing: MissingKey<X::Key>,
-    pub(crate) pacing: Option<Duration>,
+    pub(crate) pacing: Option<Pacing>,
     pub(crate) log_keys: bool,
     pub(crate) rejection: R,
     pub(crate) cost: Co,
@@ -204,7 +285,7 @@ where
             headers: self.headers.clone(),
             failure: self.failure,
             missing: self.missing.clone(),
-            pacing: self.pacing,
+            pacing: self.pacing.clone(),
             log_keys: self.log_keys,
             rejection: self.rejection.clone(),
             cost: self.cost.clone(),
@@ -288,6 +369,43 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
+    /// Writes the IETF partition key `pk` on this limiter's `RateLimit-Policy` and `RateLimit`
+    /// items: the first 96 bits of HMAC-SHA256(`secret`, the key's [encoding](crate::store::StoreKey)),
+    /// base64, never the key itself. Give every instance the same secret so that they agree on a
+    /// client's `pk`; keep it secret, or clients could test guesses of other clients' keys.
+    pub fn partition_key(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.headers.pk = Some(super::ietf::PkSecret::new(secret.as_ref()));
+        self
+    }
+
+    /// Writes `pk` like [`partition_key`](Self::partition_key) with a secret drawn at random once
+    /// per process, and warns: instances then give one client different partition keys.
+    pub fn partition_key_random(mut self) -> Self {
+        tracing::warn!(
+            "rate-limit partition keys (pk) use a random per-process secret: instances disagree \
+             on a client's pk; configure a shared secret with partition_key(..)"
+        );
+        self.headers.pk = Some(super::ietf::PkSecret::random());
+        self
+    }
+
+    /// The IETF `qu` parameter (the quota unit) on this limiter's `RateLimit-Policy` items, e.g.
+    /// `"content-bytes"` when the cost is the body size. `"requests"` (the draft's default) is not
+    /// written.
+    pub fn quota_unit(mut self, unit: impl Into<Arc<str>>) -> Self {
+        let unit = unit.into();
+        self.headers.quota_unit = (&*unit != "requests").then_some(unit);
+        self
+    }
+
+    /// Adds a random whole number of seconds, up to `max` (rounded up), to the IETF `t` of allowed
+    /// responses, so that clients told the same reset do not all come back at once. `t` of a 429
+    /// stays equal to `Retry-After`; `x-ratelimit-reset` is not changed.
+    pub fn jitter(mut self, max: Duration) -> Self {
+        self.headers.jitter = max.as_secs() + u64::from(max.subsec_nanos() > 0);
+        self
+    }
+
     /// `x-ratelimit-reset` as seconds from now (default) or as Unix time.
     pub fn reset_format(mut self, format: ResetFormat) -> Self {
         self.headers.reset = format;
@@ -323,7 +441,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
     /// Needs a tokio runtime with the time driver; use [`TokioClock`](crate::TokioClock) as the
     /// limiter's clock in tests with paused time.
     pub fn pacing(mut self, max_delay: Duration) -> Self {
-        self.pacing = Some(max_delay);
+        self.pacing = Some(Pacing::Sleep(max_delay));
         self
     }
 
@@ -478,7 +596,7 @@ where
                 headers: self.headers.clone(),
                 failure: self.failure,
                 missing: self.missing.clone(),
-                pacing: self.pacing,
+                pacing: self.pacing.clone(),
                 log_keys: self.log_keys,
                 rejection: self.rejection.clone(),
                 waiting: Arc::clone(&self.waiting),

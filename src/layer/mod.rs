@@ -17,7 +17,8 @@
 //!   warned about at most once a second and counted in [`Stats::fail_open`](crate::Stats)), or
 //!   answers `503` ([`fail_closed`](RateLimitLayer::fail_closed)).
 //!
-//! Header values follow the table in `DESIGN.md`: `x-ratelimit-reset` is the delay in seconds
+//! Header values follow the [guide](crate::guide#headers) (the formulas per strategy are
+//! [there](crate::guide#formulas-per-strategy) too): `x-ratelimit-reset` is the delay in seconds
 //! (rounded up; [`ResetFormat::Unix`] for Unix time), the IETF draft's `RateLimit` and
 //! `RateLimit-Policy` fields are available with [`HeaderStyle`].
 //!
@@ -96,17 +97,9 @@
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
 //! example); `tower::ServiceBuilder` stacks the layer as usual.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 mod future;
+mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
 mod pace;
@@ -117,9 +110,9 @@ pub use future::ResponseFuture;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, RATELIMIT,
-    RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
+    RATELIMIT, RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
 

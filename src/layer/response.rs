@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use crate::decision::{Decision, Outcome};
+use crate::decision::{Decision, Outcome, ceil_nanos_to_secs};
 use crate::rule::Rule;
 
 /// `x-ratelimit-limit`.
@@ -67,6 +67,12 @@ pub(crate) struct HeaderConfig {
     pub(crate) reset: ResetFormat,
     pub(crate) policy_name: Arc<str>,
     pub(crate) numbers: Numbers,
+    /// The secret of the `pk` parameter; `None`: no `pk`.
+    pub(crate) pk: Option<super::ietf::PkSecret>,
+    /// The `qu` parameter; `None`: requests (not written).
+    pub(crate) quota_unit: Option<Arc<str>>,
+    /// The most whole seconds added at random to `t` on an allowed response.
+    pub(crate) jitter: u64,
 }
 
 impl Default for HeaderConfig {
@@ -77,6 +83,9 @@ impl Default for HeaderConfig {
             reset: ResetFormat::default(),
             policy_name: Arc::from("default"),
             numbers: Numbers::default(),
+            pk: None,
+            quota_unit: None,
+            jitter: 0,
         }
     }
 }
@@ -215,11 +224,14 @@ impl Recent {
 
 /// Writes the rate-limit fields for `d` (replacing any the inner service set, never duplicating
 /// them), and `Retry-After` when `d` is a rejection that waiting can cure.
+///
+/// `pk` is the request's partition key (`:BASE64:`), written on the IETF items when set.
 pub(crate) fn write_headers(
     headers: &mut HeaderMap,
     d: &Decision,
     rule: &Rule,
     cfg: &HeaderConfig,
+    pk: Option<&str>,
 ) {
     let reset = match cfg.reset {
         ResetFormat::Delta => d.reset_secs(),
@@ -235,35 +247,41 @@ pub(crate) fn write_headers(
         headers.insert(X_RATELIMIT_RESET.clone(), num(reset));
     }
     if matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let name = escape_sf_string(&cfg.policy_name);
-        let many = rule.quotas().len() > 1;
-        let label = |i: usize| {
-            if many {
-                format!("{name}-{i}")
-            } else {
-                name.clone()
-            }
-        };
         let mut policy = String::new();
-        for (i, q) in rule.quotas().iter().enumerate() {
+        for (i, (q, p)) in rule.quotas().iter().zip(rule.nanos()).enumerate() {
             if i > 0 {
                 policy.push_str(", ");
             }
-            let limit = if rule.strategy().is_bucket() {
-                q.burst()
+            // A bucket admits B at once and then one per T: B per B x T is the rate it advertises
+            // without misstating it (10/s with burst 50 is 50 per 5 s, not 50 per second).
+            let (limit, window) = if rule.strategy().is_bucket() {
+                (q.burst(), p.tau())
             } else {
-                q.limit()
+                (q.limit(), q.period_nanos())
             };
-            let window = q.period().as_secs() + u64::from(q.period().subsec_nanos() > 0);
-            let window = window.max(1);
-            let _ = write!(policy, "\"{}\";q={limit};w={window}", label(i));
+            let window = ceil_nanos_to_secs(window).max(1);
+            let _ = write!(policy, "\"{}\";q={limit}", item_name(cfg, rule, i));
+            if let Some(unit) = &cfg.quota_unit {
+                let _ = write!(policy, ";qu=\"{}\"", escape_sf_string(unit));
+            }
+            let _ = write!(policy, ";w={window}");
+            if let Some(pk) = pk {
+                let _ = write!(policy, ";pk={pk}");
+            }
         }
-        let current = format!(
-            "\"{}\";r={};t={}",
-            label(d.quota_index()),
+        // On a rejection `t` is `Retry-After`: the time until the request would pass.
+        let t = match d.retry_after_secs() {
+            Some(secs) => secs,
+            None => d.reset_secs() + super::ietf::jitter(cfg.jitter),
+        };
+        let mut current = format!(
+            "\"{}\";r={};t={t}",
+            item_name(cfg, rule, d.quota_index()),
             d.remaining(),
-            d.reset_secs()
         );
+        if let Some(pk) = pk {
+            let _ = write!(current, ";pk={pk}");
+        }
         if let Ok(v) = HeaderValue::from_str(&policy) {
             headers.insert(RATELIMIT_POLICY.clone(), v);
         }
@@ -295,14 +313,15 @@ pub(crate) fn write_allowed_headers(
     d: &Decision,
     rule: &Rule,
     cfg: &HeaderConfig,
+    pk: Option<&str>,
 ) -> Reported {
     let mine = (d.remaining(), std::cmp::Reverse(d.reset_after()));
     let wins = below.is_none_or(|r| mine < (r.remaining, std::cmp::Reverse(r.reset_after)));
     if below.is_none() {
-        write_headers(headers, d, rule, cfg);
+        write_headers(headers, d, rule, cfg, pk);
     } else {
         let mut own = HeaderMap::new();
-        write_headers(&mut own, d, rule, cfg);
+        write_headers(&mut own, d, rule, cfg, pk);
         for (name, value) in own {
             let Some(name) = name else { continue };
             let ietf = name == RATELIMIT || name == RATELIMIT_POLICY;
@@ -332,6 +351,16 @@ pub(crate) fn write_allowed_headers(
     }
 }
 
+/// The IETF item name of quota `i` of `rule`: the policy name, or `NAME-i` with several quotas.
+pub(crate) fn item_name(cfg: &HeaderConfig, rule: &Rule, i: usize) -> String {
+    let name = escape_sf_string(&cfg.policy_name);
+    if rule.quotas().len() > 1 {
+        format!("{name}-{i}")
+    } else {
+        name
+    }
+}
+
 fn escape_sf_string(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii() && !c.is_ascii_control())
@@ -350,6 +379,15 @@ pub trait OnRejected<B>: Send + Sync + 'static {
     /// The response for a request rejected with `decision` (its outcome is
     /// [`Outcome::Rejected`] or [`Outcome::Exceeds`]).
     fn on_rejected(&self, decision: &Decision) -> Response<B>;
+
+    /// The response for a request rejected with `decision`, given the names of the violated
+    /// policies (the IETF item names of the rejecting quota, as `RateLimit` names them). The layer
+    /// calls this one; the default ignores the names and calls
+    /// [`on_rejected`](Self::on_rejected). [`ProblemJson`] lists them in `violated-policies`.
+    fn on_rejected_by(&self, decision: &Decision, violated: &[&str]) -> Response<B> {
+        let _ = violated;
+        self.on_rejected(decision)
+    }
 
     /// The response for a request the layer answers on its own for another reason: no key
     /// (`400`, or the status set with `missing_key_status`), or the store failed while the layer
@@ -418,8 +456,11 @@ pub enum Refusal<'a> {
 }
 
 /// An [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json` answer for
-/// every response the layer makes on its own: `429` (with `retry_after` in seconds, absent when the
-/// cost can never be admitted), `400` without a key, `503` when failing closed.
+/// every response the layer makes on its own: `429` as the IETF draft's `quota-exceeded` problem
+/// type (draft-ietf-httpapi-ratelimit-headers-11, section 5.1) with `violated-policies` (the item
+/// names of the rejecting quota, as the `RateLimit` field names them) and `retry_after` in seconds
+/// (absent when the cost can never be admitted); `400` without a key and `503` when failing closed
+/// as `about:blank`.
 ///
 /// ```
 /// use tollgate::layer::{OnRejected, ProblemJson};
@@ -431,30 +472,55 @@ pub enum Refusal<'a> {
 ///     .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
 ///     .build().unwrap();
 /// limiter.check_now(&(), 1);
-/// let res: http::Response<String> = ProblemJson.on_rejected(&limiter.check_now(&(), 1));
+/// let res: http::Response<String> =
+///     ProblemJson.on_rejected_by(&limiter.check_now(&(), 1), &["default"]);
 /// assert_eq!(res.status(), 429);
 /// assert_eq!(res.headers()["content-type"], "application/problem+json");
 /// assert_eq!(
 ///     res.body(),
-///     r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"retry in 40 seconds","retry_after":40}"#
+///     r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"retry in 40 seconds","violated-policies":["default"],"retry_after":40}"#
 /// );
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProblemJson;
 
-/// The body of a problem document (the strings are the crate's own, free of JSON escapes).
-fn problem(status: StatusCode, detail: &str, extra: Option<(&str, u64)>) -> String {
-    let title = status.canonical_reason().unwrap_or("Error");
-    let mut body = format!(
-        "{{\"type\":\"about:blank\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{}\"",
-        status.as_u16(),
-        detail.replace(['"', '\\'], "'")
-    );
-    if let Some((name, value)) = extra {
-        let _ = write!(body, ",\"{name}\":{value}");
+/// The `quota-exceeded` problem type of the IETF draft.
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// `s` as a JSON string, quotes included.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
     }
-    body.push('}');
-    body
+    out.push('"');
+    out
+}
+
+/// The body of a problem document: `type`, `title`, `status`, `detail`, then `extra` members
+/// (already JSON).
+fn problem(kind: &str, title: &str, status: StatusCode, detail: &str, extra: &str) -> String {
+    format!(
+        "{{\"type\":{},\"title\":{},\"status\":{},\"detail\":{}{extra}}}",
+        json_string(kind),
+        json_string(title),
+        status.as_u16(),
+        json_string(detail),
+    )
+}
+
+/// A problem document of type `about:blank`, titled after the status.
+fn blank_problem(status: StatusCode, detail: &str) -> String {
+    let title = status.canonical_reason().unwrap_or("Error");
+    problem("about:blank", title, status, detail, "")
 }
 
 fn problem_response<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
@@ -468,36 +534,46 @@ fn problem_response<B: From<String>>(status: StatusCode, body: String) -> Respon
 }
 
 impl<B: From<String>> OnRejected<B> for ProblemJson {
+    /// The `quota-exceeded` problem without `violated-policies` (the layer calls
+    /// [`on_rejected_by`](OnRejected::on_rejected_by), which names them).
     fn on_rejected(&self, d: &Decision) -> Response<B> {
+        self.on_rejected_by(d, &[])
+    }
+
+    fn on_rejected_by(&self, d: &Decision, violated: &[&str]) -> Response<B> {
         let status = StatusCode::TOO_MANY_REQUESTS;
-        let body = match d.retry_after_secs() {
-            Some(secs) => problem(
-                status,
-                &format!("retry in {secs} second{}", plural(secs)),
-                Some(("retry_after", secs)),
-            ),
-            None => problem(
-                status,
-                &format!(
-                    "the request's cost exceeds the rate limit ({}); it can never be admitted",
-                    d.limit()
-                ),
-                None,
+        let mut extra = String::new();
+        if !violated.is_empty() {
+            let names: Vec<String> = violated.iter().map(|n| json_string(n)).collect();
+            let _ = write!(extra, ",\"violated-policies\":[{}]", names.join(","));
+        }
+        let detail = match d.retry_after_secs() {
+            Some(secs) => {
+                let _ = write!(extra, ",\"retry_after\":{secs}");
+                format!("retry in {secs} second{}", plural(secs))
+            }
+            None => format!(
+                "the request's cost exceeds the rate limit ({}); it can never be admitted",
+                d.limit()
             ),
         };
-        problem_response(status, body)
+        let title = "Request cannot be satisfied as assigned quota has been exceeded";
+        problem_response(
+            status,
+            problem(QUOTA_EXCEEDED, title, status, &detail, &extra),
+        )
     }
 
     fn on_refused(&self, refusal: Refusal<'_>) -> Response<B> {
         match refusal {
             Refusal::NoKey { status, error } => {
-                problem_response(status, problem(status, error.reason(), None))
+                problem_response(status, blank_problem(status, error.reason()))
             }
             Refusal::StoreFailed(_) => {
                 let status = StatusCode::SERVICE_UNAVAILABLE;
                 problem_response(
                     status,
-                    problem(status, "the rate limiter cannot decide", None),
+                    blank_problem(status, "the rate limiter cannot decide"),
                 )
             }
         }
@@ -577,10 +653,10 @@ mod tests {
             ..HeaderConfig::default()
         };
         let mut h = HeaderMap::new();
-        write_headers(&mut h, &d, lim.rule(), &cfg);
+        write_headers(&mut h, &d, lim.rule(), &cfg, None);
         assert_eq!(
-            h["ratelimit-policy"], "\"a\\\"b\";q=4;w=60",
-            "q is the burst"
+            h["ratelimit-policy"], "\"a\\\"b\";q=4;w=24",
+            "q is the burst, w the time it takes to drain (B x T)"
         );
         assert_eq!(h["ratelimit"], "\"a\\\"b\";r=3;t=6");
         assert!(h.get("x-ratelimit-limit").is_none());
@@ -613,7 +689,7 @@ mod tests {
         }
         let d = lim.check_now(&(), 1);
         let mut h = HeaderMap::new();
-        write_headers(&mut h, &d, lim.rule(), &cfg);
+        write_headers(&mut h, &d, lim.rule(), &cfg, None);
         assert_eq!(
             h["x-ratelimit-limit"], "5000",
             "the minute quota has fewer left"

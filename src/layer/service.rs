@@ -205,7 +205,8 @@ where
         };
         // One request, one count: a second layer on the same limiter and key lets it through. The
         // request is marked when it is forwarded (a rejected one never meets another layer).
-        let rule = hooks.rule.rule(&parts);
+        // In queue mode the limiter's own rule gives way to the queue's.
+        let rule = hooks.rule.rule(&parts).or_else(|| self.core.queue_rule());
         let rule_ref = rule.as_deref().unwrap_or_else(|| self.core.limiter.rule());
         let id = counted_id(&self.core.limiter, rule_ref, &key);
         if parts

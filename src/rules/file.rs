@@ -27,7 +27,7 @@ impl RulesError {
             while !text.is_char_boundary(end) {
                 end -= 1;
             }
-            let before = &text[..end];
+            let before = text.get(..end).unwrap_or_default();
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             (line, column)

@@ -694,7 +694,9 @@ impl<St: Store<Vec<u8>>> Limit<St> {
                     out.extend_from_slice(&[0; 4]);
                     v.encode(&mut out);
                     let len = u32::try_from(out.len() - at - 4).unwrap_or(u32::MAX);
-                    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+                    if let Some(slot) = out.get_mut(at..at + 4) {
+                        slot.copy_from_slice(&len.to_be_bytes());
+                    }
                 }
             }
         }
@@ -831,7 +833,9 @@ async fn settle<St: Store<Vec<u8>>>(
     let marker = extensions.get::<Settle>().cloned();
     let mut taken = false;
     for h in allowed.iter_mut() {
-        let limit = &compiled.limits[h.index];
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
         let mut units = limit.spec.cost;
         if let Some(m) = marker.as_ref().filter(|m| m.is_for(&limit.spec.name)) {
             if let Some(r) = h.decision.reservation() {
@@ -903,7 +907,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
                 tracing::debug!(limit = %limit.spec.name, "rejected");
                 rollback(compiled, &held).await;
                 let mut res: Response<B> = DefaultRejection.on_rejected(&d);
-                write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers);
+                write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
                 return Verdict::Answer(res);
             }
             Err(e) => {
@@ -919,12 +923,16 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
         }
     }
     for h in &held {
-        compiled.limits[h.index].metrics.allowed.increment(1);
+        if let Some(limit) = compiled.limits.get(h.index) {
+            limit.metrics.allowed.increment(1);
+        }
     }
     let allowed = held;
     let mut shadow: Option<(usize, Decision)> = None;
     for index in shadows {
-        let limit = &compiled.limits[index];
+        let Some(limit) = compiled.limits.get(index) else {
+            continue;
+        };
         let Ok(key) = limit.key(parts, options).or_else(|e| {
             if limit.missing_global {
                 Ok(limit.global_key())
@@ -964,7 +972,9 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
 /// Gives back what the limits before a rejection reserved (settled to 0).
 async fn rollback<St: Store<Vec<u8>>>(compiled: &Compiled<St>, held: &[Held]) {
     for h in held {
-        let limit = &compiled.limits[h.index];
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
         if let Some(r) = h.decision.reservation() {
             if let Err(e) = limit.apply(&h.key, Op::settle(r, 0)).await {
                 limit.metrics.store_errors.increment(1);
@@ -990,13 +1000,16 @@ fn write_success_headers<St>(
 {
     let mut below: Option<Reported> = None;
     for h in allowed {
-        let limit = &compiled.limits[h.index];
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
         below = Some(write_allowed_headers(
             below,
             headers,
             &h.decision,
             limit.rule(),
             &limit.headers,
+            None,
         ));
     }
     if options.shadow_headers {

@@ -120,7 +120,9 @@ pub(crate) fn encode_part<K: StoreKey>(key: &K, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; 4]);
     key.encode(out);
     let len = u32::try_from(out.len() - at - 4).unwrap_or(u32::MAX);
-    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    if let Some(prefix) = out.get_mut(at..at + 4) {
+        prefix.copy_from_slice(&len.to_be_bytes());
+    }
 }
 
 macro_rules! tuple_keys {

@@ -20,7 +20,7 @@ pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::MovingWindow;
 pub(crate) use sliding_window::SlidingWindow;
 
-/// Which algorithm a rule uses. See the README's strategy guide for the trade-offs.
+/// Which algorithm a rule uses. The [guide](crate::guide#choosing-a-strategy) compares them.
 ///
 /// # Drawn: the edge attack
 ///
@@ -135,6 +135,9 @@ pub(crate) struct Params {
     pub(crate) emission: u64,
     /// `B`.
     pub(crate) burst: u64,
+    /// Where clock-aligned windows start, in `0..window` ticks: at the times `t` with
+    /// `(t + offset) % window == 0` (a [`WindowOffset`](crate::WindowOffset); 0 for UTC).
+    pub(crate) offset: u64,
 }
 
 impl Params {
@@ -151,7 +154,15 @@ impl Params {
             window,
             emission: window.div_ceil(limit).max(1),
             burst,
+            offset: 0,
         }
+    }
+
+    /// The start of the clock-aligned window that holds `t`.
+    #[inline]
+    pub(crate) fn window_start(&self, t: u64) -> u64 {
+        // `t % window + offset < 2 * window`: no overflow for any period up to MAX_PERIOD.
+        t.saturating_sub((t % self.window + self.offset) % self.window)
     }
 
     /// `B * T`, the bucket's depth in ticks.

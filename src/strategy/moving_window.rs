@@ -26,6 +26,7 @@ impl MovingWindow {
         while self.log.front().is_some_and(|&ts| t - ts >= p.window) {
             self.log.pop_front();
         }
+        self.shrink();
         let used = self.log.len() as u64;
         let reset = self.log.back().map_or(0, |&ts| p.window - (t - ts));
         if cost > p.limit {
@@ -39,6 +40,35 @@ impl MovingWindow {
         let k = (used + cost - p.limit - 1) as usize;
         let wait = self.log.get(k).map_or(0, |&ts| p.window - (t - ts));
         Verdict::rejected(p.limit, p.limit.saturating_sub(used), reset, wait)
+    }
+
+    /// A log of `count` entries at `at` (for stores that restore a state from a summary of it).
+    pub(crate) fn filled(count: u64, at: u64) -> Self {
+        Self {
+            log: std::iter::repeat_n(at, usize::try_from(count).unwrap_or(usize::MAX)).collect(),
+        }
+    }
+
+    /// The number of entries (admitted units not yet known to be expired).
+    pub(crate) fn len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Returns memory as entries expire: a ring at most a quarter full shrinks to twice its entries
+    /// (at least 4). Amortised O(1): a shrink copies the entries left, and at least as many expired
+    /// (were admitted, and paid for) since the ring last had this size.
+    #[inline]
+    fn shrink(&mut self) {
+        let capacity = self.log.capacity();
+        if capacity > 4 && self.log.len() <= capacity / 4 {
+            self.shrink_now();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shrink_now(&mut self) {
+        self.log.shrink_to((2 * self.log.len()).max(4));
     }
 
     /// Appends `cost` entries at `now` after a successful [`check`](Self::check).
@@ -90,6 +120,7 @@ impl MovingWindow {
                 .take(usize::try_from(reserved - actual).unwrap_or(usize::MAX))
                 .count();
             self.log.drain(from..from + mine);
+            self.shrink();
             return 0;
         }
         let extra = actual - reserved;
@@ -176,6 +207,24 @@ mod tests {
             assert_eq!((v.outcome, v.reset_after), (Outcome::Rejected, S));
             assert_eq!(v.retry_after, S);
         }
+    }
+
+    #[test]
+    fn the_ring_shrinks_as_its_entries_expire() {
+        let p = Params::window(100_000, 60 * S);
+        let mut w = MovingWindow::default();
+        for i in 0..100_000 {
+            hit(&mut w, &p, 100 * S + i, 1);
+        }
+        assert!(w.log.capacity() >= 100_000);
+        // One request an hour keeps the key alive; every older entry has expired.
+        let mut t = 100 * S;
+        for _ in 0..3 {
+            t += 3_600 * S;
+            hit(&mut w, &p, t, 1);
+        }
+        assert_eq!(w.log.len(), 1);
+        assert!(w.log.capacity() <= 8, "{}", w.log.capacity());
     }
 
     #[test]

@@ -56,7 +56,7 @@ impl SlidingWindow {
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let t = now.max(self.bucket);
         let w = p.window;
-        let start = t - t % w;
+        let start = p.window_start(t);
         if start != self.bucket {
             self.prev = if start == self.bucket.saturating_add(w) {
                 self.cur

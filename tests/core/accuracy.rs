@@ -1,4 +1,4 @@
-//! Sliding window counter accuracy (TESTING.md T-03 (b), (c)): how far the counter is from the exact
+//! Sliding window counter accuracy (T-03 (b), (c)): how far the counter is from the exact
 //! moving window on benign random traffic, and the adversarial two-burst trace that reaches `2N`.
 //!
 //! (c) Seeded deterministic Poisson traces (generator: SplitMix64 + inverse-CDF exponential gaps,

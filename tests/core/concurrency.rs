@@ -1,4 +1,4 @@
-//! In-memory concurrency (TESTING.md T-11, T-13, T-14; issue 6 item 1), on a `ManualClock`.
+//! In-memory concurrency (T-11, T-13, T-14; issue 6 item 1), on a `ManualClock`.
 //!
 //! - T-11: one key, limit 1000, clock frozen, 2 threads and 8 threads hammering it: exactly 1000
 //!   admitted for every strategy and for a several-quota rule (and `cost x admitted` consumed).

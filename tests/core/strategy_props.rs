@@ -1,4 +1,4 @@
-//! Properties of every strategy against brute-force oracles (TESTING.md T-01..T-07), through the
+//! Properties of every strategy against brute-force oracles (T-01..T-07), through the
 //! public `RateLimiter` API on a `ManualClock`.
 //!
 //! - T-01 moving window, T-02 fixed window (both alignments), T-03a sliding window counter,
@@ -273,7 +273,7 @@ proptest! {
     }
 
     /// T-06: several quotas are all-or-nothing: decisions equal "all oracles admit" (each oracle
-    /// only records what every quota admitted), the reported quota follows DESIGN.md, and each
+    /// only records what every quota admitted), the reported quota follows the guide, and each
     /// quota keeps its own bound.
     #[test]
     fn several_quotas_all_or_nothing(
@@ -434,8 +434,8 @@ proptest! {
 }
 
 /// The one convention where governor and tollgate differ: governor's `Quota::per_second(N)` rounds
-/// the emission interval down (`1 s / N` in whole ns), ours rounds it up (`T = ceil(W / N)`, DESIGN.md
-/// "Time, units and rounding"), so rounding never lets us over-admit. For 3/second: governor refills
+/// the emission interval down (`1 s / N` in whole ns), ours rounds it up (`T = ceil(W / N)`, the guide's
+/// notation), so rounding never lets us over-admit. For 3/second: governor refills
 /// one cell every 333,333,333 ns (3 cells in 999,999,999 ns), we every 333,333,334 ns.
 #[test]
 fn governor_rounds_the_interval_down_we_round_up() {

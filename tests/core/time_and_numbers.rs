@@ -1,4 +1,4 @@
-//! Time anomalies and number extremes (TESTING.md T-08, T-09, T-10; issue 6 item 5), through the
+//! Time anomalies and number extremes (T-08, T-09, T-10; issue 6 item 5), through the
 //! public `RateLimiter` API on a `ManualClock`.
 //!
 //! - T-08: degenerate and extreme quotas (1/366d, 10^9/second, u32::MAX/ms: a typed error for the

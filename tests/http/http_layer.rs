@@ -75,13 +75,13 @@ fn assert_headers_match(res: &Resp, d: &Decision, what: &str) {
     }
 }
 
-/// T-39, T-41 and DESIGN.md's table: every strategy, header values on allowed and rejected
+/// T-39, T-41 and the guide's formulas: every strategy, header values on allowed and rejected
 /// responses equal the decision of a mirror limiter, the table's values hold for the exact
 /// strategies, and advancing the clock by Retry-After gets the next request in.
 #[tokio::test]
 async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
     // (remaining, reset) after each of 3 requests at T0, then (reset, retry-after) of the 429:
-    // DESIGN.md's table for 3/minute.
+    // the guide's formulas for 3/minute.
     type Row = (Strategy, Option<[(u64, u64); 3]>, Option<(u64, u64)>);
     let table: &[Row] = &[
         (
@@ -143,7 +143,7 @@ async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
                         res.num("x-ratelimit-reset")
                     ),
                     (rem, reset),
-                    "{strategy} request {i}: DESIGN table"
+                    "{strategy} request {i}: the guide's formulas"
                 );
             }
         }

@@ -1,4 +1,4 @@
-//! Key extraction and spoofing (TESTING.md G: T-46..T-51, issue 6 item 3).
+//! Key extraction and spoofing (catalogue G: T-46..T-51, issue 6 item 3).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

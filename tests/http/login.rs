@@ -1,4 +1,4 @@
-//! The `login` example (TESTING.md J: T-57..T-60), over real HTTP with a `ManualClock`, and its
+//! The `login` example (catalogue J: T-57..T-60), over real HTTP with a `ManualClock`, and its
 //! pacing on tokio's paused clock.
 
 use crate::support;

@@ -14,6 +14,8 @@ mod example_login;
 
 mod http_examples;
 mod http_layer;
+mod ietf_draft_examples;
+mod ietf_fields;
 mod keys_spoofing;
 mod layer_future;
 mod layer_misconfig;
@@ -24,4 +26,6 @@ mod problem_json;
 mod rules_file;
 mod server_cli;
 mod settlement;
+mod shaping_queue;
 mod stacked_headers;
+mod window_offset_layer;

@@ -277,42 +277,10 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--concurrency", "4"], "--concurrency"),
         (vec!["--settle-header", "x-used"], "--settle-header"),
-        (vec!["--window-offset", "+08:00"], "--window-offset"),
-        (
-            vec!["--strategy", "fixed-window", "--window-offset", "-5h"],
-            "--window-offset",
-        ),
-        (
-            vec!["--strategy", "leaky-bucket", "--queue", "3000"],
-            "--queue",
-        ),
-        (
-            vec!["--store", "redis+sentinel://127.0.0.1:1/mymaster"],
-            "redis+sentinel",
-        ),
-        (
-            vec!["--store", &redis, "--fail-mode", "local"],
-            "--fail-mode local",
-        ),
         (vec!["--store", &redis, "--redis-lease"], "--redis-lease"),
         (
             vec!["--store", &redis, "--redis-lease", "on"],
             "--redis-lease",
-        ),
-        (
-            vec!["--store", "rediss://127.0.0.1:1", "--redis-ca", &file],
-            "--redis-ca",
-        ),
-        (
-            vec![
-                "--store",
-                "rediss://127.0.0.1:1",
-                "--redis-cert",
-                &file,
-                "--redis-key",
-                &file,
-            ],
-            "--redis-cert",
         ),
     ];
     for (args, flag) in &cases {
@@ -384,19 +352,24 @@ async fn flags_without_effect_warn_once_on_stderr_and_the_server_runs() {
         assert_eq!(warnings, 1, "{flag}: {stderr}");
     }
 
-    // `--max-keys` with a Redis store warns before the store is even reached.
+    // `--max-keys` with a Redis store warns before the store is even reached (an unreachable
+    // Redis does not stop the start, issue 12; without the Redis store in the build, exit 2).
     let redis = format!("redis://127.0.0.1:{}", closed_port());
-    let out = run(&[
+    let args = [
         "--addr",
         "127.0.0.1:0",
         "--store",
         &redis,
         "--max-keys",
         "10",
-    ])
-    .await;
-    let stderr = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    ];
+    let stderr = if cfg!(feature = "redis") {
+        Running::start(&args).await.stop().await
+    } else {
+        let out = run(&args).await;
+        assert_eq!(out.status.code(), Some(2));
+        text(&out.stderr)
+    };
     assert_eq!(
         stderr.matches("warning: --max-keys has no effect").count(),
         1,
@@ -457,27 +430,26 @@ async fn a_redis_start_error_never_prints_the_password() {
         format!("redis+cluster://alice:hunter2-secret@127.0.0.1:{port},127.0.0.1:{port}"),
         format!("ftp://alice:hunter2-secret@127.0.0.1:{port}"),
     ];
+    // Issue 12: an unreachable Redis is not a start-up error (the server starts, answers by its
+    // failure policy and connects in the background): what it prints must not carry the password
+    // either. Without the Redis store in the build, a configuration error (2).
     for url in &urls {
-        let out = run(&["--addr", "127.0.0.1:0", "--store", url]).await;
-        let stderr = text(&out.stderr);
-        assert!(!out.status.success(), "{url}");
-        assert_eq!(text(&out.stdout), "", "{url}");
+        let redis = url.starts_with("redis");
+        let stderr = if redis && cfg!(feature = "redis") {
+            let server = Running::start(&["--addr", "127.0.0.1:0", "--store", url]).await;
+            server.stop().await
+        } else {
+            let out = run(&["--addr", "127.0.0.1:0", "--store", url]).await;
+            assert_eq!(out.status.code(), Some(2), "{url}");
+            assert_eq!(text(&out.stdout), "", "{url}");
+            text(&out.stderr)
+        };
         assert!(!stderr.contains("hunter2"), "{url}: {stderr}");
         assert!(
-            stderr.contains("--store") || stderr.contains("Redis"),
+            redis || stderr.contains("--store") || stderr.contains("Redis"),
             "{stderr}"
         );
     }
-    // Unreachable is a failure at run time (1); without the Redis store in the build, a
-    // configuration error (2).
-    let out = run(&["--addr", "127.0.0.1:0", "--store", &urls[0]]).await;
-    let expected = if cfg!(feature = "redis") { 1 } else { 2 };
-    assert_eq!(out.status.code(), Some(expected), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("alice:***@"),
-        "{}",
-        text(&out.stderr)
-    );
 }
 
 #[tokio::test]
@@ -566,4 +538,95 @@ fn the_readme_and_the_example_docs_show_the_same_flag_table() {
             "{flag} has no row in the flag table"
         );
     }
+}
+
+#[tokio::test]
+async fn window_offset_moves_the_daily_reset_to_the_zones_midnight() {
+    for (offset, east_secs) in [("8h", 8 * 3600), ("-05:00", 19 * 3600)] {
+        let server = Running::start(&[
+            "--addr",
+            "127.0.0.1:0",
+            "--strategy",
+            "fixed-window",
+            "--quota",
+            "1/day",
+            "--window-offset",
+            offset,
+        ])
+        .await;
+        let client = TestClient::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // Seconds to the next midnight of the zone (16:00 UTC for +8h, 05:00 UTC for -5h).
+        let expected = 86_400 - (now + east_secs) % 86_400;
+        let res = client.get(&server.url("/")).await;
+        assert_eq!(res.status, StatusCode::OK);
+        let reset = res.num("x-ratelimit-reset");
+        assert!(
+            reset.abs_diff(expected) <= 1,
+            "{offset}: {reset} vs {expected}"
+        );
+        let res = client.get(&server.url("/")).await;
+        assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(res.num("retry-after").abs_diff(expected) <= 1, "{offset}");
+        assert_eq!(server.stop().await, "", "{offset}: no warning");
+    }
+}
+
+#[tokio::test]
+async fn queue_delays_requests_to_the_rate_and_refuses_beyond_the_maximum_wait() {
+    // 10/s (T = 100 ms), MAX_WAIT 300 ms: of six requests at once, four leave 0, 100, 200 and
+    // 300 ms after the first; two get 429 at once.
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--strategy",
+        "leaky-bucket",
+        "--quota",
+        "10/second",
+        "--queue",
+        "300",
+        "--key",
+        "global",
+    ])
+    .await;
+    let client = TestClient::new();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..6u64 {
+        let (client, url) = (client.clone(), server.url("/"));
+        tasks.push(tokio::spawn(async move {
+            // Staggered by 5 ms so that they arrive in this order.
+            tokio::time::sleep(Duration::from_millis(5 * i)).await;
+            let res = client.get(&url).await;
+            (res.status, start.elapsed())
+        }));
+    }
+    let mut ok = Vec::new();
+    let mut refused = Vec::new();
+    for t in tasks {
+        let (status, at) = t.await.unwrap();
+        match status {
+            StatusCode::OK => ok.push(at),
+            StatusCode::TOO_MANY_REQUESTS => refused.push(at),
+            s => panic!("unexpected {s}"),
+        }
+    }
+    assert_eq!((ok.len(), refused.len()), (4, 2), "{ok:?} {refused:?}");
+    // Refused ones would have left at 400 ms or later: they are answered well before.
+    for at in &refused {
+        assert!(*at < Duration::from_millis(350), "a 429 at once: {at:?}");
+    }
+    // A timer never fires early: the k-th answer comes at least k intervals after the start.
+    ok.sort();
+    for (k, at) in ok.iter().enumerate() {
+        assert!(
+            *at >= Duration::from_millis(100 * k as u64),
+            "departures T apart: {ok:?}"
+        );
+    }
+    assert!(ok[3] <= Duration::from_millis(300 + 500), "{ok:?}");
+    assert_eq!(server.stop().await, "", "no warning");
 }

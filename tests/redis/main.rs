@@ -1,5 +1,6 @@
 //! Redis tests (feature `redis`): the store against real `redis-server` processes started per test on
-//! free ports, Cluster, faults (kill, hang, pause, flush, OOM), and the `server` example on Redis.
+//! free ports, Cluster, faults (kill, hang, pause, flush, OOM), a flood on one key, degraded mode and
+//! the circuit breaker, TLS, Sentinel with a failover, and the `server` example on Redis.
 
 #[path = "../support/redis.rs"]
 mod redis_support;
@@ -8,7 +9,14 @@ mod support;
 
 mod limiter_names;
 mod redis_cluster;
+mod redis_degraded;
 mod redis_faults;
+mod redis_faults_flood;
+mod redis_flood;
+mod redis_sentinel;
 mod redis_server;
 mod redis_store;
+mod redis_tls;
 mod rules_redis;
+mod shaping_queue;
+mod window_offset;

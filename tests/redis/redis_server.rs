@@ -108,22 +108,73 @@ async fn two_server_processes_share_one_limit_through_redis() {
     let _ = b.kill().await;
 }
 
-#[tokio::test]
-async fn server_with_an_unreachable_redis_exits_with_an_error() {
+/// Issue 12, start-up: a server whose Redis is down starts anyway, answers by its failure policy
+/// (503 when fail-closed), and limits normally within 2 s of Redis accepting connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_starts_without_redis_and_limits_once_redis_is_up() {
+    if !redis_support::available() {
+        return;
+    }
     let port = redis_support::free_port();
-    let out = Command::new(server_binary())
-        .args([
-            "--addr",
-            "127.0.0.1:0",
-            "--store",
-            &format!("redis://127.0.0.1:{port}"),
-        ])
-        .output()
+    let url = format!("redis://127.0.0.1:{port}");
+    let (mut server, base) = start_server(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--quota",
+        "3/hour",
+        "--key",
+        "global",
+        "--fail-closed",
+        "--store-timeout",
+        "2000",
+    ])
+    .await;
+    let client = TestClient::new();
+    let res = client.get(&format!("{base}/")).await;
+    assert_eq!(
+        res.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no Redis yet: fail-closed answers 503"
+    );
+    let redis = tokio::task::spawn_blocking(move || RedisServer::start_on_port(port, &[]))
         .await
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).is_empty());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("redis"));
+        .unwrap()
+        .expect("redis-server is available");
+    let up = std::time::Instant::now();
+    let mut statuses = Vec::new();
+    loop {
+        let res = client.get(&format!("{base}/")).await;
+        if res.status != StatusCode::SERVICE_UNAVAILABLE {
+            statuses.push(res.status);
+            break;
+        }
+        // Timing is asserted with a second of slack for a loaded machine (the bound is 2 s).
+        assert!(
+            up.elapsed() < Duration::from_secs(3),
+            "no limiting {:?} after Redis came up",
+            up.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "limiting resumed {:?} after Redis answered PING",
+        up.elapsed()
+    );
+    for _ in 0..5 {
+        statuses.push(client.get(&format!("{base}/")).await.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(ok, 3, "exactly the limit once Redis is up: {statuses:?}");
+    assert!(
+        statuses[3..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let _ = server.kill().await;
+    drop(redis);
 }
 
 /// A Redis that answers and refuses the password: exit 1 (a failure at run time), and neither the
@@ -152,4 +203,65 @@ async fn server_with_a_wrong_redis_password_exits_1_without_printing_it() {
     assert!(stderr.contains(":***@"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
     assert!(!stderr.contains("the-right-one"), "{stderr}");
+    // Issue 12: the server's own words, at once (it used to look like a connect timeout).
+    assert!(stderr.contains("WRONGPASS"), "{stderr}");
+}
+
+/// Issue 12, degraded mode through the server: `--fail-mode local --instances 2` with Redis down
+/// answers from the local limiter (half the limit, with its headers), never 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_fail_mode_local_limits_with_its_share_while_redis_is_down() {
+    if !redis_support::available() {
+        return;
+    }
+    let url = format!("redis://127.0.0.1:{}", redis_support::free_port());
+    let (mut server, base) = start_server(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--quota",
+        "10/hour",
+        "--key",
+        "global",
+        "--fail-mode",
+        "local",
+        "--instances",
+        "2",
+    ])
+    .await;
+    let client = TestClient::new();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let res = client.get(&format!("{base}/")).await;
+        assert_eq!(res.num("x-ratelimit-limit"), 5, "{res:?}");
+        statuses.push(res.status);
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(ok, 5, "{statuses:?}");
+    assert!(
+        statuses[5..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let _ = server.kill().await;
+}
+
+/// `--redis-ca` with a file that is not PEM: a configuration error (exit 2) naming the file.
+#[tokio::test]
+async fn server_refuses_a_ca_bundle_that_is_not_pem() {
+    let file = std::env::temp_dir().join(format!("tollgate-not-pem-{}", std::process::id()));
+    std::fs::write(&file, "not a certificate\n").unwrap();
+    let out = Command::new(server_binary())
+        .args(["--addr", "127.0.0.1:0", "--store", "rediss://127.0.0.1:1"])
+        .arg("--redis-ca")
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a PEM file"), "{stderr}");
+    std::fs::remove_file(&file).unwrap();
 }

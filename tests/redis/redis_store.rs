@@ -38,6 +38,8 @@ async fn test_store(server: &RedisServer, prefix: &str) -> RedisStore {
         .prefix(prefix)
         .timeout(Duration::from_secs(2))
         .use_client_time(true)
+        // Exact comparisons on a test clock: the cache answers on the process's own clock.
+        .block_cache(0)
         .build()
         .await
         .expect("connect")
@@ -388,6 +390,8 @@ fn two_limiters_admit_exactly_the_limit_with_one_evalsha_each() {
         for _ in 0..2 {
             let store = RedisStore::builder(server.url())
                 .timeout(Duration::from_secs(2))
+                // One EVALSHA per decision is what this test counts.
+                .block_cache(0)
                 .build()
                 .await
                 .expect("connect");
@@ -728,10 +732,13 @@ fn block_cache_answers_locally_until_the_reported_wait() {
 #[test]
 fn bad_urls_and_prefixes_are_refused() {
     rt().block_on(async {
-        let e = RedisStore::connect("rediss://127.0.0.1:1")
+        // TLS options need a TLS URL.
+        let e = RedisStore::builder("redis://127.0.0.1:1")
+            .tls_ca_file("/nonexistent/ca.pem")
+            .build()
             .await
             .unwrap_err();
-        assert!(e.message().contains("TLS"), "{e}");
+        assert_eq!(e.kind(), StoreErrorKind::Other, "{e}");
         let e = RedisStore::connect("http://127.0.0.1:1").await.unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Other);
         let e = RedisStore::builder("redis://127.0.0.1:1")
@@ -740,11 +747,25 @@ fn bad_urls_and_prefixes_are_refused() {
             .await
             .unwrap_err();
         assert!(e.message().contains("brace"), "{e}");
-        let e = RedisStore::builder(format!("redis://127.0.0.1:{}", redis_support::free_port()))
-            .build()
+        // An unreachable server is not a start-up error: the store builds, and its calls fail
+        // with a connection error (answered by the layer's failure policy) until it connects.
+        let store =
+            RedisStore::builder(format!("redis://127.0.0.1:{}", redis_support::free_port()))
+                .build()
+                .await
+                .expect("an unreachable Redis does not fail the build");
+        let rule = Rule::parse(Strategy::FixedWindow, "1/second").unwrap();
+        let e = store
+            .apply(
+                &"k".to_string(),
+                Scope::new("default", &rule),
+                Op::Check(1),
+                0,
+            )
             .await
             .unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Connection, "{e}");
+        assert!(!store.counters().connected);
     });
 }
 

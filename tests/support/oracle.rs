@@ -1,5 +1,5 @@
-//! Brute-force oracles for the strategies, written from the definitions in DESIGN.md ("The
-//! algorithms", "Decisions and headers"), independently of `src/strategy`: they keep the log of
+//! Brute-force oracles for the strategies, written from the definitions in the crate's guide
+//! (`tollgate::guide`: "Choosing a strategy", "Formulas per strategy"), independently of `src/strategy`: they keep the log of
 //! admitted requests (or, for GCRA, the continuous-state leaky bucket, ITU-T I.371's other
 //! formulation) and recompute every figure from it.
 //!
@@ -468,7 +468,7 @@ impl QuotaOracle for Bucket {
     }
 }
 
-/// Several quotas: all must admit; the reported quota per DESIGN.md.
+/// Several quotas: all must admit; the reported quota per the guide's "Headers".
 pub(crate) struct RuleOracle {
     pub(crate) quotas: Vec<Box<dyn QuotaOracle>>,
 }

@@ -77,6 +77,12 @@ impl RedisServer {
         Some(Self::start_on(port, extra))
     }
 
+    /// Starts a server on `port` (one a test reserved earlier, e.g. for a client started before its
+    /// Redis); `None` (after a message) when Redis is not installed.
+    pub fn start_on_port(port: u16, extra: &[&str]) -> Option<Self> {
+        available().then(|| Self::start_on(port, extra))
+    }
+
     fn start_on(port: u16, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
@@ -409,4 +415,77 @@ async fn pipe(
     }
     up.abort();
     // Dropping both halves closes the client's connection.
+}
+
+/// One Redis Sentinel process (`redis-sentinel`, or `redis-server --sentinel` when the Debian
+/// `redis-sentinel` package is missing: the same binary) watching one primary as `service`.
+pub struct RedisSentinel {
+    pub port: u16,
+    child: Child,
+}
+
+impl RedisSentinel {
+    /// Starts a sentinel (quorum 1, the primary deemed down after `down_after_ms`) and waits until
+    /// it names the primary.
+    pub fn start(service: &str, primary_port: u16, down_after_ms: u64) -> Self {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                 sentinel monitor {service} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {service} {down_after_ms}\n\
+                 sentinel failover-timeout {service} 2000\n",
+                dir.display()
+            ),
+        )
+        .expect("sentinel.conf");
+        let sentinel_bin = Command::new("redis-sentinel")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let mut cmd = if sentinel_bin {
+            let mut c = Command::new("redis-sentinel");
+            c.arg(&conf);
+            c
+        } else {
+            let mut c = Command::new("redis-server");
+            c.arg(&conf).arg("--sentinel");
+            c
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-sentinel");
+        let s = Self { port, child };
+        let start = Instant::now();
+        while s.primary_port(service).is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "sentinel on {port} did not name the primary"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    /// The port of the primary the sentinel names now.
+    pub fn primary_port(&self, service: &str) -> Option<u16> {
+        let out = cli(self.port, &["SENTINEL", "get-master-addr-by-name", service]);
+        out.lines().nth(1).and_then(|p| p.trim().parse().ok())
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -54,6 +54,8 @@ impl Default for BlockedCache {
 
 impl BlockedCache {
     #[inline]
+    // In bounds: the index is masked to below SLOTS, the array's length.
+    #[allow(clippy::indexing_slicing)]
     fn slot(&self, fingerprint: u64) -> &Slot {
         // The low bits route the key to its segment; the high bits pick the slot.
         &self.slots[(fingerprint >> 48) as usize & (SLOTS - 1)]

@@ -11,6 +11,7 @@ mod general;
 #[cfg(any(tollgate_loom, shuttle))]
 mod model;
 mod packed;
+mod sketch;
 mod table;
 
 use std::future::Ready;
@@ -23,15 +24,17 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use self::blocked::BlockedCache;
-use self::general::Entry;
+use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
+pub use self::sketch::MAX_SKETCH_BYTES;
+use self::sketch::Sketch;
 use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
 use super::{Answer, LimiterNames, Scope, Store};
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
-use crate::strategy::{Op, Verdict};
+use crate::strategy::{Op, QuotaState, Verdict};
 
 /// How many distinct packable rules get a packed table; keys of further rules use general entries.
 const PACKED_RULES: usize = 4;
@@ -41,8 +44,11 @@ const PACKED_RULES: usize = 4;
 const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
 /// Segments a new key may examine to make room at the cap: bounds the work one request causes.
 const SEGMENTS_PER_ROOM_CALL: usize = 2;
-/// Segments (of every table) the last-resort eviction of one key with room may look at.
-const SEGMENTS_PER_EVICTION: usize = 8;
+/// Entries the last-resort eviction of one key with room may look at (past the first segment
+/// holding one): all of a small store, a bounded part of a large one.
+const ENTRIES_PER_EVICTION: usize = 4096;
+/// The key cap of a store built without one: 8 x 10^6 keys.
+pub const DEFAULT_MAX_KEYS: usize = 8_000_000;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -56,11 +62,15 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// - Keys whose state has become equivalent to a new key's are removed automatically and
 ///   incrementally, as traffic flows (no call from the user, no long pause), and the maps shrink.
 ///   [`RateLimiter::sweep`](crate::RateLimiter::sweep) forces a full pass.
-/// - An optional cap on the number of keys ([`MemoryStoreBuilder::max_keys`]) bounds memory. When it
-///   is reached, room is made by dropping, in order: expired keys; keys not used since the last pass
-///   that still have room (second chance, an approximation of least recently used). A key that is
-///   currently blocked is never evicted, so flooding new keys cannot reset an attacker's key. When
-///   every held key is blocked, new keys share one overflow state with the same quotas (counted in
+/// - A cap on the number of keys bounds memory: [`DEFAULT_MAX_KEYS`] (8 x 10^6) unless changed with
+///   [`MemoryStoreBuilder::max_keys`] (`usize::MAX` lifts it). When it is reached, room is made by
+///   dropping expired keys, then the keys with room nearest a new key's state (the least spent
+///   first; among equals, those unused since the last look). What an evicted key had spent is kept
+///   in a bounded sketch (at most [`MAX_SKETCH_BYTES`], see [`MemoryStore::sketch_bytes`]) and a
+///   returning key starts at least as spent: a flood of new keys never gives a key back quota it
+///   spent, at the price of a rare, bounded over-count (a key colliding in the sketch with a more
+///   spent one). A key that is currently blocked is never evicted. When every held key is blocked,
+///   new keys share one overflow state with the same quotas (counted in
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
 /// A key's state belongs to the rule it was used with: the same key under another rule (a tier
@@ -68,6 +78,8 @@ const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// Concurrent inserts may overshoot the cap by at most the number of inserting threads.
 pub struct MemoryStore<K> {
     general: Table<K, Entry>,
+    /// What eviction forgot: evicted keys' spent quota (see [`sketch`]).
+    sketch: Sketch,
     packed: [OnceLock<Table<K, AtomicU64>>; PACKED_RULES],
     /// The tag of the last rule found not packable with every packed slot taken or unfit: its
     /// calls skip the search (see [`MemoryStore::packed_table`]).
@@ -112,7 +124,8 @@ pub struct MemoryStoreBuilder {
 }
 
 impl MemoryStoreBuilder {
-    /// Caps the number of keys held (see [`MemoryStore`] for what happens at the cap).
+    /// Caps the number of keys held (see [`MemoryStore`] for what happens at the cap); the
+    /// default is [`DEFAULT_MAX_KEYS`], and `usize::MAX` lifts the cap.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys.max(1));
         self
@@ -120,7 +133,7 @@ impl MemoryStoreBuilder {
 
     /// Builds the store.
     pub fn build<K: Hash + Eq + Clone + Send + Sync + 'static>(self) -> MemoryStore<K> {
-        MemoryStore::with_cap(self.max_keys.unwrap_or(usize::MAX))
+        MemoryStore::with_cap(self.max_keys.unwrap_or(DEFAULT_MAX_KEYS))
     }
 }
 
@@ -143,9 +156,9 @@ fn creates_state(op: Op) -> bool {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
-    /// A store without a cap on the number of keys.
+    /// A store with the default cap on the number of keys, [`DEFAULT_MAX_KEYS`].
     pub fn new() -> Self {
-        Self::with_cap(usize::MAX)
+        Self::with_cap(DEFAULT_MAX_KEYS)
     }
 
     /// Options: a cap on the number of keys.
@@ -154,12 +167,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     fn with_cap(max_keys: usize) -> Self {
+        let route = RandomState::default();
         Self {
-            general: Table::new(()),
+            general: Table::new(Rules::default(), route),
+            sketch: Sketch::new(max_keys),
             packed: std::array::from_fn(|_| OnceLock::new()),
             unpackable: AtomicU64::new(0),
             blocked: BlockedCache::default(),
-            route: RandomState::default(),
+            route,
             max_keys,
             keys: AtomicUsize::new(0),
             cursor: AtomicUsize::new(0),
@@ -188,7 +203,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         self.len() == 0
     }
 
-    /// The cap on the number of keys, if any.
+    /// The cap on the number of keys, if any (`None`: lifted with `max_keys(usize::MAX)`).
     pub fn max_keys(&self) -> Option<usize> {
         (self.max_keys != usize::MAX).then_some(self.max_keys)
     }
@@ -206,15 +221,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     pub(crate) fn decide_in(&self, key: &K, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
         self.tick(now);
         let hash = self.route.hash_one(key);
-        let i = hash as usize % SEGMENTS;
         if now < NOW_LIMIT {
             if let Some((t, table)) = self.packed_table(rule, tag) {
                 // The key's fingerprint in the blocked cache: its hash, told apart per table.
                 let fingerprint = hash ^ ((t as u64) << 58);
-                return self.decide_packed(table, i, fingerprint, key, rule, tag, op, now);
+                return self.decide_packed(table, hash, fingerprint, key, rule, tag, op, now);
             }
         }
-        self.decide_general(i, key, rule, tag, op, now)
+        self.decide_general(hash, key, rule, tag, op, now)
     }
 
     /// The packed table of `rule`, claiming a free one for a packable rule seen for the first time.
@@ -248,7 +262,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     ) -> Option<&'a Table<K, AtomicU64>> {
         let packed = PackedRule::for_rule(rule)?.scoped(tag);
         // Another rule may win the race for this slot: the caller then looks at the next one.
-        Some(slot.get_or_init(|| Table::new(packed)))
+        Some(slot.get_or_init(|| Table::new(packed, self.route)))
     }
 
     #[inline]
@@ -256,7 +270,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     fn decide_packed(
         &self,
         table: &Table<K, AtomicU64>,
-        i: usize,
+        hash: u64,
         fingerprint: u64,
         key: &K,
         rule: &Rule,
@@ -265,6 +279,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         now: u64,
     ) -> Decision {
         let packed = &table.ctx;
+        let i = hash as usize % SEGMENTS;
         // A request of cost 1 (the layer's) from a key known to be blocked: answered here.
         let miss = match op {
             Op::Check(1) => match self
@@ -299,7 +314,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             let v = table.ctx.apply(&AtomicU64::new(0), op, now);
             return self.finish(0, v, now, op);
         }
-        let Some((cell, inserted)) = self.insert(table, i, key, || AtomicU64::new(0), now) else {
+        let new = || AtomicU64::new(packed.recall(&self.sketch, hash, now));
+        let Some((cell, inserted)) = self.insert(table, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
         let v = table.ctx.apply(&*cell, op, now);
@@ -312,23 +328,35 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     fn decide_general(
         &self,
-        i: usize,
+        hash: u64,
         key: &K,
         rule: &Rule,
         tag: u64,
         op: Op,
         now: u64,
     ) -> Decision {
+        let i = hash as usize % SEGMENTS;
         let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
+            if !entry.first_is(tag) {
+                entry.recall_other(&self.general.ctx, &self.sketch, hash, rule, tag, now);
+            }
             return self.run(&mut entry, rule, tag, op, now);
         }
         if !creates_state(op) {
             let (index, v) = Entry::new().run(rule, tag, op, now);
             return self.finish(index, v, now, op);
         }
-        let Some((mut entry, inserted)) = self.insert(&self.general, i, key, Entry::new, now)
-        else {
+        // From NOW_LIMIT on, a packable rule's keys live in general entries: a key still held in
+        // its packed table moves over with its state (no fresh start across that instant).
+        let handed = (now >= NOW_LIMIT)
+            .then(|| self.take_packed(i, key, rule, tag))
+            .flatten();
+        let new = || match handed {
+            Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state]),
+            None => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now),
+        };
+        let Some((mut entry, inserted)) = self.insert(&self.general, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
         let decision = self.run(&mut entry, rule, tag, op, now);
@@ -337,6 +365,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             self.after_insert(now);
         }
         decision
+    }
+
+    /// Removes `key` from the packed table of `rule`, if it has one and holds the key: its state.
+    #[cold]
+    fn take_packed(&self, i: usize, key: &K, rule: &Rule, tag: u64) -> Option<QuotaState> {
+        let table = self
+            .packed
+            .iter()
+            .filter_map(OnceLock::get)
+            .find(|t| t.ctx.matches(rule, tag))?;
+        let (_, cell) = table.segment(i).remove(key)?;
+        self.keys.fetch_sub(1, Ordering::Relaxed);
+        Some(table.ctx.state_of(cell.into_inner()))
     }
 
     /// The entry of a key not found a moment ago, inserted if still missing (and whether it was),
@@ -485,6 +526,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             freed: 0,
             evicted: 0,
             soonest_room: u64::MAX,
+            visited: 0,
+            sketch: &self.sketch,
         };
         home.make_room(home_i, now, &mut scan);
         for _ in 1..SEGMENTS_PER_ROOM_CALL {
@@ -497,26 +540,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             }
         }
         if scan.freed == 0 {
-            // Every key with room here was used since the last pass: evict one of them anyway
-            // (the second-chance order is a preference, not a reason to turn a new client away).
-            // The new key's own segment first, then the same segment of every table (the new
-            // key's table may be new and empty while others fill the cap).
-            home.evict_one(home_i, now, &mut scan);
-            // Then that segment of every table, then the next segments (a small cap leaves many
-            // segments empty), a bounded number of them.
-            let mut i = home_i;
-            for _ in 0..SEGMENTS_PER_EVICTION {
-                if scan.freed > 0 {
-                    break;
-                }
-                for table in self.tables() {
-                    if scan.freed > 0 {
-                        break;
-                    }
-                    table.evict_one(i, now, &mut scan);
-                }
-                i = (i + 1) % SEGMENTS;
-            }
+            // The segments looked at held no key with room (a small cap leaves most segments
+            // empty): evict the nearest key with room of the next segments of every table, from the
+            // new key's, up to every segment of a small store and a bounded number of entries of a
+            // large one.
+            self.evict_nearest(home_i, now, &mut scan);
         }
         self.keys.fetch_sub(scan.freed, Ordering::Relaxed);
         self.evictions.add(scan.evicted);
@@ -541,6 +569,37 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             self.full_until.store(until, Ordering::Relaxed);
         }
         false
+    }
+
+    /// Evicts the key with room nearest a new key's state among the segments from `home_i` on,
+    /// until [`ENTRIES_PER_EVICTION`] entries were looked at (or every segment).
+    fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) {
+        let mut best: Option<(u16, usize, usize)> = None;
+        let mut i = home_i;
+        for _ in 0..SEGMENTS {
+            for (t, table) in self.tables().enumerate() {
+                if let Some(n) = table.nearest(i, now, scan) {
+                    if best.is_none_or(|(b, _, _)| n < b) {
+                        best = Some((n, t, i));
+                    }
+                }
+            }
+            if best.is_some_and(|(n, _, _)| n == 0) || scan.visited >= ENTRIES_PER_EVICTION {
+                break;
+            }
+            i = (i + 1) % SEGMENTS;
+        }
+        if let Some((n, t, i)) = best {
+            if let Some(table) = self.tables().nth(t) {
+                table.evict_one(i, now, n, scan);
+            }
+        }
+    }
+
+    /// Bytes taken by the record of evicted keys' spent quota (0 until a key with spent quota was
+    /// evicted; at most [`MAX_SKETCH_BYTES`]).
+    pub fn sketch_bytes(&self) -> usize {
+        self.sketch.bytes()
     }
 
     fn counters(&self) -> Stats {
@@ -680,6 +739,112 @@ mod tests {
                     to_decision(index, v, now, 1).answering(op),
                     "{strategy} step {i}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn multi_quota_states_held_as_words_decide_as_the_pure_arithmetic() {
+        for strategy in Strategy::ALL {
+            let rule = Rule::parse(strategy, "3/s; 7/10s; 20/minute; 100000/hour").unwrap();
+            let store = MemoryStore::<u64>::new();
+            let mut reference = vec![vec![crate::strategy::QuotaState::new(strategy); 4]; 3];
+            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            let mut now = 1_000 * S;
+            for i in 0..3000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                now += x % (S / 3);
+                let op = match i % 9 {
+                    0 => Op::Settle {
+                        reserved: 1,
+                        actual: 0,
+                        at: now,
+                    },
+                    1 => Op::Peek,
+                    2 => Op::Check(u32::try_from(x % 5).unwrap()),
+                    3 if i % 7 == 0 => Op::Settle {
+                        reserved: 1,
+                        actual: 2,
+                        at: now - x % S,
+                    },
+                    _ => Op::Check(1),
+                };
+                let key = x % 3;
+                let got = store.decide(&key, &rule, op, now);
+                let states = &mut reference[key as usize];
+                let (index, v) = strategy::apply(states, strategy, rule.nanos(), now, op);
+                assert_eq!(
+                    got,
+                    to_decision(index, v, now, 1).answering(op),
+                    "{strategy} step {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_evicted_key_back_under_its_second_rule_is_as_spent_as_it_left() {
+        for strategy in [Strategy::MovingWindow, Strategy::FixedWindowFirstHit] {
+            let a = Rule::parse(strategy, "10/hour").unwrap();
+            let b = Rule::parse(strategy, "10/2hours").unwrap();
+            let store = MemoryStore::<u64>::builder().max_keys(1).build();
+            let now = 3_600 * S;
+            assert!(store.decide(&1, &a, Op::Check(1), now).is_allowed());
+            assert!(store.decide(&1, &b, Op::Check(9), now).is_allowed());
+            // Key 2 evicts key 1 (the cap is 1), which comes back under rule a, then under b.
+            assert!(store.decide(&2, &a, Op::Check(1), now + S).is_allowed());
+            assert!(store.stats().evictions >= 1, "{strategy}");
+            let d = store.decide(&1, &a, Op::Check(1), now + 2 * S);
+            assert_eq!((d.is_allowed(), d.remaining()), (true, 8), "{strategy}");
+            let d = store.decide(&1, &b, Op::Check(1), now + 3 * S);
+            assert_eq!((d.is_allowed(), d.remaining()), (true, 0), "{strategy}");
+            assert!(!store.decide(&1, &b, Op::Check(1), now + 4 * S).is_allowed());
+        }
+    }
+
+    #[test]
+    fn at_the_end_of_packed_time_keys_carry_their_state_over() {
+        // Across 2^62 ns packed keys move to general entries with their state: the decisions are
+        // the pure arithmetic's on one state throughout (before: N more admissions at that instant).
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindow,
+            Strategy::TokenBucket,
+            Strategy::LeakyBucket,
+        ] {
+            for quota in ["5/s", "100/hour"] {
+                let rule = Rule::parse(strategy, quota).unwrap();
+                let store = MemoryStore::<u64>::new();
+                let mut reference = [
+                    vec![crate::strategy::QuotaState::new(strategy)],
+                    vec![crate::strategy::QuotaState::new(strategy)],
+                ];
+                let mut now = NOW_LIMIT - S;
+                let mut x = 0x2545_f491_4f6c_dd1d_u64;
+                for i in 0..400 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    now += x % (S / 100);
+                    let key = x % 2;
+                    let op = if i % 17 == 0 {
+                        Op::Peek
+                    } else {
+                        Op::Check(1 + (x % 3) as u32)
+                    };
+                    let got = store.decide(&key, &rule, op, now);
+                    let states = &mut reference[key as usize];
+                    let (index, v) = strategy::apply(states, strategy, rule.nanos(), now, op);
+                    assert_eq!(
+                        got,
+                        to_decision(index, v, now, 1).answering(op),
+                        "{strategy} {quota} step {i}"
+                    );
+                }
+                assert!(now > NOW_LIMIT, "{now}");
+                assert!(store.len() <= 2);
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Model checks of the packed per-key cell (TESTING.md T-12), built only under
+//! Model checks of the packed per-key cell, built only under
 //! `--cfg tollgate_loom` or `--cfg shuttle` (see `scripts/long.sh`; not `--cfg loom`, which tokio
 //! reacts to by dropping `tokio::net`, breaking the dev-dependencies):
 //!

@@ -13,6 +13,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::sketch::{self, Sketch};
+use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::Rule;
 use crate::strategy::{
@@ -41,7 +43,8 @@ pub(crate) struct PackedRule {
     strategy: Strategy,
     params: Params,
     layout: Layout,
-    /// The scope's tag ([`Scope::tag`](crate::store::Scope::tag)): a table holds one scope's states.
+    /// The scope's tag ([`Scope::tag`](crate::store::Scope::tag)): a table holds one scope's
+    /// states, and an evicted key's record in the sketch is found by it.
     tag: u64,
 }
 
@@ -78,6 +81,10 @@ impl PackedRule {
         let &[params] = rule.nanos() else {
             return None;
         };
+        // Window starts are packed as multiples of W: shifted windows (a window offset) are not.
+        if params.offset != 0 {
+            return None;
+        }
         let strategy = rule.strategy();
         // The largest window index any time below NOW_LIMIT can have must fit in `index_bits`.
         let fits = |index_bits: u32| {
@@ -245,6 +252,7 @@ impl PackedRule {
     }
 
     /// Until when the key in `word` has no room for a request of cost 1 (0: it has room now).
+    #[cfg(any(tollgate_loom, shuttle))]
     pub(crate) fn blocked_until(&self, word: u64, now: u64) -> u64 {
         let mut state = self.unpack(word);
         let v = state.check(self.strategy, &self.params, now, 1);
@@ -252,6 +260,55 @@ impl PackedRule {
             0
         } else {
             now.saturating_add(v.retry_after.max(1))
+        }
+    }
+}
+
+impl PackedRule {
+    /// How the key in `word` looks to eviction at `now`.
+    pub(super) fn look(&self, word: u64, now: u64) -> Look {
+        let mut state = self.unpack(word);
+        let fresh_at = state.fresh_at(&self.params);
+        if fresh_at <= now && fresh_at != u64::MAX {
+            return Look::Fresh;
+        }
+        let v = state.check(self.strategy, &self.params, now, 1);
+        if v.outcome == Outcome::Allowed {
+            // `remaining` is after the request of cost 1 the check was for.
+            Look::Room(nearness(v.limit, v.remaining + 1, word & USED != 0))
+        } else {
+            Look::Blocked(now.saturating_add(v.retry_after.max(1)))
+        }
+    }
+
+    /// The strategy state in `word` (handed over to a general entry at the end of packed time).
+    pub(super) fn state_of(&self, word: u64) -> QuotaState {
+        self.unpack(word)
+    }
+
+    /// Folds what the key in `word` has spent into `sketch` (it is being evicted).
+    pub(super) fn forget(&self, word: u64, key_hash: u64, now: u64, sketch: &Sketch) {
+        if let Some(spent) = sketch::summary(&self.unpack(word), &self.params, now) {
+            sketch.record(sketch::quota_hash(key_hash, self.tag, 0), spent, now);
+        }
+    }
+
+    /// The word a new key starts with at `now` (below [`NOW_LIMIT`]): a new key's, or at least as
+    /// spent as what `sketch` recalls of it.
+    #[inline]
+    pub(super) fn recall(&self, sketch: &Sketch, key_hash: u64, now: u64) -> u64 {
+        match sketch.lookup(sketch::quota_hash(key_hash, self.tag, 0), now) {
+            None => 0,
+            Some(mut spent) => {
+                // A saturated record ("for good") within what a word holds: a TAT below 2^63, a
+                // window starting below NOW_LIMIT. Still no earlier than any state reachable now.
+                spent.until = spent.until.min(match self.layout {
+                    Layout::Gcra => !USED,
+                    _ => (NOW_LIMIT - 1).saturating_add(self.params.window),
+                });
+                let state = sketch::restore(self.strategy, &self.params, spent, now);
+                self.pack(&state) | USED
+            }
         }
     }
 }

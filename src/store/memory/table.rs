@@ -1,45 +1,77 @@
 //! A table of keys spread over [`SEGMENTS`] maps, and the sweeping and room-making that work on one
 //! segment at a time (a sweep never holds more than one shard lock).
 
-use std::hash::Hash;
-use std::sync::atomic::AtomicU64;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
 
-use super::general::Entry;
+use super::general::{Entry, Rules};
 use super::packed::{PackedRule, USED};
+use super::sketch::Sketch;
 
 /// How many maps a table's keys are spread over (the unit of incremental sweeping).
 pub(super) const SEGMENTS: usize = 64;
 /// Shards per segment map.
 const SHARDS_PER_SEGMENT: usize = 4;
 
+/// What eviction sees of a held value at some time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Look {
+    /// Its state equals a new key's: dropped without a record.
+    Fresh,
+    /// No room for a request of cost 1 until this time: never evicted.
+    Blocked(u64),
+    /// Room, at this distance from a new key's state: twice the spent share of the most spent
+    /// quota (0 to 255 of 255), plus one if used since the last look (second chance). The nearest
+    /// go first.
+    Room(u16),
+}
+
+/// The nearness of a key with `remaining` of `limit` left, used since the last look or not.
+pub(super) fn nearness(limit: u64, remaining: u64, used: bool) -> u16 {
+    // Limits and bursts fit in 32 bits: `spent * 255` fits in 64.
+    let spent = limit.saturating_sub(remaining).min(u64::from(u32::MAX));
+    let level = (spent * 255).checked_div(limit).unwrap_or(0).min(255);
+    level as u16 * 2 + u16::from(used)
+}
+
+/// The largest nearness plus one.
+const LEVELS: usize = 512;
+
 /// What eviction needs to know of a held value.
 pub(super) trait Held: Send + Sync + 'static {
-    /// What the value is read with (the packed rule for packed words).
+    /// What the value is read with (the packed rule for packed words, the rules seen for general
+    /// entries).
     type Ctx: Send + Sync + 'static;
     /// Whether the state equals a new key's at `now`.
     fn is_fresh(&mut self, ctx: &Self::Ctx, now: u64) -> bool;
-    /// Until when the key has no room for a request of cost 1 (at most `now`: it has room).
-    fn blocked_until(&mut self, ctx: &Self::Ctx, now: u64) -> u64;
-    /// Clears the second-chance bit; returns whether it was set.
-    fn take_used(&mut self) -> bool;
+    /// How the value looks at `now` to eviction.
+    fn look(&mut self, ctx: &Self::Ctx, now: u64) -> Look;
+    /// Clears the second-chance bit.
+    fn clear_used(&mut self);
+    /// Folds what the key (routed by `key_hash`) has spent into `sketch` before it is dropped.
+    fn forget(&self, ctx: &Self::Ctx, key_hash: u64, now: u64, sketch: &Sketch);
 }
 
 impl Held for Entry {
-    type Ctx = ();
+    type Ctx = Rules;
 
-    fn is_fresh(&mut self, (): &(), now: u64) -> bool {
+    fn is_fresh(&mut self, _: &Rules, now: u64) -> bool {
         Entry::is_fresh(self, now)
     }
 
-    fn blocked_until(&mut self, (): &(), _now: u64) -> u64 {
-        Entry::blocked_until(self)
+    fn look(&mut self, rules: &Rules, now: u64) -> Look {
+        Entry::look(self, rules, now)
     }
 
-    fn take_used(&mut self) -> bool {
-        std::mem::take(&mut self.used)
+    fn clear_used(&mut self) {
+        self.used = false;
+    }
+
+    fn forget(&self, rules: &Rules, key_hash: u64, now: u64, sketch: &Sketch) {
+        Entry::forget(self, rules, key_hash, now, sketch);
     }
 }
 
@@ -50,21 +82,22 @@ impl Held for AtomicU64 {
         rule.is_fresh(*self.get_mut(), now)
     }
 
-    fn blocked_until(&mut self, rule: &PackedRule, now: u64) -> u64 {
-        rule.blocked_until(*self.get_mut(), now)
+    fn look(&mut self, rule: &PackedRule, now: u64) -> Look {
+        rule.look(*self.get_mut(), now)
     }
 
-    fn take_used(&mut self) -> bool {
-        let word = self.get_mut();
-        let used = *word & USED != 0;
-        *word &= !USED;
-        used
+    fn clear_used(&mut self) {
+        *self.get_mut() &= !USED;
+    }
+
+    fn forget(&self, rule: &PackedRule, key_hash: u64, now: u64, sketch: &Sketch) {
+        rule.forget(self.load(Ordering::Relaxed), key_hash, now, sketch);
     }
 }
 
 /// The progress of one search for room at the key cap.
 #[derive(Debug)]
-pub(super) struct RoomScan {
+pub(super) struct RoomScan<'a> {
     /// Stop after freeing this many keys.
     pub(super) batch: usize,
     pub(super) freed: usize,
@@ -72,37 +105,48 @@ pub(super) struct RoomScan {
     pub(super) evicted: u64,
     /// The soonest time a blocked key seen frees up.
     pub(super) soonest_room: u64,
+    /// Entries looked at.
+    pub(super) visited: usize,
+    /// Where evicted keys' spent quota goes.
+    pub(super) sketch: &'a Sketch,
 }
 
 /// The operations the store runs on every table, whatever its value type.
 pub(super) trait Segmented: Send + Sync {
     /// Drops the fresh keys of segment `i`, shrinking it when mostly empty; returns how many.
     fn sweep(&self, i: usize, now: u64) -> usize;
-    /// Frees up to the scan's batch in segment `i`: fresh keys, then keys with room not used since
-    /// the last look (second chance). Never a blocked key.
-    fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan);
-    /// Frees one key with room in segment `i`, used or not.
-    fn evict_one(&self, i: usize, now: u64, scan: &mut RoomScan);
+    /// Frees up to the scan's batch in segment `i`: fresh keys, then the keys with room nearest a
+    /// new key's state (the least spent, unused since the last look first). Never a blocked key.
+    fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>);
+    /// The nearness of the nearest key with room in segment `i` (0 for a fresh key), if any.
+    fn nearest(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) -> Option<u16>;
+    /// Frees one key of segment `i` with room at most `nearness` from a new key's state.
+    fn evict_one(&self, i: usize, now: u64, nearness: u16, scan: &mut RoomScan<'_>);
 }
 
 /// Keys of type `K` with values `V`, in [`SEGMENTS`] maps.
 pub(super) struct Table<K, V: Held> {
     maps: Box<[DashMap<K, V, RandomState>]>,
     pub(super) ctx: V::Ctx,
+    /// The store's routing hasher: an evicted key's record in the sketch is found by its hash.
+    route: RandomState,
 }
 
 impl<K: Hash + Eq, V: Held> Table<K, V> {
-    pub(super) fn new(ctx: V::Ctx) -> Self {
+    pub(super) fn new(ctx: V::Ctx, route: RandomState) -> Self {
         let maps = (0..SEGMENTS)
             .map(|_| {
                 DashMap::with_hasher_and_shard_amount(RandomState::default(), SHARDS_PER_SEGMENT)
             })
             .collect();
-        Self { maps, ctx }
+        Self { maps, ctx, route }
     }
 
     /// Segment `i` (below [`SEGMENTS`]).
     #[inline]
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     pub(super) fn segment(&self, i: usize) -> &DashMap<K, V, RandomState> {
         &self.maps[i]
     }
@@ -112,9 +156,21 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
     pub(super) fn capacity(&self) -> usize {
         self.maps.iter().map(DashMap::capacity).sum()
     }
+
+    /// Drops `v` of `key` at `now`: records what it had spent first, unless fresh.
+    fn drop_one(&self, key: &K, v: &V, fresh: bool, now: u64, scan: &mut RoomScan<'_>) {
+        if !fresh {
+            v.forget(&self.ctx, self.route.hash_one(key), now, scan.sketch);
+            scan.evicted += 1;
+        }
+        scan.freed += 1;
+    }
 }
 
 impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
     fn sweep(&self, i: usize, now: u64) -> usize {
         let segment = &self.maps[i];
         let mut removed = 0;
@@ -134,42 +190,94 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         removed
     }
 
-    fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan) {
-        self.maps[i].retain(|_, v| {
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
+    fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) {
+        let segment = &self.maps[i];
+        // First pass: how near the keys are, to find the nearness below which the batch lies.
+        let mut levels = [0u32; LEVELS];
+        let mut fresh = 0;
+        for mut r in segment.iter_mut() {
+            scan.visited += 1;
+            match r.value_mut().look(&self.ctx, now) {
+                Look::Fresh => fresh += 1,
+                Look::Blocked(until) => scan.soonest_room = scan.soonest_room.min(until),
+                Look::Room(n) => levels[usize::from(n)] += 1,
+            }
+        }
+        let wanted = scan.batch.saturating_sub(scan.freed);
+        let mut threshold = None;
+        let mut count = fresh;
+        for (n, &k) in levels.iter().enumerate() {
+            if count >= wanted {
+                break;
+            }
+            if k > 0 {
+                count += k as usize;
+                threshold = Some(n as u16);
+            }
+        }
+        // Second pass: drop the fresh keys and the nearest, up to the batch; the second-chance bit
+        // of the keys kept is cleared.
+        segment.retain(|k, v| {
             if scan.freed >= scan.batch {
                 return true;
             }
-            let drop = if v.is_fresh(&self.ctx, now) {
-                true
-            } else {
-                let blocked_until = v.blocked_until(&self.ctx, now);
-                if blocked_until > now {
-                    scan.soonest_room = scan.soonest_room.min(blocked_until);
+            match v.look(&self.ctx, now) {
+                Look::Fresh => {
+                    self.drop_one(k, v, true, now, scan);
                     false
-                } else if v.take_used() {
+                }
+                Look::Room(n) if threshold.is_some_and(|t| n <= t) => {
+                    self.drop_one(k, v, false, now, scan);
                     false
-                } else {
-                    scan.evicted += 1;
+                }
+                _ => {
+                    v.clear_used();
                     true
                 }
-            };
-            scan.freed += usize::from(drop);
-            !drop
+            }
         });
     }
 
-    fn evict_one(&self, i: usize, now: u64, scan: &mut RoomScan) {
-        self.maps[i].retain(|_, v| {
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
+    fn nearest(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) -> Option<u16> {
+        let mut nearest = None;
+        for mut r in self.maps[i].iter_mut() {
+            scan.visited += 1;
+            let n = match r.value_mut().look(&self.ctx, now) {
+                Look::Fresh => 0,
+                Look::Blocked(until) => {
+                    scan.soonest_room = scan.soonest_room.min(until);
+                    continue;
+                }
+                Look::Room(n) => n,
+            };
+            nearest = Some(nearest.map_or(n, |m: u16| m.min(n)));
+            if n == 0 {
+                break;
+            }
+        }
+        nearest
+    }
+
+    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // below LEVELS.
+    #[allow(clippy::indexing_slicing)]
+    fn evict_one(&self, i: usize, now: u64, nearness: u16, scan: &mut RoomScan<'_>) {
+        self.maps[i].retain(|k, v| {
             if scan.freed > 0 {
                 return true;
             }
-            let blocked_until = v.blocked_until(&self.ctx, now);
-            if blocked_until > now {
-                scan.soonest_room = scan.soonest_room.min(blocked_until);
-                return true;
-            }
-            scan.evicted += u64::from(!v.is_fresh(&self.ctx, now));
-            scan.freed += 1;
+            let fresh = match v.look(&self.ctx, now) {
+                Look::Fresh => true,
+                Look::Room(n) if n <= nearness => false,
+                _ => return true,
+            };
+            self.drop_one(k, v, fresh, now, scan);
             false
         });
     }

@@ -6,6 +6,10 @@
 //! any cost >= 1 is answered from the entry: no strategy admits cost `c` before it admits cost 1, so
 //! a cached key is never rejected locally when Redis would admit it. Bounded: when full, expired
 //! entries are dropped; if none has expired, new entries are not cached.
+//!
+//! Staleness is bounded too: an entry is dropped after `max_stale` (default 1 s) even when its wait
+//! runs longer, so a reset or refund made through another instance is seen within that time (the
+//! next call goes to Redis and caches the fresh answer).
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -20,6 +24,7 @@ const PURGE_EVERY: Duration = Duration::from_millis(100);
 
 pub(super) struct BlockCache {
     cap: usize,
+    max_stale: Duration,
     map: Mutex<Map>,
 }
 
@@ -31,6 +36,8 @@ struct Map {
 struct Blocked {
     at: Instant,
     until: Instant,
+    /// When the entry stops answering: `until`, or `at + max_stale` if sooner.
+    expires: Instant,
     decision: Decision,
 }
 
@@ -45,9 +52,10 @@ pub(super) fn fingerprint(redis_keys: &[String], rule_args: &[u64]) -> u64 {
 }
 
 impl BlockCache {
-    pub(super) fn new(cap: usize) -> Self {
+    pub(super) fn new(cap: usize, max_stale: Duration) -> Self {
         Self {
             cap,
+            max_stale,
             map: Mutex::new(Map {
                 entries: HashMap::new(),
                 last_purge: None,
@@ -64,12 +72,26 @@ impl BlockCache {
     }
 
     /// The cached rejection of `key` at `now`, with its waits shortened by the time since it was
-    /// cached; `None` (and the entry dropped) once the wait is over.
+    /// cached; `None` once the staleness bound has passed (the entry is dropped once the wait is
+    /// over).
     pub(super) fn get(&self, key: u64, now: Instant) -> Option<Decision> {
+        self.lookup(key, now, false)
+    }
+
+    /// As [`get`](Self::get), but past the staleness bound too, until the wait Redis reported is
+    /// over: during an outage, a key known blocked stays blocked.
+    pub(super) fn get_stale(&self, key: u64, now: Instant) -> Option<Decision> {
+        self.lookup(key, now, true)
+    }
+
+    fn lookup(&self, key: u64, now: Instant, stale_ok: bool) -> Option<Decision> {
         let mut map = self.map.lock();
         let entry = map.entries.get(&key)?;
         if now >= entry.until {
             map.entries.remove(&key);
+            return None;
+        }
+        if now >= entry.expires && !stale_ok {
             return None;
         }
         let elapsed = now.saturating_duration_since(entry.at);
@@ -86,6 +108,9 @@ impl BlockCache {
         let Some(until) = now.checked_add(Duration::from_nanos(decision.retry_after)) else {
             return;
         };
+        let expires = now
+            .checked_add(self.max_stale)
+            .map_or(until, |s| s.min(until));
         let mut map = self.map.lock();
         if map.entries.len() >= self.cap && !map.entries.contains_key(&key) {
             let due = map
@@ -95,7 +120,7 @@ impl BlockCache {
                 return;
             }
             map.last_purge = Some(now);
-            map.entries.retain(|_, b| b.until > now);
+            map.entries.retain(|_, b| b.expires > now);
             if map.entries.len() >= self.cap {
                 return;
             }
@@ -105,6 +130,7 @@ impl BlockCache {
             Blocked {
                 at: now,
                 until,
+                expires,
                 decision,
             },
         );
@@ -135,7 +161,7 @@ mod tests {
 
     #[test]
     fn answers_until_the_deadline_then_forgets() {
-        let c = BlockCache::new(4);
+        let c = BlockCache::new(4, Duration::from_secs(60));
         let t0 = Instant::now();
         c.insert(1, rejected(100), t0);
         let d = c.get(1, t0 + Duration::from_millis(40)).unwrap();
@@ -147,7 +173,7 @@ mod tests {
 
     #[test]
     fn stays_within_its_capacity() {
-        let c = BlockCache::new(3);
+        let c = BlockCache::new(3, Duration::from_secs(60));
         let t0 = Instant::now();
         for k in 0..100 {
             c.insert(k, rejected(1000), t0 + Duration::from_millis(k));
@@ -156,5 +182,24 @@ mod tests {
         // Once entries expire, room is made again.
         c.insert(500, rejected(10), t0 + Duration::from_secs(5));
         assert!(c.get(500, t0 + Duration::from_secs(5)).is_some());
+    }
+
+    #[test]
+    fn a_long_wait_is_answered_for_at_most_the_staleness_bound() {
+        let c = BlockCache::new(4, Duration::from_millis(50));
+        let t0 = Instant::now();
+        c.insert(1, rejected(3_600_000), t0);
+        let d = c.get(1, t0 + Duration::from_millis(40)).unwrap();
+        assert_eq!(
+            d.retry_after(),
+            Some(Duration::from_millis(3_600_000 - 40)),
+            "the wait reported is Redis's, not the staleness bound"
+        );
+        assert!(c.get(1, t0 + Duration::from_millis(50)).is_none());
+        assert!(
+            c.get_stale(1, t0 + Duration::from_millis(60)).is_some(),
+            "kept for degraded mode until the wait is over"
+        );
+        assert!(c.get_stale(1, t0 + Duration::from_secs(3600)).is_none());
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! [`RedisStore`] runs each decision as one Lua script call (`EVALSHA`), atomic across all quotas of
 //! a rule, with the Redis server's `TIME` in microseconds, so app instances with skewed clocks agree.
-//! It works on a single node (`redis://host:port`) and on Redis Cluster
-//! (`redis+cluster://host1:port1,host2:port2`).
+//! It works on a single node (`redis://host:port`), on Redis Cluster
+//! (`redis+cluster://host1:port1,host2:port2`) and behind Sentinel
+//! (`redis+sentinel://[user:pass@]host1:port1[,host2:port2]/SERVICE[/DB]`); each with TLS through
+//! rustls (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`).
 //!
 //! - **Arithmetic**: the scripts implement exactly the in-memory strategies, in microseconds; every
 //!   number stays an integer below 2^53 (Lua numbers are doubles).
@@ -14,7 +16,17 @@
 //!   timeout or a lost reply is an error, as Redis may already have counted the request. Only an
 //!   explicit `NOSCRIPT` reply (a flushed or restarted server, a fresh Cluster node) makes the store
 //!   send the script body with `EVAL`, once. While disconnected, calls fail within the timeout; the
-//!   connection is re-established in the background, so decisions resume without a restart.
+//!   connection is re-established in the background, so decisions resume without a restart. An
+//!   unreachable Redis does not fail [`RedisStoreBuilder::build`]: the store connects in the
+//!   background; a Redis that answers and refuses (credentials, TLS) does, with its own message.
+//! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
+//!   flight; a check that gets no slot or no reply within the timeout while Redis keeps answering
+//!   others is shed: rejected locally (429), never admitted. Only when Redis has been silent for
+//!   2 s, or the connection broke, is a failure an outage for the failure policy.
+//! - **Outages**: the layer's policy (fail-open by default, or fail-closed), or the local limiter of
+//!   [`local_fallback`](RedisStoreBuilder::local_fallback); a circuit breaker
+//!   ([`circuit_breaker`](RedisStoreBuilder::circuit_breaker)) skips Redis after 5 consecutive
+//!   failures and probes it every 500 ms.
 //! - **Limits**: state lives in Redis memory: a restart without persistence forgets it (at most `N`
 //!   more per key per restart), and an `allkeys-*` eviction policy can silently reset keys (the store
 //!   warns at start-up). On Cluster, the client follows `MOVED`/`ASK` redirections and may resend a
@@ -37,22 +49,32 @@
 //! # }
 //! ```
 
+mod breaker;
 mod cache;
+mod degraded;
 mod keys;
 mod scripts;
+mod sentinel;
 
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use tokio::sync::{Semaphore, oneshot};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, ErrorKind, RedisError, Value};
 
+use self::breaker::{Breaker, Pass};
 use self::cache::BlockCache;
+use self::degraded::Local;
 use self::scripts::Family;
 use super::memory::to_decision;
 use super::{Answer, LimiterNames, Scope, Store, StoreKey};
@@ -70,6 +92,22 @@ const MAX_SAFE: u64 = 1 << 53;
 const TTL_SLACK_MS: u64 = 1000;
 /// How often the same failure may be logged.
 const WARN_EVERY: Duration = Duration::from_secs(1);
+/// The wait a decision shed for overload asks for.
+const SHED_WAIT: Duration = Duration::from_secs(1);
+/// How long Redis must have been silent (no reply to any call) for a timeout to count as an outage
+/// rather than overload. Below it, a call that gets no slot or no reply in time is shed (rejected
+/// locally), never admitted: a flood that slows the process or Redis cannot switch limiting off.
+/// 2 s, not less: a flood on a loaded 2-core machine starved the process itself (every task, the
+/// reply reader included) for 550-615 ms, and at 500 ms fail-open then let 54 requests past a
+/// limit of 1000 (`examples/redis_flood`).
+const SILENCE: Duration = Duration::from_secs(2);
+/// The pause between two connection attempts while Redis has never been reached.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
+/// The longest one background connection attempt may take, so attempts start at least every second.
+const RECONNECT_ATTEMPT: Duration = Duration::from_millis(750);
+/// How long past the caller's timeout a sent call may keep its in-flight slot (waiting for the
+/// reply that would free it).
+const LATE_GRACE: Duration = Duration::from_secs(1);
 
 /// The answer of [`RedisStore`]: a boxed future (one allocation per call, next to a network round
 /// trip).
@@ -86,24 +124,98 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    conn: Conn,
+    /// `None` until the first connection succeeds (start-up without Redis).
+    conn: RwLock<Option<Conn>>,
     prefix: String,
     timeout: Duration,
     client_time: bool,
     cache: Option<BlockCache>,
     /// EVALSHA hashes and sources, indexed like [`Family::ALL`].
     scripts: [(String, Arc<str>); 4],
+    /// One permit per call sent and not yet answered (or given up past [`LATE_GRACE`]).
+    gate: Arc<Semaphore>,
+    max_in_flight: usize,
+    breaker: Breaker,
+    local: Option<Local>,
+    /// When Redis last replied, in nanoseconds since `epoch` (0: never).
+    last_reply: AtomicU64,
+    /// When a call last failed on the connection (lost, refused), in nanoseconds since `epoch`.
+    last_broken: AtomicU64,
+    epoch: Instant,
     allowed: Counter,
     rejected: Counter,
     errors: Counter,
+    shed: Counter,
+    local_allowed: Counter,
+    local_rejected: Counter,
+    timed_out: Counter,
+    late_replies: Counter,
+    late_admitted: Counter,
+    late_refunded: Counter,
     last_warn: crate::throttle::Throttle,
     names: LimiterNames,
+}
+
+impl Inner {
+    fn clock(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn replied(&self) {
+        self.last_reply.fetch_max(self.clock(), Ordering::AcqRel);
+    }
+
+    /// Whether Redis replied to anything after `since` (a [`Inner::clock`] reading), and the
+    /// connection has not failed since its last reply: Redis is up, so a slow call is overload.
+    fn replied_since(&self, since: u64) -> bool {
+        let reply = self.last_reply.load(Ordering::Acquire);
+        reply > since && reply >= self.last_broken.load(Ordering::Acquire)
+    }
+
+    fn broken(&self) {
+        self.last_broken.fetch_max(self.clock(), Ordering::AcqRel);
+    }
+}
+
+/// Counters of a [`RedisStore`] beyond the limiter's [`Stats`]: how its overload and outage
+/// policies answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisCounters {
+    /// Checks rejected locally because the store had no room to send them to Redis within the
+    /// timeout (overload, not an outage). Also in [`Stats::rejected`].
+    pub shed: u64,
+    /// Checks admitted by the local limiter during an outage ([`RedisStoreBuilder::local_fallback`]).
+    /// Also in [`Stats::allowed`].
+    pub local_allowed: u64,
+    /// Checks rejected by the local limiter during an outage. Also in [`Stats::rejected`].
+    pub local_rejected: u64,
+    /// Calls sent to Redis whose reply did not come within the timeout.
+    pub timed_out: u64,
+    /// Replies that came after their caller had given up: Redis applied the call unseen.
+    pub late_replies: u64,
+    /// Of those, checks Redis admitted: quota spent on requests the caller answered otherwise.
+    pub late_admitted: u64,
+    /// Of those, admissions given back to Redis with a refund at the check's time (the rest spent
+    /// quota unseen: under-admission, never over-admission).
+    pub late_refunded: u64,
+    /// Times the circuit breaker opened.
+    pub breaker_opens: u64,
+    /// Whether the circuit breaker is open now.
+    pub breaker_open: bool,
+    /// Whether the store holds a connection (false until Redis is first reached).
+    pub connected: bool,
+    /// Calls in flight now.
+    pub in_flight: u64,
 }
 
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<sentinel::SentinelConn>),
 }
 
 impl Conn {
@@ -111,15 +223,18 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Sentinel(c) => c.query(cmd).await,
         }
     }
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.inner.conn {
-            Conn::Single(_) => "single",
-            Conn::Cluster(_) => "cluster",
+        let kind = match &*self.inner.conn.read() {
+            Some(Conn::Single(_)) => "single",
+            Some(Conn::Cluster(_)) => "cluster",
+            Some(Conn::Sentinel(_)) => "sentinel",
+            None => "connecting",
         };
         f.debug_struct("RedisStore")
             .field("mode", &kind)
@@ -128,6 +243,11 @@ impl fmt::Debug for RedisStore {
             .field(
                 "block_cache",
                 &self.inner.cache.as_ref().map(BlockCache::cap),
+            )
+            .field("max_in_flight", &self.inner.max_in_flight)
+            .field(
+                "local_fallback",
+                &self.inner.local.as_ref().map(Local::instances),
             )
             .finish_non_exhaustive()
     }
@@ -153,6 +273,13 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     block_cache: Option<usize>,
+    block_cache_stale: Duration,
+    max_in_flight: usize,
+    breaker_threshold: u32,
+    breaker_cool_down: Duration,
+    local_fallback: Option<NonZeroU32>,
+    tls_ca: Option<std::path::PathBuf>,
+    tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     client_time: bool,
 }
 
@@ -178,11 +305,76 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Remembers up to `capacity` keys that Redis reported blocked, and answers them locally until the
-    /// reported wait is over (measured on this process's monotonic clock), so a hot blocked key stops
-    /// costing a round trip. Off by default.
+    /// Remembers up to `capacity` keys that Redis reported blocked (default 10,000; 0 turns the
+    /// cache off), and answers them locally until the reported wait is over (measured on this
+    /// process's monotonic clock) or for [`block_cache_staleness`](Self::block_cache_staleness),
+    /// whichever is sooner, so a hot blocked key stops costing a round trip: under a flood on one
+    /// key, Redis sees about one call per key per staleness period per instance.
     pub fn block_cache(mut self, capacity: usize) -> Self {
         self.block_cache = (capacity > 0).then_some(capacity);
+        self
+    }
+
+    /// The longest a cached rejection is answered without asking Redis again (default 1 s): a
+    /// reset or refund made through another instance is seen within this time.
+    pub fn block_cache_staleness(mut self, max: Duration) -> Self {
+        self.block_cache_stale = max;
+        self
+    }
+
+    /// The most calls sent to Redis and not yet answered (default 256). A check that finds no room
+    /// is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
+    /// in [`RedisCounters::shed`]), never admitted, when Redis is answering other calls (overload),
+    /// and by the failure policy when Redis has answered nothing for 2 s or the connection broke
+    /// (an outage).
+    /// A sent call keeps its slot until its reply comes, or for at most the timeout plus one
+    /// second, so stale calls cannot pile up in front of a stalled server.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// The circuit breaker (defaults: opens after 5 consecutive outage failures, probes after
+    /// 500 ms). While open, calls skip Redis and are answered by the failure policy at once (a dead
+    /// Redis costs no timeout per request); after `cool_down`, one call probes Redis, and its reply
+    /// closes the circuit. Outage failures are connection errors and timeouts during which Redis
+    /// replied to nothing for 2 s (or after the connection broke); overload (timeouts while Redis
+    /// answers other calls) does not count.
+    pub fn circuit_breaker(mut self, failures: u32, cool_down: Duration) -> Self {
+        self.breaker_threshold = failures.max(1);
+        self.breaker_cool_down = cool_down;
+        self
+    }
+
+    /// Degraded mode: during an outage (connection lost, timeouts without any reply, an error reply
+    /// such as `OOM`, the circuit open, not yet connected), decide with an in-memory limiter of the
+    /// same rule, each quota's limit and burst divided by `instances` (the number of service
+    /// instances sharing this Redis, at least 1), instead of returning the error to the layer's
+    /// failure policy. Keys in the blocked-key cache stay blocked. Local decisions carry their
+    /// rate-limit headers and are counted in [`RedisCounters::local_allowed`] and
+    /// [`RedisCounters::local_rejected`]. Off by default (the layer's policy decides; fail-open by
+    /// default).
+    pub fn local_fallback(mut self, instances: u32) -> Self {
+        self.local_fallback = Some(NonZeroU32::new(instances).unwrap_or(NonZeroU32::MIN));
+        self
+    }
+
+    /// For `rediss://` URLs: trust the CA certificates of this PEM file instead of the built-in web
+    /// roots (a private CA, a managed Redis's bundle). [`build`](RedisStoreBuilder::build) fails
+    /// when the file cannot be read, is not PEM, or the URL is not a TLS one.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_ca = Some(path.into());
+        self
+    }
+
+    /// For `rediss://` URLs: present this client certificate (PEM) with its private key (PEM) to
+    /// servers that require one (`tls-auth-clients yes`).
+    pub fn tls_client_cert(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls_client = Some((cert.into(), key.into()));
         self
     }
 
@@ -196,12 +388,39 @@ impl RedisStoreBuilder {
 
     /// Connects, loads the scripts and checks the eviction policy.
     ///
+    /// An unreachable Redis is not an error: the store starts without a connection, answers by its
+    /// failure policy, and tries to connect in the background every 250 ms (each attempt bounded
+    /// to 750 ms) until it succeeds; limits apply from the first call after that.
+    ///
     /// # Errors
     /// [`StoreErrorKind::Other`] for a bad URL or prefix, or `rediss://` (TLS is not compiled in);
-    /// [`StoreErrorKind::Connection`] when the server cannot be reached.
+    /// [`StoreErrorKind::Server`] when Redis answers and refuses (a wrong password: the server's
+    /// own message, such as `WRONGPASS ...`, never the password).
     pub async fn build(self) -> Result<RedisStore, StoreError> {
         keys::check_prefix(&self.prefix).map_err(|m| StoreError::new(StoreErrorKind::Other, m))?;
-        let conn = connect(&self.url, self.timeout, self.connect_timeout).await?;
+        let mut tls = TlsFiles::default();
+        if let Some(path) = &self.tls_ca {
+            tls.ca = Some(read_pem("CA bundle", path)?);
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            tls.client = Some((
+                read_pem("client certificate", cert)?,
+                read_pem("client key", key)?,
+            ));
+        }
+        let conn = match connect(&self.url, &tls, self.timeout, self.connect_timeout).await {
+            Ok(c) => Some(c),
+            Err(e) if unreachable(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "Redis is unreachable at start-up; deciding by the failure policy and \
+                     reconnecting in the background"
+                );
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let connected = conn.is_some();
         let scripts = Family::ALL.map(|f| {
             let src = f.source();
             let sha = ::redis::Script::new(&src).get_hash().to_owned();
@@ -209,20 +428,45 @@ impl RedisStoreBuilder {
         });
         let store = RedisStore {
             inner: Arc::new(Inner {
-                conn,
+                conn: RwLock::new(conn),
                 prefix: self.prefix,
                 timeout: self.timeout,
                 client_time: self.client_time,
-                cache: self.block_cache.map(BlockCache::new),
+                cache: self
+                    .block_cache
+                    .map(|cap| BlockCache::new(cap, self.block_cache_stale)),
                 scripts,
+                gate: Arc::new(Semaphore::new(self.max_in_flight)),
+                max_in_flight: self.max_in_flight,
+                breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
+                local: self.local_fallback.map(Local::new),
+                last_reply: AtomicU64::new(0),
+                last_broken: AtomicU64::new(0),
+                epoch: Instant::now(),
                 allowed: Counter::default(),
                 rejected: Counter::default(),
                 errors: Counter::default(),
+                shed: Counter::default(),
+                local_allowed: Counter::default(),
+                local_rejected: Counter::default(),
+                timed_out: Counter::default(),
+                late_replies: Counter::default(),
+                late_admitted: Counter::default(),
+                late_refunded: Counter::default(),
                 last_warn: crate::throttle::Throttle::default(),
                 names: LimiterNames::default(),
             }),
         };
-        store.prepare(self.connect_timeout).await?;
+        if connected {
+            store.prepare(self.connect_timeout).await?;
+        } else {
+            reconnect_in_background(
+                Arc::downgrade(&store.inner),
+                self.url,
+                tls,
+                self.connect_timeout,
+            );
+        }
         Ok(store)
     }
 }
@@ -251,25 +495,96 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// PEM files for `rediss://` read at build time: a CA bundle replacing the built-in web roots,
+/// and a client certificate with its key.
+#[derive(Clone, Debug, Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.client.is_none()
+    }
+
+    fn certificates(&self) -> ::redis::TlsCertificates {
+        ::redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| ::redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        }
+    }
+}
+
+/// Reads a PEM file for a TLS option, with the option and path in the error.
+fn read_pem(what: &str, path: &std::path::Path) -> Result<Vec<u8>, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        StoreError::new(
+            StoreErrorKind::Other,
+            format!("{what} {}: {e}", path.display()),
+        )
+    })?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(StoreError::new(
+            StoreErrorKind::Other,
+            format!("{what} {}: not a PEM file", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A `redis::Client` for one node URL, with the TLS files when given.
+fn client_for(url: &str, tls: &TlsFiles) -> Result<::redis::Client, RedisError> {
+    if tls.is_empty() {
+        ::redis::Client::open(url)
+    } else {
+        ::redis::Client::build_with_tls(url, tls.certificates())
+    }
+}
+
 async fn connect(
     url: &str,
+    tls: &TlsFiles,
     timeout: Duration,
     connect_timeout: Duration,
 ) -> Result<Conn, StoreError> {
     let other = |m: String| StoreError::new(StoreErrorKind::Other, m);
     let shown = redact(url);
     let lower = url.to_ascii_lowercase();
-    if lower.starts_with("rediss") {
+    let secure = lower.starts_with("rediss");
+    if !tls.is_empty() && !secure {
         return Err(other(format!(
-            "{shown}: TLS (rediss://) is not compiled into this build; use redis:// behind a TLS \
-             tunnel, or enable a TLS feature of the redis crate"
+            "{shown}: a CA bundle or client certificate needs a TLS URL (rediss://, \
+             rediss+cluster://, rediss+sentinel://)"
         )));
     }
-    const CLUSTER: &str = "redis+cluster://";
-    if let Some(rest) = lower
-        .starts_with(CLUSTER)
-        .then(|| url.get(CLUSTER.len()..).unwrap_or_default())
-    {
+    if let Some(target) = sentinel::parse(url) {
+        let target = target.map_err(|m| other(format!("{shown}: {m}")))?;
+        let certs = (!tls.is_empty()).then(|| tls.certificates());
+        let c = sentinel::SentinelConn::connect(
+            &target,
+            certs,
+            manager_config(timeout, connect_timeout),
+            connect_timeout,
+        )
+        .await
+        .map_err(|e| {
+            let e = map_error(&e);
+            StoreError::new(e.kind(), format!("{shown}: {}", e.message()))
+        })?;
+        return Ok(Conn::Sentinel(c));
+    }
+    let cluster = ["redis+cluster://", "rediss+cluster://"]
+        .into_iter()
+        .find(|p| lower.starts_with(p));
+    if let Some(rest) = cluster.map(|p| url.get(p.len()..).unwrap_or_default()) {
+        let scheme = if secure { "rediss" } else { "redis" };
         let (auth, hosts) = match rest.rsplit_once('@') {
             Some((a, h)) => (format!("{a}@"), h),
             None => (String::new(), rest),
@@ -278,17 +593,21 @@ async fn connect(
             .split(',')
             .map(str::trim)
             .filter(|h| !h.is_empty())
-            .map(|h| format!("redis://{auth}{h}"))
+            .map(|h| format!("{scheme}://{auth}{h}"))
             .collect();
         if nodes.is_empty() {
             return Err(other(format!("{shown}: no Cluster node given")));
         }
-        let client = ClusterClient::builder(nodes)
+        let mut builder = ClusterClient::builder(nodes);
+        if !tls.is_empty() {
+            builder = builder.certs(tls.certificates());
+        }
+        let client = builder
             .retries(3)
             .min_retry_wait(5)
             .max_retry_wait(100)
             .connection_timeout(connect_timeout)
-            .response_timeout(timeout)
+            .response_timeout(timeout.saturating_add(LATE_GRACE))
             .build()
             .map_err(|e| other(format!("{shown}: {e}")))?;
         let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
@@ -302,18 +621,18 @@ async fn connect(
             .map_err(|e| map_error(&e))?;
         return Ok(Conn::Cluster(c));
     }
-    if !lower.starts_with("redis://") && !lower.starts_with("redis+unix://") {
+    if !["redis://", "rediss://", "redis+unix://"]
+        .iter()
+        .any(|p| lower.starts_with(p))
+    {
         return Err(other(format!(
-            "{shown}: expected redis://host:port or redis+cluster://host1:port1,host2:port2"
+            "{shown}: expected redis://host:port, rediss://host:port or \
+             redis+cluster://host1:port1,host2:port2"
         )));
     }
-    let client = ::redis::Client::open(url).map_err(|e| other(format!("{shown}: {e}")))?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(connect_timeout)
-        .set_response_timeout(timeout)
-        .set_factor(2)
-        .set_max_delay(200)
-        .set_number_of_retries(8);
+    let client = client_for(url, tls).map_err(|e| other(format!("{shown}: {e}")))?;
+    check_credentials(&client, tls, &shown, connect_timeout).await?;
+    let config = manager_config(timeout, connect_timeout);
     let c = tokio::time::timeout(
         connect_timeout,
         ConnectionManager::new_with_config(client, config),
@@ -327,6 +646,121 @@ async fn connect(
     })?
     .map_err(|e| map_error(&e))?;
     Ok(Conn::Single(c))
+}
+
+/// The connection manager's settings: a reply may take the timeout plus [`LATE_GRACE`] before the
+/// manager gives up on it (the caller gives up at the timeout); reconnects back off up to 200 ms.
+fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(connect_timeout)
+        .set_response_timeout(timeout.saturating_add(LATE_GRACE))
+        .set_factor(2)
+        .set_max_delay(200)
+        .set_number_of_retries(8)
+}
+
+/// Connects once without credentials and sends `AUTH` itself, so that a refusal reports the
+/// server's own words (`WRONGPASS invalid username-password pair ...`): the `redis` crate replaces
+/// them with its own message, and its connection manager retries until the connect timeout, which
+/// made a wrong password look like a timeout. Unreachable servers give a connection error.
+async fn check_credentials(
+    client: &::redis::Client,
+    tls: &TlsFiles,
+    shown: &str,
+    within: Duration,
+) -> Result<(), StoreError> {
+    let mut info = client.get_connection_info().clone();
+    let password = info.redis.password.take();
+    let username = info.redis.username.take();
+    let bare = if tls.is_empty() {
+        ::redis::Client::open(info)
+    } else {
+        ::redis::Client::build_with_tls(info, tls.certificates())
+    }
+    .map_err(|e| map_error(&e))?;
+    let attempt = async {
+        let mut c = bare.get_multiplexed_async_connection().await?;
+        if let Some(password) = password {
+            let mut auth = ::redis::cmd("AUTH");
+            if let Some(user) = username {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            auth.query_async::<()>(&mut c).await?;
+        }
+        ::redis::cmd("PING").query_async::<()>(&mut c).await
+    };
+    match tokio::time::timeout(within, attempt).await {
+        Err(_) => Err(StoreError::new(
+            StoreErrorKind::Connection,
+            format!("{shown}: no answer within {within:?}"),
+        )),
+        Ok(Err(e)) => {
+            let mut err = map_error(&e);
+            if err.kind() == StoreErrorKind::Server {
+                err = StoreError::new(
+                    StoreErrorKind::Server,
+                    format!("{shown}: Redis refused the connection: {e}"),
+                );
+            }
+            Err(err)
+        }
+        Ok(Ok(())) => Ok(()),
+    }
+}
+
+/// Whether a connection error means "nobody answered" (start anyway and keep trying) rather than
+/// "Redis answered and refused" (authentication, TLS, a bad URL: fail at start).
+fn unreachable(e: &StoreError) -> bool {
+    match e.kind() {
+        StoreErrorKind::Timeout => true,
+        StoreErrorKind::Connection => {
+            let m = e.to_string().to_ascii_lowercase();
+            !(m.contains("certificate") || m.contains("tls") || m.contains("handshake"))
+        }
+        _ => false,
+    }
+}
+
+/// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped.
+fn reconnect_in_background(
+    inner: Weak<Inner>,
+    url: String,
+    tls: TlsFiles,
+    connect_timeout: Duration,
+) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        let within = connect_timeout.min(RECONNECT_ATTEMPT);
+        loop {
+            tokio::time::sleep(RECONNECT_PAUSE).await;
+            let Some(timeout) = inner.upgrade().map(|i| i.timeout) else {
+                return;
+            };
+            match connect(&url, &tls, timeout, within).await {
+                Ok(conn) => {
+                    let Some(strong) = inner.upgrade() else {
+                        return;
+                    };
+                    *strong.conn.write() = Some(conn);
+                    let store = RedisStore { inner: strong };
+                    if let Err(e) = store.prepare(within).await {
+                        // EVALSHA falls back to EVAL on NOSCRIPT: decisions work regardless.
+                        tracing::debug!(error = %e, "loading the scripts after reconnecting");
+                    }
+                    tracing::info!("connected to Redis; limiting resumes");
+                    return;
+                }
+                Err(e) => {
+                    if let Some(strong) = inner.upgrade() {
+                        RedisStore { inner: strong }.warn(&e);
+                    }
+                }
+            }
+        }
+    });
 }
 
 impl RedisStore {
@@ -358,7 +792,14 @@ impl RedisStore {
             prefix: "tollgate:".to_owned(),
             timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
-            block_cache: None,
+            block_cache: Some(10_000),
+            block_cache_stale: Duration::from_secs(1),
+            max_in_flight: 256,
+            breaker_threshold: 5,
+            breaker_cool_down: Duration::from_millis(500),
+            local_fallback: None,
+            tls_ca: None,
+            tls_client: None,
             client_time: false,
         }
     }
@@ -394,22 +835,44 @@ impl RedisStore {
         family(strategy).source()
     }
 
+    /// Counters of the overload and outage policies.
+    pub fn counters(&self) -> RedisCounters {
+        let i = &self.inner;
+        RedisCounters {
+            shed: i.shed.get(),
+            local_allowed: i.local_allowed.get(),
+            local_rejected: i.local_rejected.get(),
+            timed_out: i.timed_out.get(),
+            late_replies: i.late_replies.get(),
+            late_admitted: i.late_admitted.get(),
+            late_refunded: i.late_refunded.get(),
+            breaker_opens: i.breaker.opens(),
+            breaker_open: i.breaker.is_open(),
+            connected: i.conn.read().is_some(),
+            in_flight: (i.max_in_flight.saturating_sub(i.gate.available_permits())) as u64,
+        }
+    }
+
     /// Loads the scripts on every master and warns about an eviction policy that can drop keys.
     async fn prepare(&self, within: Duration) -> Result<(), StoreError> {
+        let Some(conn) = self.inner.conn.read().clone() else {
+            return Ok(());
+        };
         let work = async {
             for (_, src) in &self.inner.scripts {
                 let mut load = ::redis::cmd("SCRIPT");
                 load.arg("LOAD").arg(&**src);
-                self.inner.conn.query(&load).await?;
+                conn.query(&load).await?;
             }
             let mut get = ::redis::cmd("CONFIG");
             get.arg("GET").arg("maxmemory-policy");
-            Ok::<_, RedisError>(self.inner.conn.query(&get).await.ok())
+            Ok::<_, RedisError>(conn.query(&get).await.ok())
         };
         let policy = tokio::time::timeout(within, work)
             .await
             .map_err(|_| StoreError::new(StoreErrorKind::Timeout, "loading the scripts timed out"))?
             .map_err(|e| map_error(&e))?;
+        self.inner.replied();
         if let Some(v) = policy {
             let mut found = Vec::new();
             strings(&v, &mut found);
@@ -434,11 +897,86 @@ impl RedisStore {
         }
     }
 
+    /// A check rejected locally because the store has no room to ask Redis in time (overload).
+    fn shed(&self, limit: u32, now: u64) -> Decision {
+        self.inner.shed.add(1);
+        self.inner.rejected.add(1);
+        let wait = nanos(SHED_WAIT);
+        Decision {
+            outcome: Outcome::Rejected,
+            limit,
+            remaining: 0,
+            reset_after: wait,
+            retry_after: wait,
+            time: now,
+            quota: 0,
+            cost: 0,
+        }
+    }
+
+    /// Redis failed: the local limiter decides in degraded mode, else the error goes to the
+    /// layer's failure policy.
+    fn outage(
+        &self,
+        base: &String,
+        cache_key: Option<u64>,
+        (rule, tag): (&Rule, u64),
+        op: Op,
+        now: u64,
+        e: StoreError,
+    ) -> Result<Decision, StoreError> {
+        let Some(local) = &self.inner.local else {
+            return self.outage_error(e);
+        };
+        self.inner.errors.add(1);
+        self.warn(&e);
+        // Keys Redis reported blocked stay blocked for the wait it reported.
+        if let (Op::Check(c), Some(cache), Some(ck)) = (op, &self.inner.cache, cache_key) {
+            if c > 0 {
+                if let Some(d) = cache.get_stale(ck, Instant::now()) {
+                    self.inner.local_rejected.add(1);
+                    self.inner.rejected.add(1);
+                    return Ok(d);
+                }
+            }
+        }
+        let d = local.decide(base, rule, tag, op, now);
+        if let Op::Check(_) = op {
+            if d.is_allowed() {
+                self.inner.local_allowed.add(1);
+                self.inner.allowed.add(1);
+            } else {
+                self.inner.local_rejected.add(1);
+                self.inner.rejected.add(1);
+            }
+        }
+        Ok(d)
+    }
+
+    fn outage_error(&self, e: StoreError) -> Result<Decision, StoreError> {
+        self.inner.errors.add(1);
+        self.warn(&e);
+        Err(e)
+    }
+
     fn fail(&self, e: StoreError) -> RedisFuture {
         self.inner.errors.add(1);
         self.warn(&e);
         Box::pin(std::future::ready(Err(e)))
     }
+}
+
+fn ready(r: Result<Decision, StoreError>) -> RedisFuture {
+    Box::pin(std::future::ready(r))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The limit reported by a decision made without Redis: the first quota's.
+fn limit_of(rule: &Rule) -> u32 {
+    rule.quotas().first().map_or(0, |q| q.limit())
 }
 
 fn strings(v: &Value, out: &mut Vec<String>) {
@@ -494,7 +1032,7 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
         .unwrap_or(0);
     let ttl_ms = horizon.div_ceil(1000).saturating_add(TTL_SLACK_MS);
     let aligned = u64::from(rule.strategy() == Strategy::FixedWindow);
-    let mut args = Vec::with_capacity(6 + 4 * params.len());
+    let mut args = Vec::with_capacity(8 + 5 * params.len());
     args.extend([code, cost, now_us, ttl_ms, aligned, params.len() as u64]);
     for p in params {
         // Sums the scripts form (a start plus two windows, a TAT plus the depth) stay below 2^53.
@@ -504,7 +1042,7 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
                 p.limit, p.window
             ));
         }
-        args.extend([p.limit, p.window, p.emission, p.burst]);
+        args.extend([p.limit, p.window, p.emission, p.burst, p.offset]);
     }
     if now_us >= MAX_SAFE / 2 {
         return Err(format!(
@@ -586,11 +1124,13 @@ fn decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
 }
 
 /// [`decode`], for the fuzz targets (`crate::fuzzing`).
+#[cfg(any(fuzzing, test))]
 pub(crate) fn fuzz_decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
     decode(v, quotas)
 }
 
 /// The Redis keys of `key` under `prefix`, for the fuzz targets (`crate::fuzzing`).
+#[cfg(any(fuzzing, test))]
 pub(crate) fn fuzz_key_names<K: StoreKey>(
     prefix: &str,
     key: &K,
@@ -617,7 +1157,7 @@ impl<K: StoreKey> Store<K> for RedisStore {
     }
 
     fn stats(&self) -> Stats {
-        self.counters()
+        self.stats_now()
     }
 }
 
@@ -649,10 +1189,22 @@ impl RedisStore {
             .inner
             .cache
             .as_ref()
-            .map(|_| cache::fingerprint(&redis_keys, args.get(4..).unwrap_or_default()));
+            // The rule's part of the arguments only (not the op's time or units): a settlement or
+            // reset must find the entry its key's check cached.
+            .map(|_| {
+                let rule_args = args.get(4..6 + 4 * params.len()).unwrap_or_default();
+                cache::fingerprint(&redis_keys, rule_args)
+            });
         if let (Some(cache), Some(ck)) = (&self.inner.cache, cache_key) {
             match op {
-                Op::Check(c) if c > 0 => {
+                // Only costs every quota could ever admit: a larger one is `Exceeds`, which only
+                // Redis's answer tells apart from a rejection.
+                Op::Check(c)
+                    if c > 0
+                        && params
+                            .iter()
+                            .all(|p| u64::from(c) <= p.limit.min(p.burst.max(1))) =>
+                {
                     if let Some(d) = cache.get(ck, Instant::now()) {
                         self.inner.rejected.add(1);
                         return Box::pin(std::future::ready(Ok(d)));
@@ -662,6 +1214,35 @@ impl RedisStore {
                 _ => {}
             }
         }
+        let inner = &self.inner;
+        // Degraded mode needs the key and rule once Redis has failed; cloned only then.
+        let fallback = |e: StoreError| self.outage(&base, cache_key, (rule, tag), op, now, e);
+        let pass = inner.breaker.pass();
+        if pass == Pass::Refuse {
+            return ready(fallback(StoreError::new(
+                StoreErrorKind::Connection,
+                "the circuit breaker is open (Redis failed repeatedly); probing again shortly",
+            )));
+        }
+        let probe = pass == Pass::Probe;
+        let Some(conn) = inner.conn.read().clone() else {
+            if probe {
+                inner.breaker.release_probe();
+            }
+            return ready(fallback(StoreError::new(
+                StoreErrorKind::Connection,
+                "not connected to Redis yet (connecting in the background)",
+            )));
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            if probe {
+                inner.breaker.release_probe();
+            }
+            return ready(fallback(StoreError::new(
+                StoreErrorKind::Other,
+                "the Redis store needs a Tokio runtime",
+            )));
+        };
         let fam = family(rule.strategy());
         let (sha, src) = match Family::ALL.iter().position(|f| *f == fam) {
             Some(i) => match self.inner.scripts.get(i) {
@@ -670,60 +1251,200 @@ impl RedisStore {
             },
             None => return self.fail(bad_reply("no script")),
         };
-        let store = self.clone();
         let quotas = params.len();
+        let local = inner.local.as_ref().map(|_| (base, rule.clone()));
+        let limit = limit_of(rule);
+        // For giving back what a reply that came too late admitted.
+        let late_rule = rule.clone();
+        let store = self.clone();
+        let deadline = tokio::time::Instant::now() + inner.timeout;
         Box::pin(async move {
             let inner = &store.inner;
-            let call = |name: &str, body: &str| {
-                let mut c = ::redis::cmd(name);
-                c.arg(body)
-                    .arg(redis_keys.len())
-                    .arg(&redis_keys)
-                    .arg(&args);
-                c
+            let outage = |e: StoreError| match &local {
+                Some((base, rule)) => store.outage(base, cache_key, (rule, tag), op, now, e),
+                None => store.outage_error(e),
             };
-            let run = async {
-                match inner.conn.query(&call("EVALSHA", &sha)).await {
-                    Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                        inner.conn.query(&call("EVAL", &src)).await
+            // A slot among the calls in flight, waiting at most until the deadline: past it, the
+            // check would not be answered in time anyway. No room in time: shed (429) if Redis is
+            // answering others (overload), else the failure policy (an outage).
+            let waited_from = inner.clock();
+            let permit = match Arc::clone(&inner.gate).try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => {
+                    let gate = Arc::clone(&inner.gate);
+                    match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            if probe {
+                                inner.breaker.release_probe();
+                            }
+                            let is_check = matches!(op, Op::Check(_));
+                            if is_check
+                                && inner.replied_since(waited_from.saturating_sub(nanos(SILENCE)))
+                            {
+                                return Ok(store.shed(limit, now));
+                            }
+                            return outage(StoreError::new(
+                                StoreErrorKind::Timeout,
+                                format!(
+                                    "{} calls in flight and no reply within {:?}",
+                                    inner.max_in_flight, inner.timeout
+                                ),
+                            ));
+                        }
                     }
-                    r => r,
                 }
             };
-            let result = match tokio::time::timeout(inner.timeout, run).await {
-                Err(_) => Err(StoreError::new(
-                    StoreErrorKind::Timeout,
-                    format!("no reply within {:?}", inner.timeout),
-                )),
-                Ok(Err(e)) => Err(map_error(&e)),
-                Ok(Ok(v)) => decode(&v, quotas).map(|d| d.answering(op)),
-            };
-            match result {
-                Ok(d) => {
-                    if let Op::Check(c) = op {
-                        if d.is_allowed() {
-                            inner.allowed.add(1);
-                        } else {
-                            inner.rejected.add(1);
+            let (tx, rx) = oneshot::channel();
+            let sent_at = inner.clock();
+            let late_rule = late_rule;
+            // Set when this caller answers "shed" (a rejection) after giving up on the reply.
+            let shed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let was_shed = Arc::clone(&shed_flag);
+            let sender = store.clone();
+            // The call runs on its own task holding its in-flight slot until the reply comes (or
+            // the connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does
+            // not free the slot of a call still queued in front of Redis.
+            rt.spawn(async move {
+                let _slot = permit;
+                let inner = &sender.inner;
+                let call = |name: &str, body: &str| {
+                    let mut c = ::redis::cmd(name);
+                    c.arg(body)
+                        .arg(redis_keys.len())
+                        .arg(&redis_keys)
+                        .arg(&args);
+                    c
+                };
+                let reply = match conn.query(&call("EVALSHA", &sha)).await {
+                    Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                        conn.query(&call("EVAL", &src)).await
+                    }
+                    r => r,
+                };
+                let answered = match &reply {
+                    Ok(_) => true,
+                    Err(e) => !matches!(
+                        map_error(e).kind(),
+                        StoreErrorKind::Connection | StoreErrorKind::Timeout
+                    ),
+                };
+                if answered {
+                    inner.replied();
+                } else {
+                    inner.broken();
+                }
+                if let Err(unseen) = tx.send(reply) {
+                    inner.late_replies.add(1);
+                    if answered {
+                        inner.breaker.success();
+                    }
+                    if let (Op::Check(c), Ok(v)) = (op, &unseen) {
+                        let decided = decode(v, quotas).ok().filter(Decision::is_allowed);
+                        if decided.is_some() {
+                            inner.late_admitted.add(1);
                         }
-                        if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
-                            if c == 1 && d.outcome() == Outcome::Rejected {
-                                cache.insert(ck, d, Instant::now());
+                        // Admitted by Redis, answered 429 here: give the quota back, at the
+                        // check's own time (windows since moved on are left alone).
+                        if let Some(d) = decided.filter(|_| was_shed.load(Ordering::Acquire)) {
+                            let refund = script_args(
+                                &late_rule,
+                                &params,
+                                Op::Settle {
+                                    reserved: c,
+                                    actual: 0,
+                                    at: d.time,
+                                },
+                                0,
+                            );
+                            if let Ok(refund) = refund {
+                                let mut cmd = ::redis::cmd("EVALSHA");
+                                cmd.arg(&*sha)
+                                    .arg(redis_keys.len())
+                                    .arg(&redis_keys)
+                                    .arg(refund);
+                                let sent = tokio::time::timeout(inner.timeout, conn.query(&cmd));
+                                if matches!(sent.await, Ok(Ok(_))) {
+                                    inner.late_refunded.add(1);
+                                }
                             }
                         }
                     }
-                    Ok(d)
                 }
+            });
+            let reply = match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => {
+                    if probe {
+                        inner.breaker.release_probe();
+                    }
+                    return outage(StoreError::new(
+                        StoreErrorKind::Other,
+                        "the Redis call's task ended without a reply",
+                    ));
+                }
+                Err(_) => {
+                    inner.timed_out.add(1);
+                    let is_check = matches!(op, Op::Check(_));
+                    // This task itself woke a whole timeout late: the process is starved (the
+                    // reply reader with it), so Redis's silence proves nothing.
+                    let starved = tokio::time::Instant::now().saturating_duration_since(deadline)
+                        > inner.timeout;
+                    if is_check
+                        && (starved || inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))))
+                    {
+                        // Redis answered calls lately: overload (or this process is starved), not
+                        // an outage. Never admitted, never a 5xx.
+                        if probe {
+                            inner.breaker.release_probe();
+                        }
+                        shed_flag.store(true, Ordering::Release);
+                        return Ok(store.shed(limit, now));
+                    }
+                    inner.breaker.failure(probe);
+                    return outage(StoreError::new(
+                        StoreErrorKind::Timeout,
+                        format!("no reply within {:?}", inner.timeout),
+                    ));
+                }
+            };
+            let v = match reply {
+                Ok(v) => v,
                 Err(e) => {
-                    inner.errors.add(1);
-                    store.warn(&e);
-                    Err(e)
+                    let e = map_error(&e);
+                    if matches!(
+                        e.kind(),
+                        StoreErrorKind::Connection | StoreErrorKind::Timeout
+                    ) {
+                        inner.breaker.failure(probe);
+                    } else {
+                        inner.breaker.success();
+                    }
+                    return outage(e);
+                }
+            };
+            inner.breaker.success();
+            let d = match decode(&v, quotas) {
+                Ok(d) => d.answering(op),
+                Err(e) => return outage(e),
+            };
+            if let Op::Check(c) = op {
+                if d.is_allowed() {
+                    inner.allowed.add(1);
+                } else {
+                    inner.rejected.add(1);
+                }
+                if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
+                    if c == 1 && d.outcome() == Outcome::Rejected {
+                        cache.insert(ck, d, Instant::now());
+                    }
                 }
             }
+            Ok(d)
         })
     }
 
-    fn counters(&self) -> Stats {
+    fn stats_now(&self) -> Stats {
         Stats {
             allowed: self.inner.allowed.get(),
             rejected: self.inner.rejected.get(),

@@ -5,7 +5,8 @@
 //! that RSS is not blurred by memory the allocator kept from an earlier case) and prints a table:
 //! heap bytes per key from a counting global allocator (what is live after the inserts, key bytes
 //! on the heap included) and the growth of RSS (`VmRSS` in `/proc/self/status`) per key.
-//! `memory_per_key IMPL KEY [N]` runs one case.
+//! `memory_per_key IMPL KEY [N]` runs one case; `TOLLGATE_QUOTAS="10/60s; 20/120s"` gives tollgate
+//! a rule of several quotas.
 
 use std::alloc::System;
 use std::hash::Hash;
@@ -96,10 +97,12 @@ fn measure<K: Hash + Eq + Clone + Send + Sync + 'static>(
         Box::new(g)
     } else if let Some(s) = imp.strip_prefix("tollgate/") {
         let strategy: Strategy = s.parse().expect("strategy");
-        // 10/minute with a clock that stands still: nothing expires while the keys go in.
+        // 10/minute (or the quotas in `TOLLGATE_QUOTAS`, e.g. "10/60s; 20/120s; ...") with a clock
+        // that stands still: nothing expires while the keys go in.
+        let quotas = std::env::var("TOLLGATE_QUOTAS").unwrap_or_else(|_| "10/minute".into());
         let l: RateLimiter<K, _, _> = RateLimiter::builder()
             .strategy(strategy)
-            .quotas("10/minute")
+            .quotas(&quotas)
             .expect("quota")
             .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
             .build()

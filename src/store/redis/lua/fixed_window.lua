@@ -3,7 +3,7 @@ local function check(st, q, now, c)
   local t = max(now, st.s)
   local w, lim = q.w, q.lim
   if aligned then
-    local ws = t - mod(t, w)
+    local ws = window_start(q, t)
     if ws ~= st.s then st.s = ws; st.n = 0 end
   elseif st.n > 0 and t - st.s >= w then
     st.n = 0

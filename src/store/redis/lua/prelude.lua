@@ -46,13 +46,18 @@ local aligned = tonumber(ARGV[5]) == 1
 local n = tonumber(ARGV[6])
 local Q = {}
 for i = 1, n do
-  local b = 6 + (i - 1) * 4
+  local b = 6 + (i - 1) * 5
+  -- o: where clock-aligned windows start (a window offset), in 0..w.
   Q[i] = {lim = tonumber(ARGV[b + 1]), w = tonumber(ARGV[b + 2]),
-          T = tonumber(ARGV[b + 3]), B = tonumber(ARGV[b + 4])}
+          T = tonumber(ARGV[b + 3]), B = tonumber(ARGV[b + 4]), o = tonumber(ARGV[b + 5])}
 end
-local at = tonumber(ARGV[6 + n * 4 + 1]) or 0
+-- The start of the clock-aligned window of quota q that holds t.
+local function window_start(q, t)
+  return t - mod(mod(t, q.w) + q.o, q.w)
+end
+local at = tonumber(ARGV[6 + n * 5 + 1]) or 0
 -- Settle: the reservation's cost is `arg_cost`, the cost to charge instead `actual`.
-local actual = tonumber(ARGV[6 + n * 4 + 2]) or 0
+local actual = tonumber(ARGV[6 + n * 5 + 2]) or 0
 local cost = 0
 if op == 0 then cost = arg_cost end
 local consuming = (op == 0 and cost > 0) or (op == 2 and actual > arg_cost)

@@ -24,7 +24,7 @@ end
 local function check(st, q, now, c)
   local t = max(now, st.b)
   local w, lim = q.w, q.lim
-  local start = t - mod(t, w)
+  local start = window_start(q, t)
   if start ~= st.b then
     if start == st.b + w then st.p = st.c else st.p = 0 end
     st.c = 0

@@ -1,12 +1,14 @@
-//! T-56, PR tier: every checked-in fuzz corpus file replayed through its target, and a proptest
-//! harness per target (the same target bodies as `cargo fuzz`, in `tollgate::fuzzing`).
+//! The fuzz targets in every test run: each checked-in corpus file (`src/fuzzing/corpus/<target>/`)
+//! replayed through its target, and a proptest harness per target (the same bodies `cargo fuzz`
+//! runs).
 //!
 //! The longer tier is `scripts/fuzz.sh` (cargo-fuzz, 30 minutes per target by default).
 
 use std::path::PathBuf;
 
 use proptest::prelude::*;
-use tollgate::fuzzing;
+
+use crate::fuzzing;
 
 type Target = fn(&[u8]);
 
@@ -21,7 +23,7 @@ const TARGETS: &[(&str, Target)] = &[
 
 fn corpus_files(target: &str) -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
+        .join("src/fuzzing/corpus")
         .join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

@@ -1,0 +1,254 @@
+//! Redis Sentinel: `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and
+//! `rediss+sentinel://...` (TLS to the sentinels and the primary). The sentinels name the current
+//! primary; the store talks to it through a connection manager, and asks the sentinels again
+//! whenever the connection fails or the server answers `READONLY` (a demoted primary), so a
+//! failover is followed without a restart.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use ::redis::{Cmd, ConnectionAddr, ErrorKind, RedisError, TlsMode, Value};
+use parking_lot::RwLock;
+
+/// The least time between two questions to the sentinels.
+const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
+
+/// A parsed Sentinel URL.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Target {
+    pub(super) secure: bool,
+    pub(super) sentinels: Vec<(String, u16)>,
+    pub(super) service: String,
+    pub(super) db: i64,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+}
+
+/// Parses `redis+sentinel://` and `rediss+sentinel://` URLs; `None` for other schemes.
+pub(super) fn parse(url: &str) -> Option<Result<Target, String>> {
+    let lower = url.to_ascii_lowercase();
+    let (secure, rest) = if lower.starts_with("redis+sentinel://") {
+        (false, url.get("redis+sentinel://".len()..)?)
+    } else if lower.starts_with("rediss+sentinel://") {
+        (true, url.get("rediss+sentinel://".len()..)?)
+    } else {
+        return None;
+    };
+    Some(parse_rest(secure, rest))
+}
+
+fn parse_rest(secure: bool, rest: &str) -> Result<Target, String> {
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or("expected /SERVICE after the sentinel addresses")?;
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => match u.split_once(':') {
+            Some((user, pass)) => (
+                (!user.is_empty()).then(|| user.to_owned()),
+                Some(pass.to_owned()),
+            ),
+            None => (None, Some(u.to_owned())),
+        },
+    };
+    let mut sentinels = Vec::new();
+    for h in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let (host, port) = h
+            .rsplit_once(':')
+            .ok_or_else(|| format!("sentinel address {h:?} has no port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("sentinel address {h:?}: bad port"))?;
+        sentinels.push((host.trim_matches(['[', ']']).to_owned(), port));
+    }
+    if sentinels.is_empty() {
+        return Err("no sentinel address".into());
+    }
+    let mut parts = path.split('/');
+    let service = parts.next().unwrap_or_default();
+    if service.is_empty() {
+        return Err("no service name (redis+sentinel://HOST:PORT/SERVICE)".into());
+    }
+    let db = match parts.next() {
+        None | Some("") => 0,
+        Some(d) => d
+            .parse()
+            .map_err(|_| format!("bad database number {d:?}"))?,
+    };
+    if parts.next().is_some() {
+        return Err("expected /SERVICE[/DB]".into());
+    }
+    Ok(Target {
+        secure,
+        sentinels,
+        service: service.to_owned(),
+        db,
+        username,
+        password,
+    })
+}
+
+/// The primary named by the sentinels, followed across failovers.
+pub(super) struct SentinelConn {
+    client: tokio::sync::Mutex<SentinelClient>,
+    current: RwLock<Option<ConnectionManager>>,
+    config: ConnectionManagerConfig,
+    resolving: AtomicBool,
+    within: Duration,
+}
+
+impl SentinelConn {
+    /// Asks the sentinels for the primary and connects to it.
+    pub(super) async fn connect(
+        target: &Target,
+        certs: Option<::redis::TlsCertificates>,
+        config: ConnectionManagerConfig,
+        within: Duration,
+    ) -> Result<Arc<Self>, RedisError> {
+        let addrs = target.sentinels.iter().map(|(h, p)| {
+            if target.secure {
+                ConnectionAddr::TcpTls {
+                    host: h.clone(),
+                    port: *p,
+                    insecure: false,
+                    tls_params: None,
+                }
+            } else {
+                ConnectionAddr::Tcp(h.clone(), *p)
+            }
+        });
+        let mut b =
+            SentinelClientBuilder::new(addrs, target.service.clone(), SentinelServerType::Master)?
+                .set_client_to_redis_db(target.db);
+        if let Some(u) = &target.username {
+            b = b.set_client_to_redis_username(u.clone());
+        }
+        if let Some(p) = &target.password {
+            b = b.set_client_to_redis_password(p.clone());
+        }
+        if target.secure {
+            b = b
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+            if let Some(c) = certs {
+                b = b
+                    .set_client_to_redis_certificates(c.clone())
+                    .set_client_to_sentinel_certificates(c);
+            }
+        }
+        let conn = Arc::new(Self {
+            client: tokio::sync::Mutex::new(b.build()?),
+            current: RwLock::new(None),
+            config,
+            resolving: AtomicBool::new(false),
+            within,
+        });
+        conn.resolve().await?;
+        Ok(conn)
+    }
+
+    async fn resolve(&self) -> Result<(), RedisError> {
+        let work = async {
+            let client = self.client.lock().await.async_get_client().await?;
+            ConnectionManager::new_with_config(client, self.config.clone()).await
+        };
+        let manager = tokio::time::timeout(self.within, work)
+            .await
+            .map_err(|_| {
+                RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no primary from the sentinels in time",
+                ))
+            })??;
+        *self.current.write() = Some(manager);
+        Ok(())
+    }
+
+    /// Asks the sentinels again in the background (one question at a time).
+    fn resolve_soon(self: &Arc<Self>) {
+        if self.resolving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.resolving.store(false, Ordering::Release);
+            return;
+        };
+        let me = Arc::clone(self);
+        rt.spawn(async move {
+            tokio::time::sleep(RESOLVE_PAUSE).await;
+            if let Err(e) = me.resolve().await {
+                tracing::debug!(error = %e, "asking the sentinels for the primary");
+            }
+            me.resolving.store(false, Ordering::Release);
+        });
+    }
+
+    pub(super) async fn query(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, RedisError> {
+        let Some(mut c) = self.current.read().clone() else {
+            self.resolve_soon();
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "no primary known yet (asking the sentinels)",
+            )));
+        };
+        let r = cmd.query_async(&mut c).await;
+        if let Err(e) = &r {
+            if e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+                || matches!(e.kind(), ErrorKind::ReadOnly | ErrorKind::MasterDown)
+            {
+                self.resolve_soon();
+            }
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pinned_url_forms_parse() {
+        let t = parse("redis+sentinel://u:p@10.0.0.1:26379,10.0.0.2:26380/mymaster/2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            t,
+            Target {
+                secure: false,
+                sentinels: vec![("10.0.0.1".into(), 26379), ("10.0.0.2".into(), 26380)],
+                service: "mymaster".into(),
+                db: 2,
+                username: Some("u".into()),
+                password: Some("p".into()),
+            }
+        );
+        let t = parse("rediss+sentinel://:secret@h:1/svc").unwrap().unwrap();
+        assert!(t.secure);
+        assert_eq!(
+            (t.username, t.password, t.db),
+            (None, Some("secret".into()), 0)
+        );
+        assert!(parse("redis://h:1").is_none());
+        for bad in [
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel:///svc",
+            "redis+sentinel://h/svc",
+            "redis+sentinel://h:1/svc/x",
+            "redis+sentinel://h:1/svc/1/2",
+        ] {
+            assert!(parse(bad).unwrap().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Issue 12, point 1 ("overload is not an outage"): a flood of concurrent requests on one hot key,
+//! through the layer with the defaults (fail-open, 50 ms store timeout), never switches limiting
+//! off. Asserted only what does not depend on the machine's speed: admitted <= limit + 2 %, no 5xx,
+//! every call answered within the timeout + 1 s; for every strategy, one instance and two instances
+//! sharing one Redis. `TOLLGATE_SCALE` (10 in scripts/long.sh) multiplies the flood.
+
+use crate::redis_support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use redis_support::RedisServer;
+use tollgate::key::GlobalKey;
+use tollgate::layer::RateLimitLayer;
+use tollgate::store::redis::{RedisCounters, RedisStore};
+use tollgate::{RateLimiter, Strategy};
+use tower::{Layer, Service, ServiceExt};
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+const SLACK: Duration = Duration::from_secs(1);
+
+fn scale() -> u64 {
+    std::env::var("TOLLGATE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    ok: AtomicU64,
+    limited: AtomicU64,
+    other: AtomicU64,
+    /// The slowest answer, in microseconds.
+    slowest: AtomicU64,
+}
+
+/// One limiter (one app instance) on its own store and connection to the shared Redis.
+async fn instance(
+    url: &str,
+    strategy: Strategy,
+    quota: &str,
+    admitted: Arc<AtomicU64>,
+) -> (
+    impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future = impl Send>
+    + Clone
+    + Send
+    + 'static,
+    RedisStore,
+) {
+    let store = RedisStore::builder(url)
+        .prefix(format!("flood-{strategy}:"))
+        .build()
+        .await
+        .expect("connect");
+    let limiter: RateLimiter<(), RedisStore> = RateLimiter::builder()
+        .strategy(strategy)
+        .quotas(quota)
+        .unwrap()
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let inner = tower::service_fn(move |_: Request<String>| {
+        admitted.fetch_add(1, Ordering::Relaxed);
+        async { Ok::<_, Infallible>(Response::new(String::new())) }
+    });
+    (RateLimitLayer::new(limiter, GlobalKey).layer(inner), store)
+}
+
+/// Floods `instances` limiters of `limit`/hour on one key with `tasks` concurrent callers making
+/// `per_task` requests each; returns what the inner services admitted and the tally.
+async fn flood(
+    url: &str,
+    strategy: Strategy,
+    limit: u64,
+    instances: usize,
+    tasks: usize,
+    per_task: usize,
+) -> (u64, Arc<Tally>, Vec<RedisCounters>) {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let quota = format!("{limit}/hour");
+    let mut services = Vec::new();
+    let mut stores = Vec::new();
+    for _ in 0..instances {
+        let (svc, store) = instance(url, strategy, &quota, Arc::clone(&admitted)).await;
+        services.push(svc);
+        stores.push(store);
+    }
+    let tally = Arc::new(Tally::default());
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let svc = services[t % instances].clone();
+        let tally = Arc::clone(&tally);
+        handles.push(tokio::spawn(async move {
+            for _ in 0..per_task {
+                let start = Instant::now();
+                let res = svc
+                    .clone()
+                    .oneshot(Request::new(String::new()))
+                    .await
+                    .unwrap();
+                let took = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+                tally.slowest.fetch_max(took, Ordering::Relaxed);
+                let counter = match res.status() {
+                    StatusCode::OK => &tally.ok,
+                    StatusCode::TOO_MANY_REQUESTS => &tally.limited,
+                    _ => &tally.other,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let counters = stores.iter().map(RedisStore::counters).collect();
+    (admitted.load(Ordering::Relaxed), tally, counters)
+}
+
+fn check(
+    strategy: Strategy,
+    instances: usize,
+    limit: u64,
+    got: (u64, Arc<Tally>, Vec<RedisCounters>),
+) {
+    let (admitted, tally, counters) = got;
+    let slowest = Duration::from_micros(tally.slowest.load(Ordering::Relaxed));
+    eprintln!(
+        "{strategy} x{instances}: admitted {admitted} of limit {limit}; 200 {} 429 {} other {}; \
+         slowest {slowest:?}; {counters:?}",
+        tally.ok.load(Ordering::Relaxed),
+        tally.limited.load(Ordering::Relaxed),
+        tally.other.load(Ordering::Relaxed),
+    );
+    assert!(
+        admitted * 100 <= limit * 102,
+        "{strategy} x{instances}: admitted {admitted} > limit {limit} + 2 %"
+    );
+    assert_eq!(
+        tally.other.load(Ordering::Relaxed),
+        0,
+        "{strategy} x{instances}: only 200 and 429"
+    );
+    assert!(
+        slowest <= TIMEOUT + SLACK,
+        "{strategy} x{instances}: a call took {slowest:?}"
+    );
+}
+
+#[test]
+fn a_flood_on_one_key_never_admits_past_the_limit_on_one_or_two_instances() {
+    let _g = crate::redis_faults::serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = scale() as usize;
+    let limit = 300;
+    let (tasks, per_task) = (400 * s, 4);
+    rt.block_on(async {
+        for strategy in Strategy::ALL {
+            for instances in [1, 2] {
+                // Each run on keys of its own (the prefix holds the strategy; flush between runs).
+                server.cli(&["FLUSHALL"]);
+                let got = flood(&server.url(), strategy, limit, instances, tasks, per_task).await;
+                check(strategy, instances, limit, got);
+            }
+        }
+    });
+}

@@ -1,0 +1,91 @@
+//! The shaping queue on Redis: departures reserved in the script leave in arrival order, one
+//! interval apart, and a request beyond the maximum wait gets 429 at once.
+
+use crate::redis_support;
+
+use std::convert::Infallible;
+use std::future::ready;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use redis_support::RedisServer;
+use tollgate::key::GlobalKey;
+use tollgate::layer::RateLimitLayer;
+use tollgate::store::redis::RedisStore;
+use tollgate::{RateLimiter, Strategy};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+type Body = Full<Bytes>;
+
+#[tokio::test]
+async fn waiters_leave_in_order_one_interval_apart_and_the_rest_are_refused_at_once() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::builder(server.url())
+        .prefix("queue:")
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let limiter: RateLimiter<(), RedisStore> = RateLimiter::builder()
+        .strategy(Strategy::LeakyBucket)
+        .quotas("20/second")
+        .unwrap()
+        .store(store)
+        .build()
+        .unwrap();
+    // T = 50 ms, maximum wait 200 ms: departures at 0, 50, 100, 150, 200 ms; 3 of 8 refused.
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&log);
+    let handler = service_fn(move |req: Request<Body>| {
+        let id: usize = req.headers()["x-id"].to_str().unwrap().parse().unwrap();
+        record.lock().unwrap().push((id, Instant::now()));
+        ready(Ok::<_, Infallible>(Response::new(Body::default())))
+    });
+    let mut svc = RateLimitLayer::new(limiter, GlobalKey)
+        .queue(Duration::from_millis(200))
+        .unwrap()
+        .layer(handler);
+    let start = Instant::now();
+    let mut answers = Vec::new();
+    for id in 0..8usize {
+        let req = Request::get("/")
+            .header("x-id", id)
+            .body(Body::default())
+            .unwrap();
+        let fut = svc.ready().await.unwrap().call(req);
+        // Each check reaches Redis before the next request is made.
+        answers.push(tokio::spawn(async move {
+            let res = fut.await.unwrap();
+            (res.status(), start.elapsed())
+        }));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut refused = 0;
+    for a in answers {
+        let (status, at) = a.await.unwrap();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+            assert!(at < Duration::from_millis(100), "a 429 at once: {at:?}");
+        }
+    }
+    assert_eq!(refused, 3);
+    let log = log.lock().unwrap().clone();
+    let ids: Vec<usize> = log.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4], "FIFO");
+    // A timer never fires early: departure i is at least i intervals after the first check (less
+    // a millisecond for the two clocks' resolutions). Late firing (a loaded machine) is bounded
+    // generously only.
+    for (i, (_, at)) in log.iter().enumerate() {
+        let floor = Duration::from_millis(50 * i as u64).saturating_sub(Duration::from_millis(1));
+        assert!(*at - start >= floor, "departure {i} at {:?}", *at - start);
+    }
+    assert!(
+        log[4].1 - start <= Duration::from_millis(200 + 500),
+        "within the maximum wait"
+    );
+}
