@@ -4,10 +4,13 @@
 //! cargo run --example server -- --quota 5/minute --strategy token-bucket --burst 2
 //! curl -i http://127.0.0.1:3000/
 //! cargo run --example server -- --help        # every flag, with its default
+//! cargo run --example server -- --rules examples/rules.toml
 //! cargo run --features redis --example server -- --store redis://127.0.0.1:6379
 //! ```
 //!
 //! `GET /` answers `ok` (after `--delay-ms`); every other path answers 404, counted like any request.
+//! With `--rules FILE` (e.g. `examples/rules.toml`) every path and method answers `ok`, limited by
+//! the file's limits.
 //! Once listening it prints exactly one line to stdout, `listening on http://ADDR`; logs and warnings
 //! go to stderr (`RUST_LOG`, e.g. `RUST_LOG=tollgate=debug` for one line per rejection). SIGINT and
 //! SIGTERM stop it with exit code 0. A usage or configuration error (a bad value, a contradiction, a
@@ -42,7 +45,7 @@
 //! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
 //! | `--instances N` | 12 | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
 //! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
-//! | `--rules FILE` | 14 | none | limits from a TOML rules file, every path and method answered `ok`; not available yet | — |
+//! | `--rules FILE` | 14 | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
 //! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
 //! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
 //! | `--cost N` | 15 | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2 |
@@ -51,7 +54,10 @@
 //! | `--window-offset OFFSET` | 18 | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
 //! | `--queue MAX_WAIT_MS` | 18 | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2 |
 //!
-//! `GET /metrics` (issue 14) will be served, never limited, once metrics exist.
+//! `GET /metrics` (issue 14) is served in every mode, never limited: the Prometheus text format of
+//! the `tollgate_*` metrics (expose it on an internal port in production). With `--rules`, the file
+//! is polled every `--reload-interval` ms and swapped in when its content changes; an invalid file
+//! is logged and the old rules keep serving.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -70,6 +76,7 @@ use tollgate::key::{
 use tollgate::layer::{
     ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom,
 };
+use tollgate::rules::{IpSource, MissingKey as FileMissingKey, Rules, RulesOptions};
 use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy, WindowOffset};
 
@@ -410,6 +417,8 @@ struct Settings {
     redis_client_cert: Option<(PathBuf, PathBuf)>,
     cost: u32,
     delay: Duration,
+    rules: Option<PathBuf>,
+    reload_every: Option<Duration>,
     /// `--window-offset` (UTC unless set, and only with a clock-aligned strategy).
     window_offset: WindowOffset,
     /// `--queue MAX_WAIT_MS` (only with `leaky-bucket`).
@@ -480,6 +489,11 @@ impl Settings {
             store,
             cost: cli.cost.unwrap_or(1),
             delay: cli.delay_ms.unwrap_or(Duration::ZERO),
+            rules: cli.rules.clone(),
+            reload_every: match cli.reload_interval.unwrap_or(1000) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
             window_offset: cli
                 .window_offset
                 .filter(|_| matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow))
@@ -647,10 +661,7 @@ fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) 
 /// each. Giving a flag its behaviour = deleting its line here and wiring it in `app` or `main`.
 fn not_available_yet(cli: &Cli, store: &StoreChoice, _fail: FailMode) -> Result<(), Usage> {
     let redis = matches!(store, StoreChoice::Redis(_));
-    let pending = [
-        ("--rules", cli.rules.is_some()),
-        ("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis),
-    ];
+    let pending = [("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis)];
     match pending.iter().find(|(_, on)| *on) {
         Some((flag, _)) => Err(Usage(format!(
             "{flag} is not available yet in this version of tollgate"
@@ -756,10 +767,81 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
     );
     // The rate limit first, then the cap on requests in flight (inside it: a request refused by
     // the rate limit never takes a slot).
-    Ok(match concurrency {
+    let router = match concurrency {
         Some(concurrency) => router.layer(concurrency).layer(layer),
         None => router.layer(layer),
-    })
+    };
+    Ok(router.route("/metrics", get(metrics)))
+}
+
+/// The Prometheus recorder's handle, installed once in `main`.
+static METRICS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+    std::sync::OnceLock::new();
+
+/// Publishes the figures the stores count (keys held, evictions) before a scrape: set by `--rules`.
+type Publish = Box<dyn Fn() + Send + Sync>;
+static PUBLISH: std::sync::OnceLock<Publish> = std::sync::OnceLock::new();
+
+/// `GET /metrics`: the Prometheus text format, never limited (routed outside the layer).
+async fn metrics() -> ([(http::HeaderName, &'static str); 1], String) {
+    if let Some(publish) = PUBLISH.get() {
+        publish();
+    }
+    let body = METRICS.get().map(|h| h.render()).unwrap_or_default();
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        body,
+    )
+}
+
+/// The app of `--rules`: every path and method answers `ok` (after `--delay-ms`), limited by the
+/// file; `GET /metrics` is outside the limits.
+fn rules_app<St: Store<Vec<u8>>>(rules: &Rules<St>, o: &Settings) -> Router {
+    let delay = o.delay;
+    Router::new()
+        .fallback(move || async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            "ok"
+        })
+        .layer(rules.layer())
+        .route("/metrics", get(metrics))
+}
+
+/// The process-wide flags as the rules file's options.
+fn rules_options(o: &Settings) -> RulesOptions {
+    RulesOptions {
+        ip: if o.trusted.is_empty() {
+            IpSource::Peer(PeerIp::default())
+        } else {
+            IpSource::Forwarded(ForwardedIp::from_cidrs(o.trusted.iter().copied()).header(o.header))
+        },
+        on_missing_key: if o.missing_global {
+            FileMissingKey::Global
+        } else {
+            FileMissingKey::Reject
+        },
+        failure: o.failure,
+        reset: o.reset,
+        ..RulesOptions::default()
+    }
+}
+
+/// Serves the rules file `path` with `rules` built, reloading it every `--reload-interval`.
+async fn serve_rules<St: Store<Vec<u8>>>(rules: Rules<St>, path: &Path, o: &Settings) -> ExitCode {
+    if let Some(every) = o.reload_every {
+        rules.watch(path, every);
+    }
+    let published = rules.clone();
+    let _ = PUBLISH.set(Box::new(move || published.publish_stats()));
+    let app = rules_app(&rules, o);
+    serve_app(app, o).await
+}
+
+/// The error of a rules file that cannot be used (exit 2).
+fn rules_error(path: &Path, e: &dyn std::fmt::Display) -> ExitCode {
+    usage_error(&format!("--rules {}: {e}", path.display()))
 }
 
 /// Binds the first of `--addr`'s addresses that accepts (exit 2 if the name does not resolve,
@@ -796,6 +878,11 @@ async fn serve<St: Store<Vec<u8>>, C: Clock>(
         Ok(app) => app,
         Err(message) => return usage_error(&message),
     };
+    serve_app(app, o).await
+}
+
+/// Serves `app` until SIGINT or SIGTERM.
+async fn serve_app(app: Router, o: &Settings) -> ExitCode {
     let listener = match bind(&o.addr).await {
         Ok(l) => l,
         Err(code) => return code,
@@ -897,6 +984,35 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().set_buckets_for_metric(
+        metrics_exporter_prometheus::Matcher::Full("tollgate_store_latency_seconds".into()),
+        &tollgate::rules::STORE_LATENCY_BUCKETS,
+    );
+    match recorder.and_then(|r| r.install_recorder()) {
+        Ok(handle) => {
+            let _ = METRICS.set(handle);
+        }
+        Err(e) => eprintln!("server: warning: no /metrics: {e}"),
+    }
+    if let Some(path) = o.rules.clone() {
+        return match &o.store {
+            StoreChoice::Memory => {
+                let mut store = tollgate::store::MemoryStoreBuilder::default();
+                if let Some(n) = o.max_keys {
+                    store = store.max_keys(n);
+                }
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(t) => t,
+                    Err(e) => return rules_error(&path, &e),
+                };
+                match Rules::memory_with(&text, rules_options(&o), store) {
+                    Ok(rules) => serve_rules(rules, &path, &o).await,
+                    Err(e) => rules_error(&path, &e),
+                }
+            }
+            StoreChoice::Redis(url) => serve_redis_rules(url, &path, &o).await,
+        };
+    }
     let mut builder = RateLimiter::<Vec<u8>>::builder().strategy(o.strategy);
     for q in &o.quotas {
         builder = match builder.quotas(q) {
@@ -980,6 +1096,43 @@ async fn serve_redis(
         }
         Err(e) => usage_error(&e.to_string()),
     }
+}
+
+/// `--rules` on a Redis store: every limit on a clone of one store.
+#[cfg(feature = "redis")]
+async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCode {
+    let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
+    let store = match o.store_timeout {
+        Some(timeout) => store.timeout(timeout),
+        None => store,
+    };
+    let store = match store.build().await {
+        Ok(store) => store,
+        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+            return usage_error(&url.scrub(&format!("--store: {e}")));
+        }
+        Err(e) => {
+            eprintln!(
+                "server: cannot start the Redis store at {}: {}",
+                url.scrub(&url.url),
+                url.scrub(&e.to_string())
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match Rules::from_path(path, rules_options(o), move || store.clone()) {
+        Ok(rules) => serve_rules(rules, path, o).await,
+        Err(e) => rules_error(path, &e),
+    }
+}
+
+/// Without the `redis` feature there is no Redis store: say so and exit 2.
+#[cfg(not(feature = "redis"))]
+async fn serve_redis_rules(url: &RedisUrl, _path: &Path, _o: &Settings) -> ExitCode {
+    usage_error(&format!(
+        "--store {}: this build has no Redis store (build with `--features redis` or `--all-features`)",
+        url.scrub(&url.url)
+    ))
 }
 
 /// Without the `redis` feature there is no Redis store: say so and exit 2.

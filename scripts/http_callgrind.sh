@@ -13,7 +13,7 @@ WARM=${WARM:-500}
 ALLOW=${ALLOW-"none tollgate:token-bucket tollgate:sliding-window"}
 REJECT=${REJECT-"static429 tollgate:token-bucket tollgate:sliding-window"}
 cargo build --release -q -p tollgate-tools --bin http_bench_server
-BIN=target/release/http_bench_server
+BIN=${CARGO_TARGET_DIR:-target}/release/http_bench_server
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -61,6 +61,10 @@
 //! # Features
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
 //! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
+//! - `rules` (default): limits from a TOML rules file, reloaded without losing state, with
+//!   metrics through the `metrics` facade ([`rules`]).
+//! - `serde`: `Serialize`/`Deserialize` on [`Quota`], [`Strategy`], [`Rule`] and the layer's
+//!   options.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics outside tests: a panic on the request path takes the service down.
 #![cfg_attr(
@@ -87,6 +91,11 @@ mod limiter;
 mod offset;
 mod quota;
 mod rule;
+#[cfg(feature = "rules")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rules")))]
+pub mod rules;
+#[cfg(feature = "serde")]
+mod serde_impls;
 mod stats;
 pub mod store;
 mod strategy;

@@ -106,7 +106,7 @@ mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
 mod pace;
-mod response;
+pub(crate) mod response;
 mod service;
 mod settle;
 

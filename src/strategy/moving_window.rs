@@ -106,15 +106,18 @@ impl MovingWindow {
         if at > t || t - at >= p.window {
             return 0;
         }
-        // The reservation's entries are those of time `at` (a key whose clock stood ahead of the
-        // store's when it was admitted has none: nothing is given back, never another's entries).
+        // The reservation's entries were written at `at`, or later when the log already held a
+        // newer entry (time never runs backwards for a key: concurrent callers read the clock
+        // before taking the key's lock, so their times reach the store out of order). A refund
+        // removes the oldest entries at or after `at`: never one from before `at`, so it frees no
+        // room earlier than giving back the reservation's own entries would (unless the key was
+        // reset since and refilled: then at most the reservation's cost is given back).
         let from = self.log.partition_point(|&ts| ts < at);
         if actual <= reserved {
             let mine = self
                 .log
                 .range(from..)
                 .take(usize::try_from(reserved - actual).unwrap_or(usize::MAX))
-                .take_while(|&&ts| ts == at)
                 .count();
             self.log.drain(from..from + mine);
             self.shrink();

@@ -24,6 +24,7 @@ mod layer_service;
 mod login;
 mod playground;
 mod problem_json;
+mod rules_file;
 mod server_cli;
 mod settle_from_response;
 mod settlement;

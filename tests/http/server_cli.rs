@@ -19,7 +19,7 @@ fn server_binary() -> std::path::PathBuf {
 }
 
 /// Runs the server with `args` to completion (it must exit by itself: a refused configuration).
-async fn run(args: &[&str]) -> Output {
+pub(crate) async fn run(args: &[&str]) -> Output {
     tokio::time::timeout(
         Duration::from_secs(60),
         Command::new(server_binary())
@@ -43,7 +43,7 @@ fn closed_port() -> u16 {
 }
 
 /// A running server whose stdout and stderr are kept for the checks after it stops.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     base: String,
     stdout: BufReader<ChildStdout>,
@@ -52,7 +52,7 @@ struct Running {
 
 impl Running {
     /// Starts the server and waits for its `listening on http://ADDR` line.
-    async fn start(args: &[&str]) -> Self {
+    pub(crate) async fn start(args: &[&str]) -> Self {
         let mut child = Command::new(server_binary())
             .args(args)
             .stdout(Stdio::piped())
@@ -80,13 +80,13 @@ impl Running {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
 
     /// Stops the server by its PID with SIGTERM; checks exit code 0 and that stdout held nothing
     /// after the first line; returns stderr.
-    async fn stop(mut self) -> String {
+    pub(crate) async fn stop(mut self) -> String {
         let pid = self.child.id().unwrap().to_string();
         let status = std::process::Command::new("kill")
             .args(["-TERM", &pid])
@@ -275,7 +275,6 @@ async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
     let file = file.to_str().unwrap().to_owned();
     let redis = format!("redis://127.0.0.1:{}", closed_port());
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--rules", &file], "--rules"),
         (vec!["--store", &redis, "--redis-lease"], "--redis-lease"),
         (
             vec!["--store", &redis, "--redis-lease", "on"],

@@ -19,5 +19,6 @@ mod redis_server;
 mod redis_settle_from_response;
 mod redis_store;
 mod redis_tls;
+mod rules_redis;
 mod shaping_queue;
 mod window_offset;

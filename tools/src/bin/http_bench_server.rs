@@ -7,6 +7,8 @@
 //! ```text
 //! cargo run --release -p tollgate-tools --bin http_bench_server -- VARIANT WORKLOAD [ADDR]
 //!   VARIANT  none | identity | static429 | tower-governor | tower-governor-headers | tollgate:STRATEGY (e.g. tollgate:sliding-window)
+//!            | rules:STRATEGY (the same limit from a rules file) | code2:STRATEGY (per-IP and global
+//!            limits as two stacked layers) | rules2:STRATEGY (the same two limits from a rules file)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```
 //!
@@ -76,6 +78,42 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 .finish()
                 .ok_or("tower_governor config")?,
         ))),
+        v if v.starts_with("rules:") || v.starts_with("rules2:") => {
+            let (kind, name) = v.split_once(':').ok_or("variant")?;
+            let _: Strategy = name.parse().map_err(|e| format!("{e}"))?;
+            let quota = if reject { "1/day" } else { "1000000000/s" };
+            let mut text =
+                format!("[[limit]]\nname = \"ip\"\nstrategy = \"{name}\"\nquotas = \"{quota}\"\n");
+            if kind == "rules2" {
+                text.push_str(&format!(
+                    "[[limit]]\nname = \"all\"\nkey = \"global\"\nstrategy = \"{name}\"\nquotas = \"{quota}\"\n"
+                ));
+            }
+            let rules = tollgate::rules::Rules::memory(&text, Default::default())
+                .map_err(|e| e.to_string())?;
+            base.layer(rules.layer())
+        }
+        v if v.starts_with("code2:") => {
+            let name = &v["code2:".len()..];
+            let strategy: Strategy = name.parse().map_err(|e| format!("{e}"))?;
+            let quota = if reject { "1/day" } else { "1000000000/s" };
+            let per_ip = RateLimiter::builder()
+                .name("ip")
+                .strategy(strategy)
+                .quotas(quota)
+                .map_err(|e| e.to_string())?
+                .build()
+                .map_err(|e| e.to_string())?;
+            let global = RateLimiter::<()>::builder()
+                .name("all")
+                .strategy(strategy)
+                .quotas(quota)
+                .map_err(|e| e.to_string())?
+                .build()
+                .map_err(|e| e.to_string())?;
+            base.layer(RateLimitLayer::new(global, tollgate::key::GlobalKey))
+                .layer(RateLimitLayer::new(per_ip, PeerIp::default()))
+        }
         v => {
             let name = v
                 .strip_prefix("tollgate:")

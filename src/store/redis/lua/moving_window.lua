@@ -50,8 +50,9 @@ end
 if op == 3 then
   redis.call('DEL', unpack(KEYS))
 elseif op == 2 then
-  -- Settle at the reservation's own timestamp: a refund removes entries of time `at` (never
-  -- another request's newer ones), a charge adds entries at `at`, at most up to N entries in all.
+  -- Settle at the reservation's own timestamp: a refund removes the oldest entries at or after
+  -- `at` (the reservation's were written at `at`, or later when the log held a newer entry), as
+  -- the memory store does; a charge adds entries at `at`, at most up to N entries in all.
   for i = 1, n do
     local key = KEYS[i]
     local t = now_of(key)
@@ -67,7 +68,7 @@ elseif op == 2 then
       if actual <= arg_cost then
         local drop = arg_cost - actual
         for j = 1, #log do
-          if j >= from and drop > 0 and tonumber(log[j]) == at then
+          if j >= from and drop > 0 then
             drop = drop - 1
             changed = true
           else

@@ -1,0 +1,593 @@
+//! The rules file: its TOML schema, validation with line and column, and precompiled matching.
+
+use std::fmt;
+use std::ops::Range;
+
+use http::{HeaderName, Method};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::{Rule, Strategy, validate_name};
+
+/// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
+pub const MAX_RULES_FILE_BYTES: usize = 16 << 20;
+
+/// A rules file that cannot be used: where (1-based line and column, when known) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulesError {
+    position: Option<(usize, usize)>,
+    message: String,
+}
+
+impl RulesError {
+    /// An error at the start of byte range `span` of `text`.
+    fn at(text: &str, span: Option<Range<usize>>, message: impl Into<String>) -> Self {
+        let position = span.map(|s| {
+            let mut end = s.start.min(text.len());
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let before = text.get(..end).unwrap_or_default();
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            (line, column)
+        });
+        Self {
+            position,
+            message: message.into(),
+        }
+    }
+
+    /// An error without a position in the file (it cannot be read, it is too large).
+    pub(crate) fn whole(message: impl Into<String>) -> Self {
+        Self {
+            position: None,
+            message: message.into(),
+        }
+    }
+
+    /// The 1-based line and column the error points at, when it points somewhere.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        self.position
+    }
+
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for RulesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, column)) => write!(f, "line {line}, column {column}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for RulesError {}
+
+/// One limit of the file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitRepr {
+    name: Spanned<String>,
+    path: Option<Spanned<String>>,
+    methods: Option<Vec<Spanned<String>>>,
+    key: Option<Spanned<String>>,
+    on_missing_key: Option<Spanned<MissingKey>>,
+    strategy: Option<Spanned<String>>,
+    quotas: Spanned<String>,
+    burst: Option<Spanned<u32>>,
+    cost: Option<u32>,
+    shadow: Option<bool>,
+    fail_mode: Option<Spanned<toml::Value>>,
+    concurrency: Option<Spanned<toml::Value>>,
+    window_offset: Option<Spanned<toml::Value>>,
+    queue_ms: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRepr {
+    #[serde(default)]
+    limit: Vec<LimitRepr>,
+}
+
+/// What a limit does with a request it has no key for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MissingKey {
+    /// Answer `400`.
+    Reject,
+    /// Count it in the limit's one shared global bucket.
+    Global,
+}
+
+/// One part of a limit's key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KeyPart {
+    /// The client's IP (the peer's, or the forwarded one from trusted proxies).
+    Ip,
+    /// One key shared by every request.
+    Global,
+    /// A request header's value.
+    Header(HeaderName),
+}
+
+/// A limit's key: one part or a composite (`ip+header:x-user`), every part required.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeySpec {
+    parts: Vec<KeyPart>,
+}
+
+impl KeySpec {
+    /// The parts, in the file's order.
+    pub fn parts(&self) -> &[KeyPart] {
+        &self.parts
+    }
+
+    /// Parses `ip`, `global`, `header:NAME` or a composite joined by `+` (a `+` that does not start
+    /// another part belongs to the header name before it).
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut pieces: Vec<String> = Vec::new();
+        for piece in text.split('+') {
+            let starts_part = piece == "ip" || piece == "global" || piece.starts_with("header:");
+            match pieces.last_mut() {
+                Some(last) if !starts_part && last.starts_with("header:") => {
+                    last.push('+');
+                    last.push_str(piece);
+                }
+                _ => pieces.push(piece.to_owned()),
+            }
+        }
+        let mut parts = Vec::with_capacity(pieces.len());
+        for p in &pieces {
+            let part = match p.as_str() {
+                "ip" => KeyPart::Ip,
+                "global" => KeyPart::Global,
+                other => match other.strip_prefix("header:") {
+                    Some(name) if !name.is_empty() => HeaderName::from_bytes(name.as_bytes())
+                        .map(KeyPart::Header)
+                        .map_err(|_| format!("key {text:?}: {name:?} is not a header name"))?,
+                    _ => {
+                        return Err(format!(
+                            "unknown key {other:?} (expected ip, global, header:NAME or a \
+                             composite such as ip+header:x-user)"
+                        ));
+                    }
+                },
+            };
+            if parts.contains(&part) {
+                return Err(format!("key {text:?} names {p:?} twice"));
+            }
+            parts.push(part);
+        }
+        Ok(Self { parts })
+    }
+}
+
+impl serde::Serialize for KeySpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        KeySpec::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for KeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.parts.iter().enumerate() {
+            if i > 0 {
+                f.write_str("+")?;
+            }
+            match p {
+                KeyPart::Ip => f.write_str("ip")?,
+                KeyPart::Global => f.write_str("global")?,
+                KeyPart::Header(h) => write!(f, "header:{h}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A segment of a path pattern.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Segment {
+    Literal(Box<str>),
+    /// `{x}`: one non-empty segment.
+    Param,
+}
+
+/// A compiled path pattern: `/login` (exactly), `/api/*` (`/api/` and below, not `/api`), `{x}`
+/// for one non-empty segment. Raw path, case-sensitive, no trailing-slash folding. Matching walks
+/// the path once and allocates nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PathPattern {
+    text: Box<str>,
+    segments: Box<[Segment]>,
+    /// Ends with `/*`: the path may go on below the segments.
+    prefix: bool,
+}
+
+impl PathPattern {
+    /// Compiles `text`.
+    ///
+    /// # Errors
+    /// A pattern that could never match a request path: not starting with `/`, a `*` other than a
+    /// final `/*`, braces that are not a whole `{name}` segment, `?` or `#`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if !text.starts_with('/') {
+            return Err(format!("path {text:?} must start with \"/\""));
+        }
+        if text.contains(['?', '#']) {
+            return Err(format!(
+                "path {text:?} can never match: a request path holds no \"?\" or \"#\""
+            ));
+        }
+        let (base, prefix) = match text.strip_suffix("/*") {
+            Some(base) => (base, true),
+            None => (text, false),
+        };
+        let mut segments = Vec::new();
+        for seg in base.split('/') {
+            if seg.contains('*') {
+                return Err(format!(
+                    "path {text:?}: \"*\" is only allowed as a final \"/*\""
+                ));
+            }
+            if let Some(inner) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                if inner.is_empty() || inner.contains(['{', '}']) {
+                    return Err(format!("path {text:?}: {seg:?} is not a {{name}} segment"));
+                }
+                segments.push(Segment::Param);
+            } else if seg.contains(['{', '}']) {
+                return Err(format!(
+                    "path {text:?}: {seg:?} mixes braces with text (a {{name}} is a whole segment)"
+                ));
+            } else {
+                segments.push(Segment::Literal(seg.into()));
+            }
+        }
+        Ok(Self {
+            text: text.into(),
+            segments: segments.into(),
+            prefix,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the raw request path `path` matches.
+    #[inline]
+    pub fn matches(&self, path: &str) -> bool {
+        let mut parts = path.split('/');
+        for seg in self.segments.iter() {
+            let Some(part) = parts.next() else {
+                return false;
+            };
+            let ok = match seg {
+                Segment::Literal(l) => **l == *part,
+                Segment::Param => !part.is_empty(),
+            };
+            if !ok {
+                return false;
+            }
+        }
+        // `/x/*` needs at least one more `/` (possibly an empty segment); an exact pattern none.
+        parts.next().is_some() == self.prefix
+    }
+}
+
+/// One limit of a rules file, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitSpec {
+    /// Unique name: the state's identity, the metrics label and the header item name.
+    pub name: String,
+    /// Which paths it applies to.
+    pub path: PathPattern,
+    /// Which methods (empty: all).
+    pub methods: Vec<Method>,
+    /// What identifies a client.
+    pub key: KeySpec,
+    /// Without a key: `None` takes the process-wide default.
+    pub on_missing_key: Option<MissingKey>,
+    /// Strategy and quotas.
+    pub rule: Rule,
+    /// Units per request.
+    pub cost: u32,
+    /// Decided and counted, never rejects.
+    pub shadow: bool,
+}
+
+impl LimitSpec {
+    /// Whether the limit applies to a request of `method` on raw path `path`.
+    #[inline]
+    pub fn matches(&self, method: &Method, path: &str) -> bool {
+        (self.methods.is_empty() || self.methods.contains(method)) && self.path.matches(path)
+    }
+}
+
+/// A parsed and validated rules file: its limits in the file's order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RulesFile {
+    /// The limits.
+    pub limits: Vec<LimitSpec>,
+}
+
+impl RulesFile {
+    /// Parses and validates the text of a rules file.
+    ///
+    /// # Errors
+    /// [`RulesError`] with the line and column of the first problem: TOML that does not parse, an
+    /// unknown field, strategy or key, a quota that does not parse, a duplicate or invalid name,
+    /// a path that can never match, a `burst` with a window strategy, a reserved field.
+    pub fn parse(text: &str) -> Result<Self, RulesError> {
+        if text.len() > MAX_RULES_FILE_BYTES {
+            return Err(RulesError::whole(format!(
+                "the rules file has {} bytes, more than the {MAX_RULES_FILE_BYTES} allowed",
+                text.len()
+            )));
+        }
+        let repr: FileRepr = toml::from_str(text)
+            .map_err(|e| RulesError::at(text, e.span(), e.message().trim_end().to_owned()))?;
+        let mut limits: Vec<LimitSpec> = Vec::with_capacity(repr.limit.len());
+        let mut names = std::collections::HashSet::new();
+        for l in repr.limit {
+            let err = |span: Range<usize>, m: String| RulesError::at(text, Some(span), m);
+            let name = l.name.get_ref().clone();
+            validate_name(&name).map_err(|e| err(l.name.span(), e.to_string()))?;
+            if !names.insert(name.clone()) {
+                return Err(err(l.name.span(), format!("duplicate limit name {name:?}")));
+            }
+            for (field, v) in [
+                ("fail_mode", &l.fail_mode),
+                ("concurrency", &l.concurrency),
+                ("window_offset", &l.window_offset),
+                ("queue_ms", &l.queue_ms),
+            ] {
+                if let Some(v) = v {
+                    return Err(err(
+                        v.span(),
+                        format!("{field} is reserved and not available yet in this version"),
+                    ));
+                }
+            }
+            let path = match &l.path {
+                Some(p) => PathPattern::parse(p.get_ref()).map_err(|m| err(p.span(), m))?,
+                None => PathPattern::parse("/*").map_err(RulesError::whole)?,
+            };
+            let mut methods = Vec::new();
+            for m in l.methods.iter().flatten() {
+                let upper = m.get_ref().to_ascii_uppercase();
+                let method = Method::from_bytes(upper.as_bytes())
+                    .ok()
+                    .filter(|_| !upper.is_empty())
+                    .ok_or_else(|| err(m.span(), format!("{:?} is not a method", m.get_ref())))?;
+                if !methods.contains(&method) {
+                    methods.push(method);
+                }
+            }
+            let key = match &l.key {
+                Some(k) => KeySpec::parse(k.get_ref()).map_err(|m| err(k.span(), m))?,
+                None => KeySpec {
+                    parts: vec![KeyPart::Ip],
+                },
+            };
+            let strategy = match &l.strategy {
+                Some(s) => s
+                    .get_ref()
+                    .parse::<Strategy>()
+                    .map_err(|e| err(s.span(), e.to_string()))?,
+                None => Strategy::default(),
+            };
+            let quotas = crate::parse_quotas(l.quotas.get_ref())
+                .map_err(|e| err(l.quotas.span(), format!("quotas: {e}")))?;
+            let quotas = match &l.burst {
+                Some(b) if !strategy.is_bucket() => {
+                    return Err(err(
+                        b.span(),
+                        format!(
+                            "burst has no meaning with strategy {strategy} (only token-bucket \
+                             and leaky-bucket have one)"
+                        ),
+                    ));
+                }
+                Some(b) => {
+                    let burst = std::num::NonZeroU32::new(*b.get_ref())
+                        .ok_or_else(|| err(b.span(), "burst must be at least 1".into()))?;
+                    quotas.into_iter().map(|q| q.with_burst(burst)).collect()
+                }
+                None => quotas,
+            };
+            let rule =
+                Rule::new(strategy, quotas).map_err(|e| err(l.quotas.span(), e.to_string()))?;
+            limits.push(LimitSpec {
+                name,
+                path,
+                methods,
+                key,
+                on_missing_key: l.on_missing_key.map(Spanned::into_inner),
+                rule,
+                cost: l.cost.unwrap_or(1),
+                shadow: l.shadow.unwrap_or(false),
+            });
+        }
+        Ok(Self { limits })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(text: &str) -> RulesError {
+        RulesFile::parse(text).expect_err("must be refused")
+    }
+
+    #[test]
+    fn a_full_limit_parses_with_every_field() {
+        let f = RulesFile::parse(
+            r#"
+            [[limit]]
+            name = "login"
+            path = "/login"
+            methods = ["post", "Get"]
+            key = "ip+header:x-user"
+            on_missing_key = "global"
+            strategy = "token-bucket"
+            quotas = "5/minute; 20/hour"
+            burst = 10
+            cost = 2
+            shadow = true
+            "#,
+        )
+        .unwrap();
+        let l = &f.limits[0];
+        assert_eq!(l.name, "login");
+        assert_eq!(l.methods, vec![Method::POST, Method::GET]);
+        assert_eq!(l.key.to_string(), "ip+header:x-user");
+        assert_eq!(l.on_missing_key, Some(MissingKey::Global));
+        assert_eq!(l.rule.strategy(), Strategy::TokenBucket);
+        assert_eq!(l.rule.quotas().len(), 2);
+        assert_eq!(l.rule.quotas()[0].burst(), 10);
+        assert_eq!((l.cost, l.shadow), (2, true));
+        let d = RulesFile::parse("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n").unwrap();
+        let d = &d.limits[0];
+        assert_eq!(d.path.as_str(), "/*");
+        assert!(d.methods.is_empty());
+        assert_eq!(d.key.parts(), &[KeyPart::Ip]);
+        assert_eq!(d.rule.strategy(), Strategy::SlidingWindow);
+        assert_eq!((d.cost, d.shadow, d.on_missing_key), (1, false, None));
+    }
+
+    #[test]
+    fn errors_name_their_line_and_column() {
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"5/fortnight\"\n");
+        assert_eq!(e.position(), Some((3, 10)), "{e}");
+        assert!(
+            e.to_string().starts_with("line 3, column 10: quotas:"),
+            "{e}"
+        );
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nstrategy = \"nope\"\n");
+        assert_eq!(e.position(), Some((4, 12)), "{e}");
+        assert!(e.message().contains("unknown strategy"), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\ncolour = 1\n");
+        assert_eq!(e.position().map(|p| p.0), Some(4), "{e}");
+        assert!(e.message().contains("colour"), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nkey = \"cookie\"\n");
+        assert_eq!(e.position(), Some((4, 7)), "{e}");
+        let e = error("[[limit]\n");
+        assert_eq!(e.position().map(|p| p.0), Some(1), "{e}");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"\"\n");
+        assert_eq!(e.position(), Some((3, 10)), "empty quotas: {e}");
+        let e = error("[[limit]]\nname = \"a\"\n");
+        assert!(e.message().contains("quotas"), "{e}");
+    }
+
+    #[test]
+    fn bad_limits_are_refused_with_a_reason() {
+        let two = "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n";
+        let e = error(&format!("{two}{two}"));
+        assert!(e.message().contains("duplicate"), "{e}");
+        assert_eq!(e.position(), Some((5, 8)));
+        for (field, needle) in [
+            ("name = \"no spaces\"", "name"),
+            ("path = \"login\"", "start with"),
+            ("path = \"/a/*/b\"", "final"),
+            ("path = \"/a?b=1\"", "never match"),
+            ("path = \"/a/x{id}\"", "braces"),
+            ("path = \"/a/{}\"", "segment"),
+            ("methods = [\"\"]", "not a method"),
+            ("burst = 3", "burst"),
+            ("key = \"ip+ip\"", "twice"),
+            ("fail_mode = \"open\"", "reserved"),
+            ("queue_ms = 10", "reserved"),
+        ] {
+            let text = if field.starts_with("name") {
+                format!("[[limit]]\n{field}\nquotas = \"1/second\"\n")
+            } else {
+                format!("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n{field}\n")
+            };
+            let e = error(&text);
+            assert!(e.message().contains(needle), "{field}: {e}");
+            assert!(e.position().is_some(), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn paths_match_as_the_schema_says() {
+        let p = |t: &str| PathPattern::parse(t).unwrap();
+        let api = p("/api/*");
+        assert!(api.matches("/api/"));
+        assert!(api.matches("/api/users/7"));
+        assert!(!api.matches("/api"));
+        assert!(!api.matches("/apix/1"));
+        let all = p("/*");
+        assert!(all.matches("/"));
+        assert!(all.matches("/anything/at/all"));
+        let exact = p("/login");
+        assert!(exact.matches("/login"));
+        assert!(!exact.matches("/login/"), "no trailing-slash folding");
+        assert!(!exact.matches("/Login"), "case-sensitive");
+        let param = p("/users/{id}/posts");
+        assert!(param.matches("/users/7/posts"));
+        assert!(!param.matches("/users//posts"), "a parameter is non-empty");
+        assert!(!param.matches("/users/7/posts/1"));
+        let root = p("/");
+        assert!(root.matches("/"));
+        assert!(!root.matches("/a"));
+    }
+
+    #[test]
+    fn key_specs_serialize_as_their_text() {
+        let k: KeySpec = serde_json::from_str("\"ip+header:x-user\"").unwrap();
+        assert_eq!(serde_json::to_string(&k).unwrap(), "\"ip+header:x-user\"");
+        assert!(serde_json::from_str::<KeySpec>("\"cookie\"").is_err());
+        let m: MissingKey = serde_json::from_str("\"global\"").unwrap();
+        assert_eq!(m, MissingKey::Global);
+    }
+
+    #[test]
+    fn an_error_after_multibyte_text_points_at_its_character_column() {
+        let e = error("# é\n[[limit]]\nname = \"é\"\nquotas = \"1/second\"\n");
+        assert_eq!(e.position(), Some((3, 8)), "{e}");
+    }
+
+    #[test]
+    fn header_names_may_hold_a_plus_and_composites_split_on_known_parts() {
+        let k = KeySpec::parse("header:x+y+ip").unwrap();
+        assert_eq!(
+            k.parts(),
+            &[KeyPart::Header(HeaderName::from_static("x+y")), KeyPart::Ip]
+        );
+        assert!(KeySpec::parse("header:").is_err());
+        assert!(KeySpec::parse("").is_err());
+    }
+
+    #[test]
+    fn ten_thousand_limits_load_and_an_oversized_file_is_refused() {
+        let mut text = String::new();
+        for i in 0..10_000 {
+            text.push_str(&format!(
+                "[[limit]]\nname = \"l{i}\"\npath = \"/p{i}\"\nquotas = \"10/minute\"\n"
+            ));
+        }
+        assert_eq!(RulesFile::parse(&text).unwrap().limits.len(), 10_000);
+        let big = "#".repeat(MAX_RULES_FILE_BYTES + 1);
+        let e = error(&big);
+        assert!(e.message().contains("bytes"), "{e}");
+    }
+}

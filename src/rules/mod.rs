@@ -1,0 +1,1023 @@
+//! Limits from a TOML rules file (feature `rules`): matched per path and method, decided
+//! all-or-nothing across their keys, reloaded without losing state, with shadow limits and
+//! metrics.
+//!
+//! ```toml
+//! [[limit]]
+//! name = "login"              # required, unique, [A-Za-z0-9_.-]{1,64}
+//! path = "/login"             # default "/*"; "/api/*" = "/api/" and below (not "/api");
+//!                             # "{x}" = one non-empty segment; raw path, case-sensitive
+//! methods = ["POST"]          # default all; case-insensitive; HEAD is not GET
+//! key = "ip"                  # ip | global | header:NAME | a composite "ip+header:x-user"
+//! on_missing_key = "reject"   # reject (400) | global; default from RulesOptions
+//! strategy = "moving-window"  # the strategy names; default sliding-window
+//! quotas = "5/minute; 20/hour"
+//! burst = 10                  # bucket strategies only; an error elsewhere
+//! cost = 1                    # units per request, default 1
+//! shadow = false              # true: decided and counted, never rejects
+//! ```
+//!
+//! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
+//! limits are checked in the file's order, each reserving its cost; when one rejects, the
+//! reservations already made are settled to 0 (reserve, then settle to 0 on rejection), so a
+//! rejected request spends nothing anywhere once its decision completes. This never over-admits
+//! (each limit admits only within its own quota); while a rolled-back reservation is held (the
+//! time of one decision), a concurrent request on the same key may be falsely rejected. The same
+//! protocol runs on every store (memory and Redis). Shadow limits are checked after the enforced
+//! ones admitted the request: they are counted and never reject or roll anything back.
+//!
+//! A handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful login: only failures
+//! count) settles the request's reservation with every enforced limit of the file, or only with the
+//! limit it names ([`Settle::for_limiter`]).
+//!
+//! Headers follow the stacked-limiter rule: on a `429` the rejecting limit's; on a success the
+//! `x-ratelimit-*` fields of the limit with the fewest remaining, and one IETF item per limit.
+//!
+//! [`Rules::reload_file`] (or [`Rules::watch`], polling at an interval) swaps a new file in
+//! atomically when its content hash changes; requests in flight finish on the rules they started
+//! with; an invalid file is refused (logged, counted in `tollgate_rules_reloads_total{result="error"}`)
+//! and the old rules keep serving. State per limit: a limit whose name, strategy, quotas and key are
+//! unchanged keeps its state (a change of path, methods, cost or shadow keeps it too). A change of
+//! its quotas converts each key's state when the key is next seen, for as long as the old rule's
+//! horizon: the units spent under the old rule (its binding quota's `limit - remaining`, so rounded
+//! toward the stricter state) are charged to the new rule, capped at its smallest limit (never a
+//! stuck counter), when the new list has a quota of the same period (a removed period's count is
+//! dropped, a new period starts empty); in memory and on Redis alike, the limit remembering the
+//! old rule. The conversion costs one extra peek per request during that horizon, and two
+//! concurrent first requests of one key may both convert it (stricter, never more lenient). A
+//! change of strategy or key starts that limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
+//! disagree for up to one interval.
+
+mod file;
+mod metrics;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http::request::Parts;
+use http::{HeaderMap, Request, Response, StatusCode};
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Instrument as _;
+
+pub use file::{
+    KeyPart, KeySpec, LimitSpec, MAX_RULES_FILE_BYTES, MissingKey, PathPattern, RulesError,
+    RulesFile,
+};
+pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
+
+use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
+use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
+use crate::layer::{
+    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
+};
+use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
+use crate::{Clock, Decision, Op, RateLimiter, Rule};
+use metrics::LimitMetrics;
+
+/// The settings that apply to every limit of a rules file (the `server` example's process-wide
+/// flags).
+#[derive(Clone, Debug)]
+pub struct RulesOptions {
+    /// Where the `ip` key comes from: the peer (the default), or a forwarded header of trusted
+    /// proxies.
+    pub ip: IpSource,
+    /// A limit's `on_missing_key` when the file does not say (default: reject).
+    pub on_missing_key: MissingKey,
+    /// On a store failure (default: let the request through).
+    pub failure: FailurePolicy,
+    /// How `x-ratelimit-reset` is written.
+    pub reset: ResetFormat,
+    /// Which header fields are written.
+    pub header_style: HeaderStyle,
+    /// Write `x-ratelimit-shadow-limit`, `-remaining`, `-reset` for the shadow limit with the
+    /// fewest remaining (default: off; shadow limits write no headers).
+    pub shadow_headers: bool,
+}
+
+impl Default for RulesOptions {
+    fn default() -> Self {
+        Self {
+            ip: IpSource::Peer(PeerIp::default()),
+            on_missing_key: MissingKey::Reject,
+            failure: FailurePolicy::FailOpen,
+            reset: ResetFormat::Delta,
+            header_style: HeaderStyle::XRateLimit,
+            shadow_headers: false,
+        }
+    }
+}
+
+/// Where the `ip` key part comes from.
+#[derive(Clone, Debug)]
+pub enum IpSource {
+    /// The connection's peer.
+    Peer(PeerIp),
+    /// The forwarded header of trusted proxies.
+    Forwarded(ForwardedIp),
+}
+
+/// What a reload changed, by limit name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Limits new in the file.
+    pub added: Vec<String>,
+    /// Limits no longer in the file.
+    pub removed: Vec<String>,
+    /// Limits whose settings changed but whose state is kept (path, methods, cost, shadow,
+    /// missing-key choice).
+    pub changed: Vec<String>,
+    /// Limits whose quotas changed (same strategy and key): each key's state is converted to the
+    /// new quotas when the key is next seen (see [`Rules`]).
+    pub converted: Vec<String>,
+    /// Limits whose strategy or key changed: their state starts fresh.
+    pub fresh: Vec<String>,
+}
+
+impl ReloadReport {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && self.converted.is_empty()
+            && self.fresh.is_empty()
+    }
+}
+
+impl std::fmt::Display for ReloadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "added {:?}, removed {:?}, changed {:?}, converted {:?}, started fresh {:?}",
+            self.added, self.removed, self.changed, self.converted, self.fresh
+        )
+    }
+}
+
+/// A limit ready to decide: its spec, limiter, key reader, header settings and metric handles.
+struct Limit<St> {
+    spec: LimitSpec,
+    /// The limiter of the limit's name, kept across reloads.
+    limiter: RateLimiter<Vec<u8>, St>,
+    /// The rule when it is not the limiter's own (changed by a reload: a state of its own).
+    rule: Option<Rule>,
+    /// The first bytes of every key: a hash of the key spec, so a changed key starts fresh.
+    key_tag: [u8; 4],
+    /// The rule before a quota change, whose states are converted on access until it ends.
+    previous: Option<Previous>,
+    missing_global: bool,
+    headers: HeaderConfig,
+    metrics: LimitMetrics,
+}
+
+/// The rule a limit had before its quotas changed, and until when a key may still hold state under
+/// it (the change's time plus the old rule's horizon, on the limiter's clock).
+#[derive(Clone, Debug)]
+struct Previous {
+    rule: Rule,
+    until: u64,
+}
+
+/// One version of the rules: what a request is decided on from start to end.
+struct Compiled<St> {
+    limits: Box<[Limit<St>]>,
+}
+
+/// How a new limiter's store is made.
+type MakeStore<St> = Box<dyn Fn() -> St + Send + Sync>;
+
+struct Shared<St> {
+    current: ArcSwap<Compiled<St>>,
+    options: RulesOptions,
+    make_store: MakeStore<St>,
+    /// Whether every limit has a store of its own (its stats are the limit's).
+    own_stores: bool,
+    /// The content hash of the file last loaded.
+    loaded: parking_lot::Mutex<[u8; 32]>,
+    reloads: metrics::ReloadMetrics,
+}
+
+/// Limits from a rules file, shared by the layers built from it and swapped on reload. Cheap to
+/// clone (an `Arc`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use axum::{Router, body::Body, routing::post};
+/// use tollgate::rules::{Rules, RulesOptions};
+/// use tower::ServiceExt;
+///
+/// let rules = Rules::memory(
+///     r#"
+///     [[limit]]
+///     name = "login-ip"
+///     path = "/login"
+///     methods = ["POST"]
+///     key = "header:x-client"
+///     quotas = "1/minute"
+///     "#,
+///     RulesOptions::default(),
+/// )
+/// .unwrap();
+/// let app = Router::new().route("/login", post(|| async { "ok" })).layer(rules.layer());
+/// let req = || http::Request::post("/login").header("x-client", "a").body(Body::empty()).unwrap();
+/// assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 200);
+/// assert_eq!(app.oneshot(req()).await.unwrap().status(), 429);
+/// # }
+/// ```
+pub struct Rules<St = MemoryStore<Vec<u8>>> {
+    shared: Arc<Shared<St>>,
+}
+
+impl<St> Clone for Rules<St> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<St> std::fmt::Debug for Rules<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self
+            .shared
+            .current
+            .load()
+            .limits
+            .iter()
+            .map(|l| l.spec.name.clone())
+            .collect();
+        f.debug_struct("Rules").field("limits", &names).finish()
+    }
+}
+
+impl Rules<MemoryStore<Vec<u8>>> {
+    /// Rules from the text of a rules file, each limit on a memory store of its own.
+    ///
+    /// # Errors
+    /// [`RulesError`] for a file that cannot be used.
+    pub fn memory(text: &str, options: RulesOptions) -> Result<Self, RulesError> {
+        Self::memory_with(text, options, MemoryStoreBuilder::default())
+    }
+
+    /// [`Rules::memory`] with the memory stores' options (e.g. `max_keys`), per limit.
+    ///
+    /// # Errors
+    /// [`RulesError`] for a file that cannot be used.
+    pub fn memory_with(
+        text: &str,
+        options: RulesOptions,
+        store: MemoryStoreBuilder,
+    ) -> Result<Self, RulesError> {
+        let mut rules = Self::new(text, options, move || store.clone().build())?;
+        if let Some(shared) = Arc::get_mut(&mut rules.shared) {
+            shared.own_stores = true;
+        }
+        Ok(rules)
+    }
+}
+
+impl<St: Store<Vec<u8>>> Rules<St> {
+    /// Rules from the text of a rules file; `make_store` gives each new limit its store (a clone
+    /// of one Redis store, or a new memory store).
+    ///
+    /// # Errors
+    /// [`RulesError`] for a file that cannot be used (it says where and why), or a limit the store
+    /// refuses.
+    pub fn new(
+        text: &str,
+        options: RulesOptions,
+        make_store: impl Fn() -> St + Send + Sync + 'static,
+    ) -> Result<Self, RulesError> {
+        let file = RulesFile::parse(text)?;
+        let shared = Shared {
+            current: ArcSwap::from_pointee(Compiled {
+                limits: Box::new([]),
+            }),
+            options,
+            make_store: Box::new(make_store),
+            own_stores: false,
+            loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
+            reloads: metrics::ReloadMetrics::new(),
+        };
+        let compiled = shared.compile(file, &mut ReloadReport::default())?;
+        shared.current.store(Arc::new(compiled));
+        Ok(Self {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// Rules read from `path` (see [`Rules::new`]).
+    ///
+    /// # Errors
+    /// [`RulesError`] for a file that cannot be read or used.
+    pub fn from_path(
+        path: &Path,
+        options: RulesOptions,
+        make_store: impl Fn() -> St + Send + Sync + 'static,
+    ) -> Result<Self, RulesError> {
+        Self::new(&read_rules(path)?, options, make_store)
+    }
+
+    /// The layer deciding requests on these rules (the current ones, and later reloads).
+    pub fn layer(&self) -> RulesLayer<St> {
+        RulesLayer {
+            rules: self.clone(),
+        }
+    }
+
+    /// The names of the current limits, in the file's order.
+    pub fn names(&self) -> Vec<String> {
+        let current = self.shared.current.load();
+        current.limits.iter().map(|l| l.spec.name.clone()).collect()
+    }
+
+    /// Publishes what the stores count into the gauges and counters that are not updated per
+    /// request: `tollgate_keys{limit}` (keys held) and `tollgate_evictions_total{limit}`, for the
+    /// limits whose store is their own (the memory store; a store shared by several limits, such
+    /// as Redis, reports nothing here). [`Rules::watch`] calls it at every poll; call it before a
+    /// scrape for exact figures.
+    pub fn publish_stats(&self) {
+        let current = self.shared.current.load();
+        if !self.shared.own_stores {
+            return;
+        }
+        for limit in current.limits.iter() {
+            let stats = limit.limiter.stats();
+            limit.metrics.keys.set(stats.keys as f64);
+            limit.metrics.evictions.absolute(stats.evictions);
+        }
+    }
+
+    /// Swaps in the rules of `text` if its content differs from the last loaded: `Ok(None)` when
+    /// unchanged, the change log otherwise. Requests in flight finish on the old rules.
+    ///
+    /// # Errors
+    /// [`RulesError`] for a file that cannot be used: the old rules stay (logged at `error` and
+    /// counted in `tollgate_rules_reloads_total{result="error"}`).
+    pub fn reload_text(&self, text: &str) -> Result<Option<ReloadReport>, RulesError> {
+        let hash = content_hash(text.as_bytes());
+        let mut loaded = self.shared.loaded.lock();
+        if *loaded == hash {
+            return Ok(None);
+        }
+        let mut report = ReloadReport::default();
+        let result = if text.trim().is_empty() {
+            // What a reader sees between a writer's truncation and its write: never "no limits".
+            Err(RulesError::whole(
+                "the new rules file is empty (a file with no limits holds at least a comment)",
+            ))
+        } else {
+            RulesFile::parse(text).and_then(|f| self.shared.compile(f, &mut report))
+        };
+        match result {
+            Ok(compiled) => {
+                self.shared.current.store(Arc::new(compiled));
+                *loaded = hash;
+                self.shared.reloads.ok.increment(1);
+                tracing::info!(
+                    added = ?report.added,
+                    removed = ?report.removed,
+                    changed = ?report.changed,
+                    converted = ?report.converted,
+                    fresh = ?report.fresh,
+                    "rules reloaded"
+                );
+                for name in &report.fresh {
+                    tracing::warn!(
+                        limit = %name,
+                        "rules reload: strategy or key changed: the limit starts fresh"
+                    );
+                }
+                Ok(Some(report))
+            }
+            Err(e) => {
+                self.shared.reloads.error.increment(1);
+                tracing::error!(error = %e, "rules reload refused; the old rules keep serving");
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Rules::reload_text`] with the content of `path`. A file that vanished or cannot be read
+    /// is an error like any invalid file: the old rules stay.
+    ///
+    /// # Errors
+    /// As [`Rules::reload_text`].
+    pub fn reload_file(&self, path: &Path) -> Result<Option<ReloadReport>, RulesError> {
+        match read_rules(path) {
+            Ok(text) => self.reload_text(&text),
+            Err(e) => {
+                self.shared.reloads.error.increment(1);
+                tracing::error!(error = %e, "rules reload refused; the old rules keep serving");
+                Err(e)
+            }
+        }
+    }
+
+    /// Polls `path` every `every` (at least 50 ms) on the tokio runtime and reloads it when its
+    /// content changes and then holds still for 25 ms (a file caught in the middle of an in-place
+    /// write is not loaded; an empty one is refused). The task ends when every [`Rules`] handle and layer is dropped. A file
+    /// that stays invalid is reported once per content, not once per poll.
+    pub fn watch(&self, path: impl Into<PathBuf>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let path = path.into();
+        let weak: Weak<Shared<St>> = Arc::downgrade(&self.shared);
+        let every = every.max(Duration::from_millis(50));
+        tokio::spawn(async move {
+            let mut refused: Option<[u8; 32]> = None;
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(shared) = weak.upgrade() else { break };
+                let rules = Rules { shared };
+                rules.publish_stats();
+                let text = match read_rules(&path) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let hash = content_hash(e.message().as_bytes());
+                        if refused != Some(hash) {
+                            refused = Some(hash);
+                            rules.shared.reloads.error.increment(1);
+                            tracing::error!(error = %e, "rules reload refused; the old rules keep serving");
+                        }
+                        continue;
+                    }
+                };
+                let hash = content_hash(text.as_bytes());
+                if refused == Some(hash) || *rules.shared.loaded.lock() == hash {
+                    continue;
+                }
+                // A change: read again a moment later and load only a content that held still,
+                // so a file caught in the middle of an in-place write is not loaded.
+                tokio::time::sleep(SETTLE_TIME).await;
+                match read_rules(&path) {
+                    Ok(again) if again == text => {}
+                    _ => continue,
+                }
+                match rules.reload_text(&text) {
+                    Ok(_) => refused = None,
+                    Err(_) => refused = Some(hash),
+                }
+            }
+        })
+    }
+}
+
+impl<St: Store<Vec<u8>>> Shared<St> {
+    /// Builds the limits of `file`, keeping the limiter (and so the state) of every limit whose
+    /// name, rule and key are unchanged.
+    fn compile(
+        &self,
+        file: RulesFile,
+        report: &mut ReloadReport,
+    ) -> Result<Compiled<St>, RulesError> {
+        let old = self.current.load_full();
+        let by_name: HashMap<&str, &Limit<St>> = old
+            .limits
+            .iter()
+            .map(|l| (l.spec.name.as_str(), l))
+            .collect();
+        let mut limits = Vec::with_capacity(file.limits.len());
+        let mut seen = BTreeMap::new();
+        let initial = old.limits.is_empty();
+        for spec in file.limits {
+            let kept = by_name.get(spec.name.as_str()).copied();
+            let (limiter, rule, previous) = match kept {
+                Some(l) => {
+                    let mut previous = None;
+                    if l.spec.rule == spec.rule && l.spec.key == spec.key {
+                        if l.spec != spec {
+                            report.changed.push(spec.name.clone());
+                        }
+                        previous = l.previous.clone();
+                    } else if l.spec.key == spec.key
+                        && l.spec.rule.strategy() == spec.rule.strategy()
+                    {
+                        report.converted.push(spec.name.clone());
+                        let horizon =
+                            u64::try_from(l.rule().horizon().as_nanos()).unwrap_or(u64::MAX);
+                        previous = Some(Previous {
+                            rule: l.rule().clone(),
+                            until: l.limiter.clock().now().saturating_add(horizon),
+                        });
+                    } else {
+                        report.fresh.push(spec.name.clone());
+                    }
+                    // The same limiter (its name stays taken on the store); a changed rule gets
+                    // a state of its own under that limiter.
+                    let rule = (spec.rule != *l.limiter.rule()).then(|| spec.rule.clone());
+                    if let Some(r) = &rule {
+                        l.limiter.store().validate(r).map_err(|e| {
+                            RulesError::whole(format!("limit {:?}: {e}", spec.name))
+                        })?;
+                    }
+                    (l.limiter.clone(), rule, previous)
+                }
+                None => {
+                    if !initial {
+                        report.added.push(spec.name.clone());
+                    }
+                    (self.build_limiter(&spec)?, None, None)
+                }
+            };
+            seen.insert(spec.name.clone(), ());
+            let mut headers = HeaderConfig::for_rule(&spec.rule);
+            headers.style = self.options.header_style;
+            headers.reset = self.options.reset;
+            headers.policy_name = Arc::from(spec.name.as_str());
+            limits.push(Limit {
+                key_tag: key_tag(&spec.key),
+                rule,
+                previous,
+                missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
+                    == MissingKey::Global,
+                metrics: LimitMetrics::new(&spec.name),
+                headers,
+                limiter,
+                spec,
+            });
+        }
+        report.removed = old
+            .limits
+            .iter()
+            .filter(|l| !seen.contains_key(&l.spec.name))
+            .map(|l| l.spec.name.clone())
+            .collect();
+        Ok(Compiled {
+            limits: limits.into(),
+        })
+    }
+
+    /// A new limiter for `spec`, on the store `make_store` gives.
+    fn build_limiter(&self, spec: &LimitSpec) -> Result<RateLimiter<Vec<u8>, St>, RulesError> {
+        let mut builder = RateLimiter::<Vec<u8>>::builder()
+            .name(spec.name.clone())
+            .strategy(spec.rule.strategy());
+        for q in spec.rule.quotas() {
+            builder = builder.quota(*q);
+        }
+        builder
+            .store((self.make_store)())
+            .build()
+            .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)))
+    }
+}
+
+/// How long a changed rules file must keep the same content before it is loaded.
+const SETTLE_TIME: Duration = Duration::from_millis(25);
+
+/// Reads a rules file, refusing one above [`MAX_RULES_FILE_BYTES`] before reading it whole.
+fn read_rules(path: &Path) -> Result<String, RulesError> {
+    use std::io::Read as _;
+    let fail = |e: &dyn std::fmt::Display| RulesError::whole(format!("{}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| fail(&e))?;
+    let mut text = String::new();
+    file.take(MAX_RULES_FILE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(&e))?;
+    if text.len() > MAX_RULES_FILE_BYTES {
+        return Err(fail(&format_args!(
+            "larger than the {MAX_RULES_FILE_BYTES} bytes a rules file may have"
+        )));
+    }
+    Ok(text)
+}
+
+/// The 4 bytes every key of a limit with this key spec starts with.
+fn key_tag(spec: &KeySpec) -> [u8; 4] {
+    let digest = content_hash(spec.to_string().as_bytes());
+    [digest[0], digest[1], digest[2], digest[3]]
+}
+
+fn content_hash(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).into()
+}
+
+impl<St: Store<Vec<u8>>> Limit<St> {
+    /// The limit's rule now.
+    fn rule(&self) -> &Rule {
+        self.rule.as_ref().unwrap_or_else(|| self.limiter.rule())
+    }
+
+    /// Applies `op` to `key` under the limit's rule now; a decision that is not ready at once (a
+    /// remote store) is timed into `tollgate_store_latency_seconds`.
+    async fn apply(&self, key: &Vec<u8>, op: Op) -> Result<Decision, crate::StoreError> {
+        match self.limiter.apply(key, self.rule.as_ref(), op).into_now() {
+            Ok(ready) => ready,
+            Err(later) => {
+                let start = std::time::Instant::now();
+                let result = later.await;
+                self.metrics
+                    .store_latency
+                    .record(start.elapsed().as_secs_f64());
+                result
+            }
+        }
+    }
+
+    /// Converts `key`'s state under the rule before a quota change to the current rule, once:
+    /// the units spent in the old rule's reported quota are charged to the new rule (at most its
+    /// smallest limit, so a counter is never stuck above a limit) if the new rule has a quota of
+    /// the same period (a removed period's count is dropped), and the old state is reset. Units
+    /// are rounded toward the stricter state: the spent count is `limit - remaining` of the old
+    /// state now. Nothing happens once the old rule's horizon has passed since the change.
+    async fn convert(&self, key: &Vec<u8>) {
+        let Some(p) = &self.previous else { return };
+        if self.limiter.clock().now() >= p.until {
+            return;
+        }
+        let Ok(old) = self.limiter.apply(key, Some(&p.rule), Op::Peek).await else {
+            return;
+        };
+        let spent = old.limit().saturating_sub(old.remaining());
+        if spent == 0 {
+            return;
+        }
+        let new = self.rule();
+        let period = p.rule.quotas().get(old.quota_index()).map(|q| q.period());
+        if new.quotas().iter().any(|q| Some(q.period()) == period) {
+            let bucket = new.strategy().is_bucket();
+            let cap = new
+                .quotas()
+                .iter()
+                .map(|q| if bucket { q.burst() } else { q.limit() })
+                .min()
+                .unwrap_or(0);
+            if let Err(e) = self.apply(key, Op::Check(spent.min(cap))).await {
+                self.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %self.spec.name, error = %e, "state conversion failed");
+                return;
+            }
+        }
+        if let Err(e) = self.limiter.apply(key, Some(&p.rule), Op::Reset).await {
+            self.metrics.store_errors.increment(1);
+            tracing::warn!(limit = %self.spec.name, error = %e, "state conversion failed");
+        }
+    }
+
+    /// The key of a request without one, when the limit counts those in one global bucket.
+    fn global_key(&self) -> Vec<u8> {
+        let mut out = self.key_tag.to_vec();
+        out.push(b'G');
+        out
+    }
+
+    /// The request's key under this limit: the key spec's tag, then each part.
+    fn key(&self, parts: &Parts, options: &RulesOptions) -> Result<Vec<u8>, KeyError> {
+        let mut out = Vec::with_capacity(40);
+        out.extend_from_slice(&self.key_tag);
+        for part in self.spec.key.parts() {
+            match part {
+                file::KeyPart::Ip => {
+                    out.push(b'i');
+                    match &options.ip {
+                        IpSource::Peer(p) => p.extract(parts)?.encode(&mut out),
+                        IpSource::Forwarded(f) => f.extract(parts)?.encode(&mut out),
+                    }
+                }
+                file::KeyPart::Global => out.push(b'g'),
+                file::KeyPart::Header(name) => {
+                    let value = parts
+                        .headers
+                        .get(name)
+                        .ok_or(KeyError::new("the request lacks the key's header"))?;
+                    out.push(b'h');
+                    let v = crate::key::ValueKey::new(value.as_bytes());
+                    let at = out.len();
+                    out.extend_from_slice(&[0; 4]);
+                    v.encode(&mut out);
+                    let len = u32::try_from(out.len() - at - 4).unwrap_or(u32::MAX);
+                    if let Some(slot) = out.get_mut(at..at + 4) {
+                        slot.copy_from_slice(&len.to_be_bytes());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The layer of a [`Rules`]: see [`Rules::layer`].
+pub struct RulesLayer<St = MemoryStore<Vec<u8>>> {
+    rules: Rules<St>,
+}
+
+impl<St> Clone for RulesLayer<St> {
+    fn clone(&self) -> Self {
+        Self {
+            rules: self.rules.clone(),
+        }
+    }
+}
+
+impl<St> std::fmt::Debug for RulesLayer<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesLayer")
+            .field("rules", &self.rules)
+            .finish()
+    }
+}
+
+impl<S, St> Layer<S> for RulesLayer<St> {
+    type Service = RulesService<S, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RulesService {
+            inner,
+            rules: self.rules.clone(),
+        }
+    }
+}
+
+/// The service of a [`RulesLayer`].
+pub struct RulesService<S, St = MemoryStore<Vec<u8>>> {
+    inner: S,
+    rules: Rules<St>,
+}
+
+impl<S: Clone, St> Clone for RulesService<S, St> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            rules: self.rules.clone(),
+        }
+    }
+}
+
+impl<S, St> std::fmt::Debug for RulesService<S, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesService")
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The response future of a [`RulesService`].
+pub type RulesFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for RulesService<S, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqB: Send + 'static,
+    ResB: From<String> + Send + 'static,
+    St: Store<Vec<u8>>,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = RulesFuture<Response<ResB>, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let compiled = self.rules.shared.current.load_full();
+        let shared = Arc::clone(&self.rules.shared);
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let span = tracing::trace_span!("tollgate.rules.decide", path = parts.uri.path());
+            let verdict = decide(&compiled, &shared.options, &parts)
+                .instrument(span)
+                .await;
+            let mut inner = inner;
+            match verdict {
+                Verdict::Answer(res) => Ok(res),
+                Verdict::Forward {
+                    mut allowed,
+                    shadow,
+                } => {
+                    let mut res = inner.call(Request::from_parts(parts, body)).await?;
+                    settle(&compiled, &mut allowed, res.extensions_mut()).await;
+                    write_success_headers(
+                        &compiled,
+                        &shared.options,
+                        &allowed,
+                        shadow,
+                        res.headers_mut(),
+                    );
+                    Ok(res)
+                }
+            }
+        })
+    }
+}
+
+/// What the limits decided.
+enum Verdict<B> {
+    /// Answer with this (429, 400, 503).
+    Answer(Response<B>),
+    /// Forward; the enforced decisions (by limit index) and the shadow decision to report.
+    Forward {
+        allowed: Vec<Held>,
+        shadow: Option<(usize, Decision)>,
+    },
+}
+
+/// Settles the reservations of the forwarded request as the handler's [`Settle`] marker says (if
+/// any): with every limit of the file, or only the one it names; counts the units spent.
+async fn settle<St: Store<Vec<u8>>>(
+    compiled: &Compiled<St>,
+    allowed: &mut [Held],
+    extensions: &mut http::Extensions,
+) {
+    let marker = extensions.get::<Settle>().cloned();
+    let mut taken = false;
+    for h in allowed.iter_mut() {
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
+        let mut units = limit.spec.cost;
+        if let Some(m) = marker.as_ref().filter(|m| m.is_for(&limit.spec.name)) {
+            if let Some(r) = h.decision.reservation() {
+                taken = true;
+                match limit.apply(&h.key, Op::settle(r, m.charged())).await {
+                    Ok(d) => {
+                        h.decision = d;
+                        units = m.charged();
+                    }
+                    Err(e) => {
+                        limit.metrics.store_errors.increment(1);
+                        tracing::warn!(limit = %limit.spec.name, error = %e, "settle failed");
+                    }
+                }
+            }
+        }
+        limit.metrics.units.increment(u64::from(units));
+    }
+    if taken {
+        extensions.remove::<Settle>();
+    }
+}
+
+/// A reservation to give back if another limit rejects.
+struct Held {
+    index: usize,
+    key: Vec<u8>,
+    decision: Decision,
+}
+
+async fn decide<St: Store<Vec<u8>>, B: From<String>>(
+    compiled: &Compiled<St>,
+    options: &RulesOptions,
+    parts: &Parts,
+) -> Verdict<B> {
+    let path = parts.uri.path();
+    let mut held: Vec<Held> = Vec::new();
+    let mut shadows: Vec<usize> = Vec::new();
+    for (index, limit) in compiled.limits.iter().enumerate() {
+        if !limit.spec.matches(&parts.method, path) {
+            continue;
+        }
+        if limit.spec.shadow {
+            shadows.push(index);
+            continue;
+        }
+        let key = match limit.key(parts, options) {
+            Ok(k) => k,
+            Err(_) if limit.missing_global => limit.global_key(),
+            Err(error) => {
+                limit.metrics.no_key.increment(1);
+                rollback(compiled, &held).await;
+                tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+                return Verdict::Answer(DefaultRejection.on_refused(Refusal::NoKey {
+                    status: StatusCode::BAD_REQUEST,
+                    error: &error,
+                }));
+            }
+        };
+        limit.convert(&key).await;
+        match limit.apply(&key, Op::Check(limit.spec.cost)).await {
+            Ok(d) if d.is_allowed() => held.push(Held {
+                index,
+                key,
+                decision: d,
+            }),
+            Ok(d) => {
+                limit.metrics.rejected.increment(1);
+                tracing::debug!(limit = %limit.spec.name, "rejected");
+                rollback(compiled, &held).await;
+                let mut res: Response<B> = DefaultRejection.on_rejected(&d);
+                write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
+                return Verdict::Answer(res);
+            }
+            Err(e) => {
+                limit.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                if options.failure == FailurePolicy::FailClosed {
+                    limit.metrics.fail_closed.increment(1);
+                    rollback(compiled, &held).await;
+                    return Verdict::Answer(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+                }
+                limit.metrics.fail_open.increment(1);
+            }
+        }
+    }
+    for h in &held {
+        if let Some(limit) = compiled.limits.get(h.index) {
+            limit.metrics.allowed.increment(1);
+        }
+    }
+    let allowed = held;
+    let mut shadow: Option<(usize, Decision)> = None;
+    for index in shadows {
+        let Some(limit) = compiled.limits.get(index) else {
+            continue;
+        };
+        let Ok(key) = limit.key(parts, options).or_else(|e| {
+            if limit.missing_global {
+                Ok(limit.global_key())
+            } else {
+                Err(e)
+            }
+        }) else {
+            limit.metrics.no_key.increment(1);
+            continue;
+        };
+        limit.convert(&key).await;
+        match limit.apply(&key, Op::Check(limit.spec.cost)).await {
+            Ok(d) => {
+                if d.is_allowed() {
+                    limit.metrics.allowed.increment(1);
+                    limit.metrics.units.increment(u64::from(limit.spec.cost));
+                } else {
+                    limit.metrics.shadow_rejected.increment(1);
+                    tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
+                }
+                if shadow
+                    .as_ref()
+                    .is_none_or(|(_, s)| d.remaining() < s.remaining())
+                {
+                    shadow = Some((index, d));
+                }
+            }
+            Err(e) => {
+                limit.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+            }
+        }
+    }
+    Verdict::Forward { allowed, shadow }
+}
+
+/// Gives back what the limits before a rejection reserved (settled to 0).
+async fn rollback<St: Store<Vec<u8>>>(compiled: &Compiled<St>, held: &[Held]) {
+    for h in held {
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
+        if let Some(r) = h.decision.reservation() {
+            if let Err(e) = limit.apply(&h.key, Op::settle(r, 0)).await {
+                limit.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %limit.spec.name, error = %e, "rollback failed");
+            }
+        }
+    }
+}
+
+static SHADOW_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-shadow-limit");
+static SHADOW_REMAINING: http::HeaderName =
+    http::HeaderName::from_static("x-ratelimit-shadow-remaining");
+static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-shadow-reset");
+
+fn write_success_headers<St>(
+    compiled: &Compiled<St>,
+    options: &RulesOptions,
+    allowed: &[Held],
+    shadow: Option<(usize, Decision)>,
+    headers: &mut HeaderMap,
+) where
+    St: Store<Vec<u8>>,
+{
+    let mut below: Option<Reported> = None;
+    for h in allowed {
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
+        below = Some(write_allowed_headers(
+            below,
+            headers,
+            &h.decision,
+            limit.rule(),
+            &limit.headers,
+            None,
+        ));
+    }
+    if options.shadow_headers {
+        if let Some((_, d)) = shadow {
+            let num = |n: u64| http::HeaderValue::from(n);
+            headers.insert(SHADOW_LIMIT.clone(), num(u64::from(d.limit())));
+            headers.insert(SHADOW_REMAINING.clone(), num(u64::from(d.remaining())));
+            headers.insert(SHADOW_RESET.clone(), num(d.reset_secs()));
+        }
+    }
+}
