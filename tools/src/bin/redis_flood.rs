@@ -6,7 +6,7 @@
 //! and the same flood's p99 through a static service without a limiter (what the machine gives).
 //!
 //! ```text
-//! cargo run --release --features redis --example redis_flood -- redis://127.0.0.1:6379 [TASKS] [SECS]
+//! cargo run --release -p tollgate-tools --features redis --bin redis_flood -- redis://127.0.0.1:6379 [TASKS] [SECS]
 //! ```
 //!
 //! Each run flushes nothing: it uses a fresh key prefix per strategy and run.
