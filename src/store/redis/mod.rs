@@ -100,7 +100,7 @@ const SHED_WAIT: Duration = Duration::from_secs(1);
 /// locally), never admitted: a flood that slows the process or Redis cannot switch limiting off.
 /// 2 s, not less: a flood on a loaded 2-core machine starved the process itself (every task, the
 /// reply reader included) for 550-615 ms, and at 500 ms fail-open then let 54 requests past a
-/// limit of 1000 (`examples/redis_flood`).
+/// limit of 1000 (`tools/src/bin/redis_flood.rs`).
 const SILENCE: Duration = Duration::from_secs(2);
 /// The pause between two connection attempts while Redis has never been reached.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
