@@ -3,52 +3,23 @@
 //! rebuild it: `cargo build --all-features --examples` first): the pinned command line, one stdout
 //! line, a tonic client limited after the quota, exit 2 on bad flags, exit 0 on SIGTERM.
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
+
+use crate::examples::{example, start};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test` (which builds the examples) or `cargo build --examples`",
-        path.display()
-    );
-    path
-}
-
 #[tokio::test]
 async fn the_pinned_command_line_serves_health_and_limits_per_peer_ip() {
-    let mut child = Command::new(example("grpc_server"))
-        .args(["--addr", "127.0.0.1:0", "--quota", "3/minute"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line))
-        .await
-        .expect("the example did not start")
-        .unwrap();
-    let base = line
-        .trim_end()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    assert!(
-        base.starts_with("http://127.0.0.1:") && !base.ends_with(":0"),
-        "{base}"
-    );
+    let running = start(
+        "grpc_server",
+        &["--addr", "127.0.0.1:0", "--quota", "3/minute"],
+    )
+    .await;
+    let base = running.base.clone();
 
     let channel = tonic::transport::Endpoint::from_shared(base)
         .unwrap()
@@ -77,22 +48,7 @@ async fn the_pinned_command_line_serves_health_and_limits_per_peer_ip() {
         .unwrap();
     assert!((1..=60).contains(&retry_after), "{retry_after}");
 
-    let pid = child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let code = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("no exit after SIGTERM")
-        .unwrap();
-    assert_eq!(code.code(), Some(0));
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).await.unwrap();
-    assert_eq!(rest, "", "exactly one line on stdout");
+    running.stop_with("-TERM").await;
 }
 
 #[tokio::test]

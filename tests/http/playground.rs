@@ -11,6 +11,7 @@
 //! Run: `cargo build --all-features --examples && cargo test --all-features --test http playground::`
 //! (a plain `cargo test` builds the examples itself; `--test NAME` alone does not).
 
+use crate::examples::example;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::num::NonZeroU32;
@@ -47,22 +48,6 @@ fn target_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("target dir")
         .to_path_buf()
-}
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("profile dir")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test` (which builds the examples) or `cargo build --examples`",
-        path.display()
-    );
-    path
 }
 
 fn free_port() -> u16 {

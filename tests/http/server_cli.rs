@@ -7,7 +7,7 @@
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::http_examples::example;
+use crate::examples::example;
 use crate::support::TestClient;
 use http::StatusCode;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
