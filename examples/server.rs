@@ -1070,7 +1070,7 @@ async fn serve_redis(
     };
     let store = match store.build().await {
         Ok(store) => store,
-        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+        Err(tollgate::BuildError::Config(e)) => {
             return usage_error(&url.scrub(&format!("--store: {e}")));
         }
         Err(e) => {
@@ -1108,7 +1108,7 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
     };
     let store = match store.build().await {
         Ok(store) => store,
-        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+        Err(tollgate::BuildError::Config(e)) => {
             return usage_error(&url.scrub(&format!("--store: {e}")));
         }
         Err(e) => {

@@ -103,7 +103,7 @@ mod throttle;
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome, Reservation};
-pub use error::{ConfigError, StoreError, StoreErrorKind};
+pub use error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProblem};
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
 pub use offset::{OffsetError, WindowOffset};

@@ -11,6 +11,7 @@ mod limiter_names;
 mod redis_cluster;
 mod redis_concurrency_limit;
 mod redis_degraded;
+mod redis_errors;
 mod redis_faults;
 mod redis_faults_flood;
 mod redis_flood;

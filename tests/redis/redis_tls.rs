@@ -4,13 +4,14 @@
 
 use crate::redis_support;
 
+use std::error::Error as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use redis_support::RedisServer;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Scope, Store};
-use tollgate::{Op, Rule, StoreErrorKind, Strategy};
+use tollgate::{BuildError, ConfigError, Op, Rule, Strategy, TlsFileProblem};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -181,9 +182,16 @@ fn rediss_with_a_private_ca_decides_exactly_and_an_unknown_ca_is_refused_at_star
             .await
             .expect_err("an unknown CA fails the build");
         eprintln!("unknown CA: {e}");
+        let BuildError::Store(e) = e else {
+            panic!("a refused handshake is a store error: {e}")
+        };
         assert!(
             e.message().to_ascii_lowercase().contains("certificate"),
             "{e}"
+        );
+        assert!(
+            e.source().is_some_and(|c| c.is::<redis::RedisError>()),
+            "the handshake's Redis error is the cause: {e:?}"
         );
         // TLS options with a plain URL are a configuration error.
         let e = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
@@ -191,13 +199,26 @@ fn rediss_with_a_private_ca_decides_exactly_and_an_unknown_ca_is_refused_at_star
             .build()
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), StoreErrorKind::Other, "{e}");
+        assert!(
+            matches!(e, BuildError::Config(ConfigError::TlsNeedsTlsUrl(_))),
+            "{e}"
+        );
         let e = RedisStore::builder(&url)
             .tls_ca_file(dir.join("server.ext"))
             .build()
             .await
             .unwrap_err();
-        assert!(e.message().contains("not a PEM file"), "{e}");
+        assert!(
+            matches!(
+                e,
+                BuildError::Config(ConfigError::TlsFile {
+                    problem: TlsFileProblem::NotPem,
+                    ..
+                })
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("not a PEM file"), "{e}");
     });
 }
 

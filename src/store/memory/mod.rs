@@ -209,7 +209,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     /// Applies `op` to `key` under `rule` (unscoped: the rule's own tag), at `now` in nanoseconds.
-    /// For the crate's tests and oracles: not part of the API.
+    /// Test hook (feature `test-util`): for the crate's tests and oracles, not part of the API.
+    #[cfg(any(test, feature = "test-util"))]
     #[doc(hidden)]
     pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
         self.decide_in(key, rule, rule.tag(), op, now)
