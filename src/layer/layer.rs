@@ -127,28 +127,41 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
         let [quota] = rule.quotas() else {
             return err("a queue drains one quota: give the limiter exactly one".into());
         };
-        let emission = quota
-            .period_nanos()
-            .div_ceil(u64::from(quota.limit()))
-            .max(1);
-        let max_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let slots = max_nanos / emission;
-        if slots == 0 {
-            return err(format!(
+        let (queued, emission) = queue_quota(quota, max_wait).map_err(|emission| {
+            crate::ConfigError::Queue(format!(
                 "the maximum wait {max_wait:?} is shorter than one interval ({:?}) of {quota}",
                 Duration::from_nanos(emission)
-            ));
-        }
-        // Admitted when max(TAT, now) - now + T <= B x T: a departure at most (B - 1) x T away.
-        let depth = u32::try_from(slots.saturating_add(1)).unwrap_or(u32::MAX);
-        let depth = std::num::NonZeroU32::new(depth).unwrap_or(std::num::NonZeroU32::MIN);
-        let queue_rule = Rule::new(crate::Strategy::LeakyBucket, [quota.with_burst(depth)])?;
+            ))
+        })?;
+        let queue_rule = Rule::new(crate::Strategy::LeakyBucket, [queued])?;
         self.pacing = Some(Pacing::Queue {
             rule: Arc::new(queue_rule),
             emission,
         });
         Ok(self)
     }
+}
+
+/// A shaping queue of `max_wait` on `quota`: the quota with a burst of the queue's depth
+/// (`max_wait / T + 1` places, `T = period / limit`), and `T` in nanoseconds; `Err(T)` when
+/// `max_wait` is shorter than `T`.
+pub(crate) fn queue_quota(
+    quota: &crate::Quota,
+    max_wait: Duration,
+) -> Result<(crate::Quota, u64), u64> {
+    let emission = quota
+        .period_nanos()
+        .div_ceil(u64::from(quota.limit()))
+        .max(1);
+    let max_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+    let slots = max_nanos / emission;
+    if slots == 0 {
+        return Err(emission);
+    }
+    // Admitted when max(TAT, now) - now + T <= B x T: a departure at most (B - 1) x T away.
+    let depth = u32::try_from(slots.saturating_add(1)).unwrap_or(u32::MAX);
+    let depth = std::num::NonZeroU32::new(depth).unwrap_or(std::num::NonZeroU32::MIN);
+    Ok((quota.with_burst(depth), emission))
 }
 
 /// How a request that cannot pass now waits.

@@ -113,6 +113,8 @@ mod settle;
 pub use body::{BoxError, ResponseBody};
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
+#[cfg(feature = "rules")]
+pub(crate) use layer::queue_quota;
 pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
