@@ -15,7 +15,15 @@
 //! burst = 10                  # bucket strategies only; an error elsewhere
 //! cost = 1                    # units per request, default 1
 //! shadow = false              # true: decided and counted, never rejects
+//! window_offset = "8h"        # fixed-window, sliding-window: windows in that time zone's clock
+//! queue_ms = 2000             # leaky-bucket, one quota: a shaping queue, at most this long a wait
 //! ```
+//!
+//! A limit with `queue_ms` is a shaping queue, as [`RateLimitLayer::queue`](crate::RateLimitLayer::queue):
+//! each request gets its departure when it arrives and waits for it (tokio's timer) before it is
+//! forwarded. Queues are checked after every other enforced limit of the request admitted it, and
+//! their slots are never given back (not on a later rejection, not by a [`Settle`] marker): a gap
+//! under-admits, a slot given back would let two waiters leave together.
 //!
 //! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
 //! limits are checked in the file's order, each reserving its cost; when one rejects, the
@@ -46,7 +54,9 @@
 //! old rule. The conversion costs one extra peek per request during that horizon, and two
 //! concurrent first requests of one key may both convert it (stricter, never more lenient). A
 //! change of strategy or key starts that limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
-//! disagree for up to one interval.
+//! disagree for up to one interval. A limit removed and added back while requests started on older
+//! rules are in flight gets the limiter they hold (its name stays taken on the store until the last
+//! of them ends), so such a reload never fails on the name.
 
 mod file;
 mod metrics;

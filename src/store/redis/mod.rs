@@ -799,7 +799,7 @@ impl RedisStore {
     /// `redis+cluster://host1:port1,host2:port2` for a Cluster (any reachable nodes as seeds).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), tollgate::StoreError> {
+    /// # async fn demo() -> Result<(), tollgate::BuildError> {
     /// let single = tollgate::store::redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
     /// let cluster = tollgate::store::redis::RedisStore::connect(
     ///     "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
