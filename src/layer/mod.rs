@@ -100,8 +100,11 @@
 
 mod body;
 mod concurrency;
+mod core;
+mod counted;
 mod future;
 mod grpc;
+mod hooks;
 mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
@@ -109,11 +112,13 @@ mod pace;
 pub(crate) mod response;
 mod service;
 mod settle;
+mod wait_guard;
 
 pub use body::{BoxError, ResponseBody};
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
-pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
+pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
+pub use layer::RateLimitLayer;
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
