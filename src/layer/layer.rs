@@ -44,9 +44,12 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
     /// shared by every instance). The headers describe the queue: `x-ratelimit-limit` is its depth
     /// (`max_wait / T + 1` places), `x-ratelimit-remaining` the places free when the request left.
     ///
-    /// A waiter whose client goes away (the future is dropped) keeps its slot: the gap stays, and
-    /// the waiters behind it keep their departures. Settlement does not apply in this mode: giving
-    /// a slot back would put two waiters in one. Requests with a rule from
+    /// A waiter whose client goes away (the future is dropped before its departure) gives its slot
+    /// back only if it holds the last reservation ([`Op::StepBack`](crate::Op::StepBack), one
+    /// atomic step in the store; on Redis spawned, since the future is gone): the next arrival
+    /// takes that departure. Otherwise the gap stays, and the waiters behind it keep their
+    /// departures. Settlement does not apply in this mode: giving a slot back from the middle would
+    /// put two waiters in one. Requests with a rule from
     /// [`select_rule`](Self::select_rule) use that rule as given. Needs a tokio runtime with the
     /// time driver; use [`TokioClock`](crate::TokioClock) as the limiter's clock in tests with
     /// paused time.

@@ -92,7 +92,15 @@
 //! allowed responses the `x-ratelimit-*` fields come from the limiter with the fewest remaining
 //! (ties: the later reset), so a client sees the budget that runs out first, and every limiter
 //! adds its items to the IETF fields: `RateLimit-Policy` one per quota (named after the limiter,
-//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota).
+//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota). Item names
+//! stay unique per response: a limiter whose names an inner one already used takes the first free
+//! suffix (`NAME-2`, ...).
+//!
+//! # Metrics
+//! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of
+//! [`crate::metrics`] under its limiter's name: outcomes, units, store errors and latency per
+//! request; keys, evictions and the circuit breaker with
+//! [`publish_stats`](RateLimitLayer::publish_stats).
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
