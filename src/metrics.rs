@@ -44,6 +44,8 @@ pub const STORE_LATENCY_BUCKETS: [f64; 12] = [
 pub(crate) struct LimitMetrics {
     pub(crate) allowed: Counter,
     pub(crate) rejected: Counter,
+    /// Rules file only (shadow limits).
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
     pub(crate) shadow_rejected: Counter,
     pub(crate) fail_open: Counter,
     pub(crate) fail_closed: Counter,
@@ -115,11 +117,13 @@ impl std::fmt::Debug for LimitMetrics {
 }
 
 /// `tollgate_rules_reloads_total{result}` (the initial load is not counted).
+#[cfg(feature = "rules")]
 pub(crate) struct ReloadMetrics {
     pub(crate) ok: Counter,
     pub(crate) error: Counter,
 }
 
+#[cfg(feature = "rules")]
 impl ReloadMetrics {
     pub(crate) fn new() -> Self {
         Self {

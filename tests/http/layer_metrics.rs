@@ -79,5 +79,8 @@ async fn the_layer_counts_its_outcomes_under_its_limiters_name_never_the_key() {
         Some(0.0),
         "{page}"
     );
-    assert!(!page.contains("secret-"), "the key is never a label: {page}");
+    assert!(
+        !page.contains("secret-"),
+        "the key is never a label: {page}"
+    );
 }

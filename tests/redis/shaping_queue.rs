@@ -142,12 +142,21 @@ async fn only_the_last_reservation_steps_back_in_the_script_as_in_memory() {
     let on_redis = three_reservations(&redis).await;
     let in_memory = three_reservations(&memory).await;
     // Redis: the middle reservation is not the last one: nothing moves.
-    let d = redis.apply(&(), None, step_back(&on_redis[1])).await.unwrap();
+    let d = redis
+        .apply(&(), None, step_back(&on_redis[1]))
+        .await
+        .unwrap();
     assert_eq!(d.remaining(), 2, "redis: the gap stays");
     // The last one steps back, once.
-    let d = redis.apply(&(), None, step_back(&on_redis[2])).await.unwrap();
+    let d = redis
+        .apply(&(), None, step_back(&on_redis[2]))
+        .await
+        .unwrap();
     assert_eq!(d.remaining(), 3, "redis: the last slot is free again");
-    let d = redis.apply(&(), None, step_back(&on_redis[2])).await.unwrap();
+    let d = redis
+        .apply(&(), None, step_back(&on_redis[2]))
+        .await
+        .unwrap();
     assert_eq!(d.remaining(), 3, "redis: a step back happens once");
     // The next reservation takes the freed departure: two intervals away, as the third had.
     let next = redis.check(&(), 1).await.unwrap();
