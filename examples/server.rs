@@ -743,6 +743,8 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
     if let Some(name) = &o.settle_header {
         layer = layer.settle_from(SettleFrom::header(name.clone()));
     }
+    let published = layer.clone();
+    let _ = PUBLISH.set(Box::new(move || published.publish_stats()));
     let delay = o.delay;
     let settle = o.settle_header.clone().map(|name| (name, cost.max(1)));
     let router = Router::new().route(
@@ -778,7 +780,8 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
 static METRICS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
     std::sync::OnceLock::new();
 
-/// Publishes the figures the stores count (keys held, evictions) before a scrape: set by `--rules`.
+/// Publishes the figures the stores count (keys held, evictions, the circuit breaker) before a
+/// scrape.
 type Publish = Box<dyn Fn() + Send + Sync>;
 static PUBLISH: std::sync::OnceLock<Publish> = std::sync::OnceLock::new();
 

@@ -68,7 +68,9 @@
 //! beside these with [`HeaderStyle`](crate::layer::HeaderStyle) (draft-ietf-httpapi-ratelimit-headers-11):
 //! `RateLimit-Policy` has one item per quota, `q=N;w=W` for the windows and `q=B;w=ceil(B x T)` for
 //! the buckets (a bucket admits `B` at once, then one per `T`); `RateLimit` one item per limiter,
-//! `r` the remaining and `t` the reset, or on a `429` the `Retry-After` value. The layer adds the
+//! `r` the remaining and `t` the reset, or on a `429` the `Retry-After` value. Item names are
+//! unique per response: under stacked limiters that share a name, a limiter whose item names an
+//! inner one already used takes the first free suffix (`api`, then `api-2`). The layer adds the
 //! partition key `pk` (a keyed hash of the key, [`partition_key`](crate::layer::RateLimitLayer::partition_key)),
 //! the quota unit `qu` ([`quota_unit`](crate::layer::RateLimitLayer::quota_unit)) and jitter on `t`
 //! ([`jitter`](crate::layer::RateLimitLayer::jitter)) on request, and

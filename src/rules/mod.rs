@@ -59,7 +59,7 @@
 //! of them ends), so such a reload never fails on the name.
 
 mod file;
-mod metrics;
+use crate::metrics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -412,17 +412,22 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     /// Publishes what the stores count into the gauges and counters that are not updated per
     /// request: `tollgate_keys{limit}` (keys held) and `tollgate_evictions_total{limit}`, for the
     /// limits whose store is their own (the memory store; a store shared by several limits, such
-    /// as Redis, reports nothing here). [`Rules::watch`] calls it at every poll; call it before a
+    /// as Redis, reports no keys here), and `tollgate_breaker_open{limit}` (1 while the Redis
+    /// store's circuit breaker is open). [`Rules::watch`] calls it at every poll; call it before a
     /// scrape for exact figures.
     pub fn publish_stats(&self) {
         let current = self.shared.current.load();
-        if !self.shared.own_stores {
-            return;
-        }
         for limit in current.limits.iter() {
             let stats = limit.limiter.stats();
-            limit.metrics.keys.set(stats.keys as f64);
-            limit.metrics.evictions.absolute(stats.evictions);
+            if self.shared.own_stores {
+                limit.metrics.publish(&stats);
+            } else {
+                // A shared store's keys are not this limit's; its circuit breaker is.
+                limit
+                    .metrics
+                    .breaker_open
+                    .set(if stats.breaker_open { 1.0 } else { 0.0 });
+            }
         }
     }
 
@@ -1076,7 +1081,8 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     }
     for h in &held {
         if let Some(limit) = compiled.limits.get(h.index) {
-            limit.metrics.allowed.increment(1);
+            // Units are counted once settled.
+            limit.metrics.decided(&h.decision, 0);
         }
     }
     let allowed = held;
@@ -1156,7 +1162,7 @@ async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             Ok(Some(d))
         }
         Ok(d) => {
-            limit.metrics.rejected.increment(1);
+            limit.metrics.decided(&d, 0);
             tracing::debug!(limit = %limit.spec.name, "rejected");
             rollback(compiled, held).await;
             let mut res: Response<B> = DefaultRejection.on_rejected(&d);

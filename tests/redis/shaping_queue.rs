@@ -1,5 +1,6 @@
 //! The shaping queue on Redis: departures reserved in the script leave in arrival order, one
-//! interval apart, and a request beyond the maximum wait gets 429 at once.
+//! interval apart, a request beyond the maximum wait gets 429 at once, and only the last
+//! reservation steps back when its waiter goes away.
 
 use crate::redis_support;
 
@@ -88,4 +89,85 @@ async fn waiters_leave_in_order_one_interval_apart_and_the_rest_are_refused_at_o
         log[4].1 - start <= Duration::from_millis(200 + 500),
         "within the maximum wait"
     );
+}
+
+/// Three reservations of a queue of five places, one a minute (T = 60 s: the test's own run time
+/// cannot move a count), on `store`: the three checks.
+async fn three_reservations<S: tollgate::store::Store<()>>(
+    limiter: &RateLimiter<(), S>,
+) -> Vec<tollgate::Decision> {
+    let mut checks = Vec::new();
+    for _ in 0..3 {
+        let d = limiter.check(&(), 1).await.unwrap();
+        assert!(d.is_allowed());
+        checks.push(d);
+    }
+    checks
+}
+
+/// The step back of `reserved`'s reservation.
+fn step_back(reserved: &tollgate::Decision) -> tollgate::Op {
+    tollgate::Op::StepBack {
+        cost: 1,
+        end: u64::try_from((reserved.time() + reserved.reset_after()).as_nanos()).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn only_the_last_reservation_steps_back_in_the_script_as_in_memory() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::builder(server.url())
+        .prefix("stepback:")
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let redis: RateLimiter<(), RedisStore> = RateLimiter::builder()
+        .strategy(Strategy::LeakyBucket)
+        .quotas("1/minute")
+        .unwrap()
+        .burst(std::num::NonZeroU32::new(5).unwrap())
+        .store(store)
+        .build()
+        .unwrap();
+    let memory: RateLimiter<()> = RateLimiter::builder()
+        .strategy(Strategy::LeakyBucket)
+        .quotas("1/minute")
+        .unwrap()
+        .burst(std::num::NonZeroU32::new(5).unwrap())
+        .build()
+        .unwrap();
+    let on_redis = three_reservations(&redis).await;
+    let in_memory = three_reservations(&memory).await;
+    // Redis: the middle reservation is not the last one: nothing moves.
+    let d = redis
+        .apply(&(), None, step_back(&on_redis[1]))
+        .await
+        .unwrap();
+    assert_eq!(d.remaining(), 2, "redis: the gap stays");
+    // The last one steps back, once.
+    let d = redis
+        .apply(&(), None, step_back(&on_redis[2]))
+        .await
+        .unwrap();
+    assert_eq!(d.remaining(), 3, "redis: the last slot is free again");
+    let d = redis
+        .apply(&(), None, step_back(&on_redis[2]))
+        .await
+        .unwrap();
+    assert_eq!(d.remaining(), 3, "redis: a step back happens once");
+    // The next reservation takes the freed departure: two intervals away, as the third had.
+    let next = redis.check(&(), 1).await.unwrap();
+    assert_eq!(
+        next.time() + next.reset_after(),
+        on_redis[2].time() + on_redis[2].reset_after(),
+        "redis: the next arrival's slot is the one the cancelled waiter gave back"
+    );
+    // The memory store answers the same.
+    let m = memory.apply_now(&(), None, step_back(&in_memory[1]));
+    assert_eq!(m.remaining(), 2);
+    let m = memory.apply_now(&(), None, step_back(&in_memory[2]));
+    assert_eq!(m.remaining(), 3);
 }

@@ -944,6 +944,7 @@ impl RedisStore {
             time: now,
             quota: 0,
             cost: 0,
+            local: false,
         }
     }
 
@@ -966,14 +967,16 @@ impl RedisStore {
         // Keys Redis reported blocked stay blocked for the wait it reported.
         if let (Op::Check(c), Some(cache), Some(ck)) = (op, &self.inner.cache, cache_key) {
             if c > 0 {
-                if let Some(d) = cache.get_stale(ck, Instant::now()) {
+                if let Some(mut d) = cache.get_stale(ck, Instant::now()) {
                     self.inner.local_rejected.add(1);
                     self.inner.rejected.add(1);
+                    d.local = true;
                     return Ok(d);
                 }
             }
         }
-        let d = local.decide(base, rule, tag, op, now);
+        let mut d = local.decide(base, rule, tag, op, now);
+        d.local = true;
         if let Op::Check(_) = op {
             if d.is_allowed() {
                 self.inner.local_allowed.add(1);
@@ -1057,6 +1060,8 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
         // The check's time came from the same clock (server time), in µs.
         Op::Settle { reserved, at, .. } => (2, u64::from(reserved), (at / 1000).max(1)),
         Op::Reset => (3, 0, 0),
+        // The reservation's end from the same clock, in µs.
+        Op::StepBack { cost, end } => (4, u64::from(cost), end / 1000),
     };
     let horizon = params
         .iter()
@@ -1276,7 +1281,7 @@ impl RedisStore {
                         return Box::pin(std::future::ready(Ok(d)));
                     }
                 }
-                Op::Settle { .. } | Op::Reset => cache.remove(ck),
+                Op::Settle { .. } | Op::Reset | Op::StepBack { .. } => cache.remove(ck),
                 _ => {}
             }
         }
@@ -1515,6 +1520,7 @@ impl RedisStore {
             allowed: self.inner.allowed.get(),
             rejected: self.inner.rejected.get(),
             store_errors: self.inner.errors.get(),
+            breaker_open: self.inner.breaker.is_open(),
             ..Stats::default()
         }
     }
