@@ -125,10 +125,10 @@ mod wait_guard;
 pub use body::{BoxError, ResponseBody};
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
-#[cfg(feature = "rules")]
-pub(crate) use layer::queue_quota;
 pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
 pub use layer::RateLimitLayer;
+#[cfg(feature = "rules")]
+pub(crate) use layer::queue_quota;
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
