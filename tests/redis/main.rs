@@ -7,6 +7,7 @@ mod redis_support;
 #[path = "../support/http.rs"]
 mod support;
 
+mod leases;
 mod limiter_names;
 mod redis_cluster;
 mod redis_concurrency_limit;

@@ -153,6 +153,8 @@ pub struct LeaseCounters {
     pub expired: u64,
     /// Leases held now.
     pub held: u64,
+    /// Unused units in the leases held now.
+    pub units_held: u64,
 }
 
 /// The leases of one store.
@@ -449,6 +451,7 @@ impl RedisStore {
             returned: l.returned.get(),
             expired: l.expired.get(),
             held: l.slots.iter().filter(|s| s.lease.is_some()).count() as u64,
+            units_held: l.slots.iter().filter_map(|s| s.lease.map(|l| l.left)).sum(),
         }
     }
 
