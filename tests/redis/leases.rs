@@ -470,3 +470,51 @@ fn build_refuses_leasing_for_the_strategies_it_cannot_bound_and_says_why() {
         }
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_with_redis_lease_admits_the_limit_on_a_lease_and_refuses_the_moving_window() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--strategy",
+        "fixed-window",
+        "--quota",
+        "40/hour",
+        "--key",
+        "global",
+        "--store-timeout",
+        "2000",
+        "--redis-lease",
+    ];
+    let server = crate::examples::start("server", &args).await;
+    let client = crate::support::TestClient::new();
+    let mut ok = 0;
+    for _ in 0..50 {
+        if client.get(&server.url("/")).await.status == http::StatusCode::OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 40, "one server on its own leases admits the whole limit");
+    let evalsha = redis.command_calls("evalsha");
+    assert!(evalsha < 40, "{evalsha} Redis calls for 40 admissions: no leasing");
+    server.stop_with("-TERM").await;
+
+    let out = tokio::process::Command::new(crate::examples::example("server"))
+        .args(["--addr", "127.0.0.1:0", "--store", url.as_str()])
+        .args(["--strategy", "moving-window", "--redis-lease", "on"])
+        .output()
+        .await
+        .expect("run server");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("leasing") && stderr.contains("moving window"),
+        "{stderr}"
+    );
+}

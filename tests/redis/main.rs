@@ -2,6 +2,8 @@
 //! free ports, Cluster, faults (kill, hang, pause, flush, OOM), a flood on one key, degraded mode and
 //! the circuit breaker, TLS, Sentinel with a failover, and the `server` example on Redis.
 
+#[path = "../support/examples.rs"]
+mod examples;
 #[path = "../support/redis.rs"]
 mod redis_support;
 #[path = "../support/http.rs"]
