@@ -60,7 +60,9 @@ fn kept() -> Leasing {
 
 /// The fixed window's count in Redis for `key`.
 fn redis_count(server: &RedisServer, l: &Limiter, key: &str) -> u64 {
-    let name = &l.store().redis_keys(&key.to_owned(), Scope::new(l.name(), l.rule()))[0];
+    let name = &l
+        .store()
+        .redis_keys(&key.to_owned(), Scope::new(l.name(), l.rule()))[0];
     server.cli(&["HGET", name, "n1"]).parse().unwrap_or(0)
 }
 
@@ -128,7 +130,11 @@ fn two_leasing_stores_never_admit_more_than_the_limit_and_exactly_the_limit_once
         while rejected_rounds < 2 {
             let mut any = false;
             for l in [&a, &b] {
-                if l.check(&"hot".to_owned(), 1).await.expect("decision").is_allowed() {
+                if l.check(&"hot".to_owned(), 1)
+                    .await
+                    .expect("decision")
+                    .is_allowed()
+                {
                     total += 1;
                     any = true;
                 }
@@ -158,7 +164,11 @@ fn a_dying_instance_strands_at_most_its_lease_until_the_window_ends() {
         );
         let mut by_a = 0;
         for _ in 0..300 {
-            if a.check(&"k".to_owned(), 1).await.expect("decision").is_allowed() {
+            if a.check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
                 by_a += 1;
             }
         }
@@ -174,7 +184,11 @@ fn a_dying_instance_strands_at_most_its_lease_until_the_window_ends() {
         );
         let mut by_b = 0;
         for _ in 0..1000 {
-            if b.check(&"k".to_owned(), 1).await.expect("decision").is_allowed() {
+            if b.check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
                 by_b += 1;
             }
         }
@@ -188,7 +202,11 @@ fn a_dying_instance_strands_at_most_its_lease_until_the_window_ends() {
         clock.advance(Duration::from_secs(60));
         let mut next = 0;
         for _ in 0..1100 {
-            if b.check(&"k".to_owned(), 1).await.expect("decision").is_allowed() {
+            if b.check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
                 next += 1;
             }
         }
@@ -213,7 +231,12 @@ fn with_redis_down_leases_in_hand_admit_until_they_are_spent_or_dead_then_the_fa
         );
         for key in ["spent", "dies"] {
             for _ in 0..100 {
-                assert!(l.check(&key.to_owned(), 1).await.expect("decision").is_allowed());
+                assert!(
+                    l.check(&key.to_owned(), 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                );
             }
         }
         let held = l.store().lease_counters().units_held;
@@ -244,7 +267,12 @@ fn with_redis_down_leases_in_hand_admit_until_they_are_spent_or_dead_then_the_fa
         );
         assert!(!error.message().is_empty());
         // The other key's lease dies with its window: then the failure policy answers.
-        assert!(l.check(&"dies".to_owned(), 1).await.expect("leased").is_allowed());
+        assert!(
+            l.check(&"dies".to_owned(), 1)
+                .await
+                .expect("leased")
+                .is_allowed()
+        );
         clock.advance(Duration::from_secs(60));
         let (after_death, _) = until_error("dies").await;
         assert_eq!(after_death, 0, "a dead lease admits nothing");
@@ -337,7 +365,11 @@ fn leased_sliding_windows_keep_the_weighted_count_within_the_limit_at_every_admi
             let now = BASE + step * 10 * S / 1000;
             for l in [&a, &c] {
                 for _ in 0..2 {
-                    if l.check(&"k".to_owned(), 1).await.expect("decision").is_allowed() {
+                    if l.check(&"k".to_owned(), 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                    {
                         times.push(now);
                     }
                 }
@@ -387,7 +419,10 @@ fn concurrent_checks_on_one_key_share_one_lease_fetch() {
             assert!(c.await.expect("task").expect("decision").is_allowed());
         }
         let fetches = l.store().lease_counters().fetches;
-        assert!(fetches <= 6, "{fetches} lease calls for 64 concurrent checks");
+        assert!(
+            fetches <= 6,
+            "{fetches} lease calls for 64 concurrent checks"
+        );
         assert_eq!(
             server.command_calls("evalsha"),
             fetches,
@@ -418,7 +453,10 @@ fn a_leased_reservation_settles_in_the_window_it_was_counted_in() {
             let d = l.check(&"k".to_owned(), 2).await.expect("decision");
             reservations.push(d.reservation().expect("admitted"));
         }
-        assert!(l.store().lease_counters().leased > 0, "some checks were leased");
+        assert!(
+            l.store().lease_counters().leased > 0,
+            "some checks were leased"
+        );
         // Only failures count: half the requests give their units back.
         for r in reservations.iter().step_by(2) {
             l.settle(&"k".to_owned(), *r, 0).await.expect("settled");
@@ -500,9 +538,15 @@ async fn the_server_with_redis_lease_admits_the_limit_on_a_lease_and_refuses_the
             ok += 1;
         }
     }
-    assert_eq!(ok, 40, "one server on its own leases admits the whole limit");
+    assert_eq!(
+        ok, 40,
+        "one server on its own leases admits the whole limit"
+    );
     let evalsha = redis.command_calls("evalsha");
-    assert!(evalsha < 40, "{evalsha} Redis calls for 40 admissions: no leasing");
+    assert!(
+        evalsha < 40,
+        "{evalsha} Redis calls for 40 admissions: no leasing"
+    );
     server.stop_with("-TERM").await;
 
     let out = tokio::process::Command::new(crate::examples::example("server"))

@@ -324,9 +324,7 @@ impl Lease {
         Some(Decision {
             outcome: Outcome::Allowed,
             limit: self.limit,
-            remaining: u32::try_from(remaining)
-                .unwrap_or(u32::MAX)
-                .min(self.limit),
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX).min(self.limit),
             reset_after: self.reset_after.saturating_sub(elapsed),
             retry_after: 0,
             // Inside the lease's window: a settlement finds the window it was counted in.
@@ -399,7 +397,11 @@ impl RedisStore {
             slot.asked = slot.asked.saturating_add(u64::from(cost));
             slot.used_at = Instant::now();
             slot.now_seen = now;
-            if let Some(d) = slot.lease.as_mut().and_then(|l| l.take(u64::from(cost), now)) {
+            if let Some(d) = slot
+                .lease
+                .as_mut()
+                .and_then(|l| l.take(u64::from(cost), now))
+            {
                 drop(slot);
                 leases.leased.add(1);
                 self.inner.allowed.add(1);
@@ -530,13 +532,17 @@ impl RedisStore {
     ) -> Result<Decision, StoreError> {
         let inner = Arc::clone(&self.inner);
         let Some(leases) = &inner.leases else {
-            return self.apply_base(base, &rule, tag, Op::Check(cost), now).await;
+            return self
+                .apply_base(base, &rule, tag, Op::Check(cost), now)
+                .await;
         };
         let op = Op::Check(cost);
         let strategy = rule.strategy();
         let params = match rule.params_in(TICK_NANOS) {
             Ok(p) => p,
-            Err(e) => return self.outage_error(StoreError::new(StoreErrorKind::Other, e.to_string())),
+            Err(e) => {
+                return self.outage_error(StoreError::new(StoreErrorKind::Other, e.to_string()));
+            }
         };
         let cap = leases.cfg.cap(strategy, &params);
         let Some((sha, src)) = leases.script(strategy).filter(|_| u64::from(cost) <= cap) else {
@@ -594,10 +600,18 @@ impl RedisStore {
                 }
                 slot.cap = cap;
                 // A fetch whose task ended without recording (a runtime shutting down) is over.
-                if slot.fetching.as_ref().is_some_and(|rx| rx.has_changed().is_err()) {
+                if slot
+                    .fetching
+                    .as_ref()
+                    .is_some_and(|rx| rx.has_changed().is_err())
+                {
                     slot.fetching = None;
                 }
-                if let Some(d) = slot.lease.as_mut().and_then(|l| l.take(u64::from(cost), now)) {
+                if let Some(d) = slot
+                    .lease
+                    .as_mut()
+                    .and_then(|l| l.take(u64::from(cost), now))
+                {
                     Step::Done(d)
                 } else if let Some(rx) = &slot.fetching {
                     seen = Some(slot.done);
@@ -867,7 +881,10 @@ pub(super) fn sweep_in_background(inner: Weak<Inner>) {
     };
     rt.spawn(async move {
         loop {
-            let every = match inner.upgrade().and_then(|i| i.leases.as_ref().map(|l| l.cfg.idle)) {
+            let every = match inner
+                .upgrade()
+                .and_then(|i| i.leases.as_ref().map(|l| l.cfg.idle))
+            {
                 Some(idle) => (idle / 2).max(Duration::from_millis(5)),
                 None => return,
             };
@@ -921,9 +938,17 @@ mod tests {
             }),
         };
         let ms = 1_000_000;
-        assert_eq!(slot.next_size(&cfg, 1000 * ms, 1), 1, "a new key gets one unit");
+        assert_eq!(
+            slot.next_size(&cfg, 1000 * ms, 1),
+            1,
+            "a new key gets one unit"
+        );
         slot.asked = 1000;
-        assert_eq!(slot.next_size(&cfg, 1010 * ms, 1), 4, "growth is at most 4x");
+        assert_eq!(
+            slot.next_size(&cfg, 1010 * ms, 1),
+            4,
+            "growth is at most 4x"
+        );
         slot.asked = 1000;
         assert_eq!(slot.next_size(&cfg, 1020 * ms, 1), 16);
         slot.asked = 1;

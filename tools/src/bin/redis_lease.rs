@@ -1,8 +1,9 @@
 //! Quota leasing on the Redis store (issue 13), three measurements on one Redis:
 //!
 //! 1. Decisions per second from one process on one hot key (sliding window, 10^6/minute, 64
-//!    checks in flight), leasing against the plain store, alternating, `rounds` times: medians and
-//!    their ratio, with the Redis calls each made.
+//!    checks in flight), leasing against the plain store, alternating, `rounds` times (a fresh key
+//!    each; a run stops after `seconds` or 800,000 admissions, before the quota runs out): medians
+//!    and their ratio, with the Redis commands each made.
 //! 2. Two instances, 10^5 attempts against a limit of 1000 (fixed window): admitted before and
 //!    after every lease is returned, and Redis's own count.
 //! 3. A cold key spread over 4 instances (one attempt every 10 ms at a random instance, limit
@@ -22,6 +23,8 @@ use tollgate::store::redis::{Leasing, RedisStore};
 use tollgate::{RateLimiter, Strategy};
 
 const IN_FLIGHT: usize = 64;
+/// A hot-key run stops once this much of its 10^6 quota is admitted.
+const STOP_AT: u64 = 800_000;
 
 type Limiter = RateLimiter<String, RedisStore>;
 
@@ -49,7 +52,8 @@ fn limiter(
         .build()?)
 }
 
-/// Decisions and admissions per second on one key for `secs`, `IN_FLIGHT` checks at a time.
+/// Decisions and admissions per second on one key for `secs` (or until `STOP_AT` admissions),
+/// `IN_FLIGHT` checks at a time.
 async fn hot(l: &Limiter, key: &str, secs: f64) -> (f64, f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let (done, allowed, errors) = (
@@ -84,7 +88,10 @@ async fn hot(l: &Limiter, key: &str, secs: f64) -> (f64, f64, u64) {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    // Until `secs` have passed, or most of the quota is spent (the rest would be rejections).
+    while start.elapsed().as_secs_f64() < secs && allowed.load(Ordering::Relaxed) < STOP_AT {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
@@ -128,8 +135,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = std::process::id();
 
     // 1. One hot key, 10^6/minute: plain against leased, alternating rounds, fresh keys.
-    let plain = limiter(store(&url, false).await?, "plain", Strategy::SlidingWindow, "1000000/minute")?;
-    let leased = limiter(store(&url, true).await?, "leased", Strategy::SlidingWindow, "1000000/minute")?;
+    let plain = limiter(
+        store(&url, false).await?,
+        "plain",
+        Strategy::SlidingWindow,
+        "1000000/minute",
+    )?;
+    let leased = limiter(
+        store(&url, true).await?,
+        "leased",
+        Strategy::SlidingWindow,
+        "1000000/minute",
+    )?;
     let (mut p_dec, mut l_dec, mut p_ok, mut l_ok) = (vec![], vec![], vec![], vec![]);
     let (mut p_calls, mut l_calls) = (0u64, 0u64);
     for r in 0..rounds {
@@ -154,8 +171,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "hot key, sliding window 10^6/minute, {IN_FLIGHT} in flight, {secs} s x {rounds} rounds"
     );
-    println!("  plain store   median {pd:>10.0} decisions/s ({:>9.0} admitted/s), {p_calls} Redis commands", median(&mut p_ok));
-    println!("  leasing store median {ld:>10.0} decisions/s ({:>9.0} admitted/s), {l_calls} Redis commands", median(&mut l_ok));
+    println!(
+        "  plain store   median {pd:>10.0} decisions/s ({:>9.0} admitted/s), {p_calls} Redis commands",
+        median(&mut p_ok)
+    );
+    println!(
+        "  leasing store median {ld:>10.0} decisions/s ({:>9.0} admitted/s), {l_calls} Redis commands",
+        median(&mut l_ok)
+    );
     println!("  ratio {:.1}x", ld / pd);
     let c = leased.store().lease_counters();
     println!(
@@ -164,8 +187,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 2. Two instances, 10^5 attempts against 1000 (fixed window of an hour).
-    let a = limiter(store(&url, true).await?, "exact", Strategy::FixedWindow, "1000/hour")?;
-    let b = limiter(store(&url, true).await?, "exact", Strategy::FixedWindow, "1000/hour")?;
+    let a = limiter(
+        store(&url, true).await?,
+        "exact",
+        Strategy::FixedWindow,
+        "1000/hour",
+    )?;
+    let b = limiter(
+        store(&url, true).await?,
+        "exact",
+        Strategy::FixedWindow,
+        "1000/hour",
+    )?;
     let key = format!("exact-{run}");
     let admitted = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -213,10 +246,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 3. A cold key spread over 4 instances: one attempt every 10 ms at a random instance.
     let four = [
-        limiter(store(&url, true).await?, "cold", Strategy::FixedWindow, "200/hour")?,
-        limiter(store(&url, true).await?, "cold", Strategy::FixedWindow, "200/hour")?,
-        limiter(store(&url, true).await?, "cold", Strategy::FixedWindow, "200/hour")?,
-        limiter(store(&url, true).await?, "cold", Strategy::FixedWindow, "200/hour")?,
+        limiter(
+            store(&url, true).await?,
+            "cold",
+            Strategy::FixedWindow,
+            "200/hour",
+        )?,
+        limiter(
+            store(&url, true).await?,
+            "cold",
+            Strategy::FixedWindow,
+            "200/hour",
+        )?,
+        limiter(
+            store(&url, true).await?,
+            "cold",
+            Strategy::FixedWindow,
+            "200/hour",
+        )?,
+        limiter(
+            store(&url, true).await?,
+            "cold",
+            Strategy::FixedWindow,
+            "200/hour",
+        )?,
     ];
     let key = format!("cold-{run}");
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ u64::from(run);
