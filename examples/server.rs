@@ -44,7 +44,7 @@
 //! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
 //! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
 //! | `--instances N` | 12 | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
-//! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`); warns with the memory store; not available yet | process-wide |
+//! | `--redis-lease [on\|off]` | 13 | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | process-wide |
 //! | `--rules FILE` | 14 | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
 //! | `--reload-interval MS` | 14 | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
 //! | `--settle-header NAME` | 15 | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
@@ -409,6 +409,8 @@ struct Settings {
     store_timeout: Option<Duration>,
     /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
+    lease: bool,
     local_instances: Option<u32>,
     /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -476,6 +478,7 @@ impl Settings {
                 // layer sees no failure; what still fails (none expected) is let through.
                 FailMode::Open | FailMode::Local => FailurePolicy::FailOpen,
             },
+            lease: cli.redis_lease == Some(OnOff::On),
             local_instances: (fail_mode == FailMode::Local)
                 .then(|| cli.instances.map_or(1, NonZeroU32::get)),
             redis_ca: cli.redis_ca.clone(),
@@ -659,9 +662,8 @@ fn warnings(cli: &Cli, store: &StoreChoice, fail: FailMode, strategy: Strategy) 
 
 /// Flags whose behaviour the library does not offer yet, where they would take effect: one line
 /// each. Giving a flag its behaviour = deleting its line here and wiring it in `app` or `main`.
-fn not_available_yet(cli: &Cli, store: &StoreChoice, _fail: FailMode) -> Result<(), Usage> {
-    let redis = matches!(store, StoreChoice::Redis(_));
-    let pending = [("--redis-lease", cli.redis_lease == Some(OnOff::On) && redis)];
+fn not_available_yet(_cli: &Cli, _store: &StoreChoice, _fail: FailMode) -> Result<(), Usage> {
+    let pending: [(&str, bool); 0] = [];
     match pending.iter().find(|(_, on)| *on) {
         Some((flag, _)) => Err(Usage(format!(
             "{flag} is not available yet in this version of tollgate"
@@ -1063,6 +1065,11 @@ async fn serve_redis(
         Some(n) => store.local_fallback(n),
         None => store,
     };
+    let store = if o.lease {
+        store.leases(tollgate::store::redis::Leasing::default())
+    } else {
+        store
+    };
     let store = match &o.redis_ca {
         Some(ca) => store.tls_ca_file(ca),
         None => store,
@@ -1108,6 +1115,11 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
     let store = match o.store_timeout {
         Some(timeout) => store.timeout(timeout),
         None => store,
+    };
+    let store = if o.lease {
+        store.leases(tollgate::store::redis::Leasing::default())
+    } else {
+        store
     };
     let store = match store.build().await {
         Ok(store) => store,

@@ -269,33 +269,6 @@ async fn contradictions_exit_2() {
 }
 
 #[tokio::test]
-async fn flags_the_library_cannot_serve_yet_exit_2_naming_the_flag() {
-    let file = std::env::temp_dir().join(format!("tollgate-cli-file-{}", std::process::id()));
-    std::fs::write(&file, "[[limit]]\nname = \"all\"\n").unwrap();
-    let file = file.to_str().unwrap().to_owned();
-    let redis = format!("redis://127.0.0.1:{}", closed_port());
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--store", &redis, "--redis-lease"], "--redis-lease"),
-        (
-            vec!["--store", &redis, "--redis-lease", "on"],
-            "--redis-lease",
-        ),
-    ];
-    for (args, flag) in &cases {
-        let out = run(args).await;
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(text(&out.stdout), "");
-        let first = stderr.lines().next().unwrap_or_default();
-        assert!(
-            first.contains(flag) && first.contains("not available yet"),
-            "{args:?}: {stderr}"
-        );
-    }
-    std::fs::remove_file(&file).unwrap();
-}
-
-#[tokio::test]
 async fn flags_without_effect_warn_once_on_stderr_and_the_server_runs() {
     let server = Running::start(&[
         "--addr",

@@ -2,11 +2,14 @@
 //! free ports, Cluster, faults (kill, hang, pause, flush, OOM), a flood on one key, degraded mode and
 //! the circuit breaker, TLS, Sentinel with a failover, and the `server` example on Redis.
 
+#[path = "../support/examples.rs"]
+mod examples;
 #[path = "../support/redis.rs"]
 mod redis_support;
 #[path = "../support/http.rs"]
 mod support;
 
+mod leases;
 mod limiter_names;
 mod redis_cluster;
 mod redis_concurrency_limit;

@@ -54,6 +54,7 @@ mod cache;
 mod degraded;
 mod keys;
 mod leases;
+mod quota_lease;
 mod scripts;
 mod sentinel;
 
@@ -76,6 +77,7 @@ use ::redis::{Cmd, ErrorKind, RedisError, Value};
 use self::breaker::{Breaker, Pass};
 use self::cache::BlockCache;
 use self::degraded::Local;
+pub use self::quota_lease::{LeaseCounters, Leasing};
 use self::scripts::Family;
 use super::memory::to_decision;
 use super::{Answer, LimiterNames, Scope, Store, StoreKey};
@@ -138,6 +140,8 @@ struct Inner {
     max_in_flight: usize,
     breaker: Breaker,
     local: Option<Local>,
+    /// Quota leases ([`RedisStoreBuilder::leases`]): `None` when off.
+    leases: Option<quota_lease::Leases>,
     /// When Redis last replied, in nanoseconds since `epoch` (0: never).
     last_reply: AtomicU64,
     /// When a call last failed on the connection (lost, refused), in nanoseconds since `epoch`.
@@ -282,6 +286,7 @@ pub struct RedisStoreBuilder {
     tls_ca: Option<std::path::PathBuf>,
     tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     client_time: bool,
+    leasing: Option<Leasing>,
 }
 
 impl RedisStoreBuilder {
@@ -360,6 +365,17 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Quota leasing: an instance takes a slice of a hot key's quota from Redis in one call and
+    /// decides locally against it, so a hot key costs one Redis call per lease instead of one per
+    /// request. Offered for the fixed window (clock-aligned), the sliding window counter and the
+    /// token bucket; [`Builder::build`](crate::Builder::build) refuses it for the other
+    /// strategies with a [`ConfigError::Store`] that says why. See [`Leasing`] for the sizes and
+    /// the bounds. Off by default.
+    pub fn leases(mut self, leasing: Leasing) -> Self {
+        self.leasing = Some(leasing);
+        self
+    }
+
     /// For `rediss://` URLs: trust the CA certificates of this PEM file instead of the built-in web
     /// roots (a private CA, a managed Redis's bundle). [`build`](RedisStoreBuilder::build) fails
     /// when the file cannot be read, is not PEM, or the URL is not a TLS one.
@@ -432,6 +448,7 @@ impl RedisStoreBuilder {
             Err(e) => return Err(e.into()),
         };
         let connected = conn.is_some();
+        let sweep = self.leasing.is_some();
         let scripts = Family::ALL.map(|f| {
             let src = f.source();
             let sha = ::redis::Script::new(&src).get_hash().to_owned();
@@ -451,6 +468,7 @@ impl RedisStoreBuilder {
                 max_in_flight: self.max_in_flight,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 local: self.local_fallback.map(Local::new),
+                leases: self.leasing.map(quota_lease::Leases::new),
                 last_reply: AtomicU64::new(0),
                 last_broken: AtomicU64::new(0),
                 epoch: Instant::now(),
@@ -468,6 +486,9 @@ impl RedisStoreBuilder {
                 names: LimiterNames::default(),
             }),
         };
+        if sweep {
+            quota_lease::sweep_in_background(Arc::downgrade(&store.inner));
+        }
         if connected {
             store.prepare(self.connect_timeout).await?;
         } else {
@@ -832,6 +853,7 @@ impl RedisStore {
             tls_ca: None,
             tls_client: None,
             client_time: false,
+            leasing: None,
         }
     }
 
@@ -1216,11 +1238,12 @@ impl<K: StoreKey> Store<K> for RedisStore {
     type Future = RedisFuture;
 
     fn apply(&self, key: &K, scope: Scope<'_>, op: Op, now: u64) -> Answer<RedisFuture> {
-        Answer::later(self.apply_in(key, scope.rule(), scope.tag(), op, now))
+        self.lease_or_apply(key, scope, op, now)
     }
 
     fn validate(&self, rule: &Rule) -> Result<(), ConfigError> {
-        rule.params_in(TICK_NANOS).map(drop)
+        rule.params_in(TICK_NANOS)?;
+        self.validate_leasing(rule)
     }
 
     fn names(&self) -> &LimiterNames {
@@ -1241,6 +1264,11 @@ impl RedisStore {
         op: Op,
         now: u64,
     ) -> RedisFuture {
+        self.apply_base(keys::base_key(&self.inner.prefix, key), rule, tag, op, now)
+    }
+
+    /// [`apply_in`](Self::apply_in) for a key's base name ([`keys::base_key`]).
+    fn apply_base(&self, base: String, rule: &Rule, tag: u64, op: Op, now: u64) -> RedisFuture {
         let params = match rule.params_in(TICK_NANOS) {
             Ok(p) => p,
             Err(e) => return self.fail(StoreError::new(StoreErrorKind::Other, e.to_string())),
@@ -1254,18 +1282,8 @@ impl RedisStore {
             Ok(a) => a,
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
-        let base = keys::base_key(&self.inner.prefix, key);
         let redis_keys = redis_keys(&base, rule.strategy(), tag, params.len());
-        let cache_key = self
-            .inner
-            .cache
-            .as_ref()
-            // The rule's part of the arguments only (not the op's time or units): a settlement or
-            // reset must find the entry its key's check cached.
-            .map(|_| {
-                let rule_args = args.get(4..6 + 4 * params.len()).unwrap_or_default();
-                cache::fingerprint(&redis_keys, rule_args)
-            });
+        let cache_key = self.cache_key(&redis_keys, &args, params.len());
         if let (Some(cache), Some(ck)) = (&self.inner.cache, cache_key) {
             match op {
                 // Only costs every quota could ever admit: a larger one is `Exceeds`, which only
@@ -1512,6 +1530,16 @@ impl RedisStore {
                 }
             }
             Ok(d)
+        })
+    }
+
+    /// The blocked-key cache's key of a logical key: its Redis keys and the rule's part of the
+    /// arguments only (not the op's time or units), so a settlement or reset finds the entry its
+    /// key's check cached. `None` without a cache.
+    fn cache_key(&self, redis_keys: &[String], args: &[u64], quotas: usize) -> Option<u64> {
+        self.inner.cache.as_ref().map(|_| {
+            let rule_args = args.get(4..6 + 4 * quotas).unwrap_or_default();
+            cache::fingerprint(redis_keys, rule_args)
         })
     }
 

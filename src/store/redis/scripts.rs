@@ -17,17 +17,17 @@
 //!   allowed, 1 rejected, 2 never admissible); integers only.
 
 /// Helpers shared by every script: argument parsing, time, exact integer division.
-const PRELUDE: &str = include_str!("lua/prelude.lua");
+pub(super) const PRELUDE: &str = include_str!("lua/prelude.lua");
 
 /// The strategies keeping a few integers per quota in one hash: `run` loads the fields, applies the
 /// op through the strategy's `check`, `commit` and `settle`, and writes them back.
 const HASH_DRIVER: &str = include_str!("lua/hash_driver.lua");
 
-const FIXED: &str = include_str!("lua/fixed_window.lua");
+pub(super) const FIXED: &str = include_str!("lua/fixed_window.lua");
 
-const SLIDING: &str = include_str!("lua/sliding_window.lua");
+pub(super) const SLIDING: &str = include_str!("lua/sliding_window.lua");
 
-const GCRA: &str = include_str!("lua/gcra.lua");
+pub(super) const GCRA: &str = include_str!("lua/gcra.lua");
 
 /// The moving window: one list of timestamps per quota, oldest first, at most `N` entries. Equal
 /// timestamps are separate entries, so same-instant requests never collapse.

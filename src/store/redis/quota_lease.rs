@@ -1,0 +1,1010 @@
+//! Quota leases ([`RedisStoreBuilder::leases`](super::RedisStoreBuilder::leases)): an instance
+//! takes a slice of a key's quota from Redis in one script call and decides locally against it.
+//!
+//! - **Fetch**: `lua/lease_driver.lua` after the strategy's own script charges the slice with the
+//!   strategy's `check` and `commit` (cost = the slice), so the global state counts it at once and
+//!   exactly as that many admitted requests. The slice is `min(asked, room / shrink)`, at least the
+//!   request's cost; without room for the cost nothing is charged and the reply is the check's
+//!   rejection. One fetch per key is in flight per process: concurrent checks wait for it.
+//! - **Life**: a lease dies at the end of the window (fixed window) or bucket (sliding window
+//!   counter) it was drawn from, and `grant x T` after it was drawn for the token bucket. Its
+//!   deadline is the life Redis computed, counted on the limiter's clock from the moment the call
+//!   was sent, so it ends no later than Redis's own window does.
+//! - **Return**: a lease unused for the idle time, or replaced while units were left, gives them
+//!   back through the store's settlement arithmetic (reserved = the slice, actual = the units
+//!   used, at the lease's time). An expired lease needs no return: its window or bucket is over.
+//! - **Size**: the key's demand on this instance over the horizon (units asked since the last
+//!   fetch, scaled to the horizon), at most four times the previous lease, at most `limit /
+//!   max_share`; in Redis also at most `room / shrink`, so leases shrink as the key nears its limit.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use ::redis::{ErrorKind, Value};
+use dashmap::DashMap;
+use tokio::sync::watch;
+
+use super::scripts::{FIXED, GCRA, PRELUDE, SLIDING};
+use super::{
+    Inner, LATE_GRACE, Pass, RedisFuture, RedisStore, SILENCE, TICK_NANOS, decode, keys, limit_of,
+    map_error, nanos, redis_keys, script_args,
+};
+use crate::decision::{Decision, Outcome};
+use crate::error::{ConfigError, StoreError, StoreErrorKind};
+use crate::rule::Rule;
+use crate::stats::Counter;
+use crate::store::{Answer, Scope, StoreKey};
+use crate::strategy::{Op, Params, Strategy};
+
+/// The lease script's driver, after the prelude and a strategy's script.
+const LEASE_DRIVER: &str = include_str!("lua/lease_driver.lua");
+
+/// How leases are sized and given back ([`RedisStoreBuilder::leases`](super::RedisStoreBuilder::leases)).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::store::redis::{Leasing, RedisStore};
+///
+/// let builder = RedisStore::builder("redis://127.0.0.1:6379").leases(
+///     Leasing::default()
+///         .max_share(50) // a lease never holds more than 2% of a limit
+///         .idle_return(Duration::from_millis(100)),
+/// );
+/// # let _ = builder;
+/// ```
+///
+/// # Bounds
+///
+/// With `I` instances and leases of at most `L = limit / max_share` units:
+/// - **Fixed window** (clock-aligned) and **sliding window counter**: never more than the
+///   strategy's own bound across all instances. A lease is counted in Redis when it is drawn, in
+///   the window (or bucket) it is used in, and dies at that window's end.
+/// - **Token bucket**: a lease of `g` units dies `g x T` after it was drawn, so a unit is used at
+///   most `L x T` after Redis counted it: over any span of time `d`, at most `B + L + d / T`
+///   (the bucket's `B + d / T`, plus one lease).
+/// - **Under-admission**: units leased by other instances and not yet used: at most
+///   `(I - 1) x L` at once (and at most `room / shrink` per lease near the limit). They come back
+///   when their instance returns them (after `idle_return` without use, at the latest) or when the
+///   lease dies; a dead instance's lease is lost until it dies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leasing {
+    max_share: u32,
+    horizon: Duration,
+    shrink: u32,
+    idle: Duration,
+}
+
+impl Default for Leasing {
+    fn default() -> Self {
+        Self {
+            max_share: 20,
+            horizon: Duration::from_millis(100),
+            shrink: 4,
+            idle: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Leasing {
+    /// The defaults: leases of at most 5% of a limit (`max_share(20)`), sized to 100 ms of the
+    /// key's demand, at most a quarter of the room left, returned after 250 ms without use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A lease holds at most `limit / n` units (at least 1; for the token bucket the limit is the
+    /// burst). The bound on what other instances' leases can hold back. Default 20.
+    pub fn max_share(mut self, n: u32) -> Self {
+        self.max_share = n.max(1);
+        self
+    }
+
+    /// A lease aims at the key's demand on this instance over this span (default 100 ms): small
+    /// for cold keys (1 unit: a call per request, as without leasing), larger for hot ones.
+    pub fn horizon(mut self, span: Duration) -> Self {
+        self.horizon = span;
+        self
+    }
+
+    /// A lease takes at most `1 / n` of the room left in Redis (default 4): leases shrink as a
+    /// key nears its limit, so its last units are not stranded on an idle instance.
+    pub fn shrink(mut self, n: u32) -> Self {
+        self.shrink = n.max(1);
+        self
+    }
+
+    /// A lease unused for this long gives its units back (default 250 ms).
+    pub fn idle_return(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
+    }
+
+    /// The largest lease for `params` (at least 1).
+    fn cap(&self, strategy: Strategy, params: &[Params]) -> u64 {
+        params
+            .iter()
+            .map(|p| {
+                let limit = if strategy.is_bucket() {
+                    p.burst
+                } else {
+                    p.limit
+                };
+                limit / u64::from(self.max_share)
+            })
+            .min()
+            .unwrap_or(0)
+            .max(1)
+    }
+}
+
+/// What the leases of a [`RedisStore`](super::RedisStore) did ([`RedisStore::lease_counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseCounters {
+    /// Lease calls sent to Redis.
+    pub fetches: u64,
+    /// Units granted by them.
+    pub granted: u64,
+    /// Checks admitted from a lease without a call of their own.
+    pub leased: u64,
+    /// Unused units given back to Redis.
+    pub returned: u64,
+    /// Unused units of leases that died in hand (their window or bucket ended).
+    pub expired: u64,
+    /// Leases held now.
+    pub held: u64,
+    /// Unused units in the leases held now.
+    pub units_held: u64,
+}
+
+/// The leases of one store.
+pub(super) struct Leases {
+    cfg: Leasing,
+    slots: DashMap<u64, Slot>,
+    /// EVALSHA hash and source of the lease script per family: fixed, sliding, GCRA.
+    scripts: [(String, Arc<str>); 3],
+    fetches: Counter,
+    granted: Counter,
+    leased: Counter,
+    returned: Counter,
+    expired: Counter,
+}
+
+impl Leases {
+    pub(super) fn new(cfg: Leasing) -> Self {
+        let script = |strategy: &str| {
+            let mut src = String::from(PRELUDE);
+            src.push_str(strategy);
+            src.push_str(LEASE_DRIVER);
+            let sha = ::redis::Script::new(&src).get_hash().to_owned();
+            (sha, Arc::<str>::from(src))
+        };
+        Self {
+            cfg,
+            slots: DashMap::new(),
+            scripts: [script(FIXED), script(SLIDING), script(GCRA)],
+            fetches: Counter::default(),
+            granted: Counter::default(),
+            leased: Counter::default(),
+            returned: Counter::default(),
+            expired: Counter::default(),
+        }
+    }
+
+    fn script(&self, strategy: Strategy) -> Option<&(String, Arc<str>)> {
+        let i = match strategy {
+            Strategy::FixedWindow => 0,
+            Strategy::SlidingWindow => 1,
+            Strategy::TokenBucket => 2,
+            _ => return None,
+        };
+        self.scripts.get(i)
+    }
+}
+
+/// Whether a strategy can be leased, and why not.
+fn refusal(strategy: Strategy) -> Option<&'static str> {
+    match strategy {
+        Strategy::FixedWindow | Strategy::SlidingWindow | Strategy::TokenBucket => None,
+        Strategy::MovingWindow => Some(
+            "the moving window stamps each unit with its own time, and a lease's units would all \
+             carry the lease's time: they would leave the window before the requests they admit \
+             do, so more than the limit could pass within one window",
+        ),
+        Strategy::FixedWindowFirstHit => Some(
+            "a first-hit window opens at each key's first request as Redis saw it, so no instance \
+             knows its end from the clock; leases are drawn only from windows fixed by the clock \
+             and from buckets",
+        ),
+        Strategy::LeakyBucket => Some(
+            "the leaky bucket meters an even outflow (and the shaping queue paces requests by its \
+             waits); a lease lets one instance release its whole slice at once, the burst a leaky \
+             bucket exists to prevent: use token-bucket for a leased bucket",
+        ),
+    }
+}
+
+/// The map key of a logical key in a scope.
+fn slot_id(base: &str, tag: u64) -> u64 {
+    super::cache::fingerprint(std::slice::from_ref(&base.to_owned()), &[tag])
+}
+
+/// What a lease's return needs: the key's base name and its scope.
+struct Back {
+    base: String,
+    rule: Rule,
+    tag: u64,
+}
+
+/// A key's lease and its fetch on this instance.
+struct Slot {
+    lease: Option<Lease>,
+    /// The fetch in flight: its sender is dropped when it is done.
+    fetching: Option<watch::Receiver<()>>,
+    /// Fetches finished.
+    done: u64,
+    /// What the last finished fetch brought, for the checks that waited for it.
+    last: Fetched,
+    /// The size of the last lease asked for.
+    size: u64,
+    /// Units asked for since the last fetch (the demand).
+    asked: u64,
+    /// The limiter's time of the last fetch (0: none yet).
+    since: u64,
+    /// The largest lease for the key's rule (0 until the first fetch).
+    cap: u64,
+    /// When the key was last checked here, and the limiter's time then.
+    used_at: Instant,
+    now_seen: u64,
+    back: Arc<Back>,
+}
+
+impl Slot {
+    /// The size of the next lease: the demand over the horizon, at most four times the last one,
+    /// between the cost and the cap.
+    fn next_size(&mut self, cfg: &Leasing, now: u64, cost: u64) -> u64 {
+        let span = now.saturating_sub(self.since);
+        let by_rate = if self.since == 0 {
+            1
+        } else if span == 0 {
+            u64::MAX
+        } else {
+            let scaled = u128::from(self.asked) * cfg.horizon.as_nanos() / u128::from(span);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        };
+        let size = by_rate
+            .min(self.size.saturating_mul(4).max(1))
+            .min(self.cap)
+            .max(cost);
+        self.size = size;
+        self.asked = 0;
+        self.since = now.max(1);
+        size
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Fetched {
+    Nothing,
+    Granted,
+    /// Redis refused a lease for this cost.
+    Rejected(Decision, u32),
+    Shed,
+    Failed(StoreError),
+}
+
+/// Units of a key's quota counted in Redis and not yet used.
+#[derive(Clone, Copy, Debug)]
+struct Lease {
+    left: u64,
+    granted: u64,
+    /// Redis's time of the grant (ns): the reservation's time when it is returned.
+    at: u64,
+    /// The limiter's time when the call was sent, and when the lease dies.
+    sent: u64,
+    until: u64,
+    /// Redis's time when the lease dies (ns): leases of one window end together and merge.
+    end: u64,
+    bucket: bool,
+    limit: u32,
+    /// What Redis had left after the grant, and its reset then (ns).
+    remaining: u64,
+    reset_after: u64,
+    quota: u16,
+}
+
+impl Lease {
+    fn take(&mut self, cost: u64, now: u64) -> Option<Decision> {
+        if now >= self.until || self.left < cost {
+            return None;
+        }
+        self.left -= cost;
+        let elapsed = now.saturating_sub(self.sent);
+        let remaining = self.remaining.saturating_add(self.left);
+        Some(Decision {
+            outcome: Outcome::Allowed,
+            limit: self.limit,
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX).min(self.limit),
+            reset_after: self.reset_after.saturating_sub(elapsed),
+            retry_after: 0,
+            // Inside the lease's window: a settlement finds the window it was counted in.
+            time: self.at.saturating_add(elapsed),
+            quota: self.quota,
+            cost: u32::try_from(cost).unwrap_or(u32::MAX),
+            // A lease's answer counts as its verdict, not as the outage fallback's.
+            local: false,
+        })
+    }
+
+    /// The settlement giving the unused units back.
+    fn give_back(&self) -> Option<Op> {
+        (self.left > 0).then(|| Op::Settle {
+            reserved: u32::try_from(self.granted).unwrap_or(u32::MAX),
+            actual: u32::try_from(self.granted - self.left).unwrap_or(u32::MAX),
+            at: self.at,
+        })
+    }
+}
+
+/// One step of a leased check.
+enum Step {
+    /// Decided here (counted as a decision).
+    Done(Decision),
+    /// Answered as shed (counted by `shed`).
+    Shed,
+    /// The fetch failed: the failure policy answers.
+    Failed(StoreError),
+    Wait(watch::Receiver<()>),
+    Fetch(watch::Sender<()>, watch::Receiver<()>, u64),
+}
+
+/// A lease call: everything the fetching task needs.
+struct Call {
+    id: u64,
+    redis_keys: Vec<String>,
+    args: Vec<u64>,
+    sha: String,
+    src: Arc<str>,
+    quotas: usize,
+    now: u64,
+    bucket: bool,
+}
+
+impl RedisStore {
+    /// The store's entry point: a check on a leasable rule goes through the key's lease, anything
+    /// else to Redis as without leasing.
+    pub(super) fn lease_or_apply<K: StoreKey>(
+        &self,
+        key: &K,
+        scope: Scope<'_>,
+        op: Op,
+        now: u64,
+    ) -> Answer<RedisFuture> {
+        let (rule, tag) = (scope.rule(), scope.tag());
+        let Some(leases) = &self.inner.leases else {
+            return Answer::later(self.apply_in(key, rule, tag, op, now));
+        };
+        let base = keys::base_key(&self.inner.prefix, key);
+        let cost = match op {
+            Op::Check(c) if c > 0 && refusal(rule.strategy()).is_none() => c,
+            Op::Reset => {
+                // Redis forgets the key, units leased included.
+                leases.slots.remove(&slot_id(&base, tag));
+                return Answer::later(self.apply_base(base, rule, tag, op, now));
+            }
+            _ => return Answer::later(self.apply_base(base, rule, tag, op, now)),
+        };
+        let id = slot_id(&base, tag);
+        if let Some(mut slot) = leases.slots.get_mut(&id) {
+            slot.asked = slot.asked.saturating_add(u64::from(cost));
+            slot.used_at = Instant::now();
+            slot.now_seen = now;
+            if let Some(d) = slot
+                .lease
+                .as_mut()
+                .and_then(|l| l.take(u64::from(cost), now))
+            {
+                drop(slot);
+                leases.leased.add(1);
+                self.inner.allowed.add(1);
+                return Answer::now(Ok(d));
+            }
+            if slot.cap != 0 && u64::from(cost) > slot.cap {
+                drop(slot);
+                return Answer::later(self.apply_base(base, rule, tag, op, now));
+            }
+            drop(slot);
+            return Answer::later(Box::pin(self.clone().leased(
+                base,
+                id,
+                rule.clone(),
+                (tag, cost, now),
+                true,
+            )));
+        }
+        Answer::later(Box::pin(self.clone().leased(
+            base,
+            id,
+            rule.clone(),
+            (tag, cost, now),
+            false,
+        )))
+    }
+
+    /// Refuses leasing for a strategy it cannot bound (called by `Builder::build`).
+    pub(super) fn validate_leasing(&self, rule: &Rule) -> Result<(), ConfigError> {
+        match (&self.inner.leases, refusal(rule.strategy())) {
+            (Some(_), Some(why)) => Err(ConfigError::Store(format!(
+                "quota leasing is not offered for the {} strategy: {why}; use fixed-window, \
+                 sliding-window or token-bucket, or a Redis store without leases",
+                rule.strategy()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the leases did so far (all zero without leasing).
+    pub fn lease_counters(&self) -> LeaseCounters {
+        let Some(l) = &self.inner.leases else {
+            return LeaseCounters::default();
+        };
+        LeaseCounters {
+            fetches: l.fetches.get(),
+            granted: l.granted.get(),
+            leased: l.leased.get(),
+            returned: l.returned.get(),
+            expired: l.expired.get(),
+            held: l.slots.iter().filter(|s| s.lease.is_some()).count() as u64,
+            units_held: l.slots.iter().filter_map(|s| s.lease.map(|l| l.left)).sum(),
+        }
+    }
+
+    /// Gives every unused leased unit back to Redis now (before a graceful shutdown, or to see
+    /// the exact global state). Leases in flight are left alone. Returns the units given back.
+    ///
+    /// # Errors
+    /// The first failed return; the other leases are still returned.
+    pub async fn return_leases(&self) -> Result<u64, StoreError> {
+        self.sweep_leases(true).await
+    }
+
+    /// Drops dead leases, and gives back those unused for the idle time (all with `all`).
+    async fn sweep_leases(&self, all: bool) -> Result<u64, StoreError> {
+        let Some(leases) = &self.inner.leases else {
+            return Ok(0);
+        };
+        let now_i = Instant::now();
+        let idle = leases.cfg.idle;
+        let mut back = Vec::new();
+        leases.slots.retain(|_, slot| {
+            if slot.fetching.is_some() {
+                return true;
+            }
+            let quiet = now_i.saturating_duration_since(slot.used_at);
+            // The limiter's time now, as far as this task can tell (never before a check's).
+            let now = slot.now_seen.saturating_add(nanos(quiet));
+            if let Some(lease) = slot.lease {
+                if now >= lease.until {
+                    leases.expired.add(lease.left);
+                    slot.lease = None;
+                } else if all || quiet >= idle {
+                    slot.lease = None;
+                    back.push((Arc::clone(&slot.back), lease, now));
+                }
+            }
+            slot.lease.is_some() || quiet < idle.saturating_mul(4)
+        });
+        let mut first_error = None;
+        let mut returned = 0;
+        for (key, lease, now) in back {
+            match self.give_back(&key, &lease, now).await {
+                Ok(n) => returned += n,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(returned),
+        }
+    }
+
+    /// Settles `lease`'s unused units in Redis: the units it gave back.
+    async fn give_back(&self, key: &Back, lease: &Lease, now: u64) -> Result<u64, StoreError> {
+        let Some(op) = lease.give_back() else {
+            return Ok(0);
+        };
+        self.apply_base(key.base.clone(), &key.rule, key.tag, op, now)
+            .await?;
+        if let Some(l) = &self.inner.leases {
+            l.returned.add(lease.left);
+        }
+        Ok(lease.left)
+    }
+
+    /// A check that found no units in hand: waits for the key's fetch in flight, or starts one.
+    async fn leased(
+        self,
+        base: String,
+        id: u64,
+        rule: Rule,
+        (tag, cost, now): (u64, u32, u64),
+        mut counted: bool,
+    ) -> Result<Decision, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        let Some(leases) = &inner.leases else {
+            return self
+                .apply_base(base, &rule, tag, Op::Check(cost), now)
+                .await;
+        };
+        let op = Op::Check(cost);
+        let strategy = rule.strategy();
+        let params = match rule.params_in(TICK_NANOS) {
+            Ok(p) => p,
+            Err(e) => {
+                return self.outage_error(StoreError::new(StoreErrorKind::Other, e.to_string()));
+            }
+        };
+        let cap = leases.cfg.cap(strategy, &params);
+        let Some((sha, src)) = leases.script(strategy).filter(|_| u64::from(cost) <= cap) else {
+            // A cost above any lease: one call of its own, as without leasing.
+            return self.apply_base(base, &rule, tag, op, now).await;
+        };
+        let now_us = if inner.client_time {
+            (now / TICK_NANOS).max(1)
+        } else {
+            0
+        };
+        let args = match script_args(&rule, &params, op, now_us) {
+            Ok(a) => a,
+            Err(m) => return self.outage_error(StoreError::new(StoreErrorKind::Other, m)),
+        };
+        let redis_keys = redis_keys(&base, strategy, tag, params.len());
+        let cache_key = self.cache_key(&redis_keys, &args, params.len());
+        // A key Redis reported blocked is answered locally, as without leasing.
+        let cacheable = params
+            .iter()
+            .all(|p| u64::from(cost) <= p.limit.min(p.burst.max(1)));
+        if let (Some(cache), Some(ck), true) = (&inner.cache, cache_key, cacheable) {
+            if let Some(d) = cache.get(ck, Instant::now()) {
+                inner.rejected.add(1);
+                return Ok(d);
+            }
+        }
+        let outage = |e: StoreError| self.outage(&base, cache_key, (&rule, tag), op, now, e);
+        let deadline = tokio::time::Instant::now() + inner.timeout;
+        let waited_from = inner.clock();
+        let mut seen: Option<u64> = None;
+        loop {
+            let step = {
+                let mut slot = leases.slots.entry(id).or_insert_with(|| Slot {
+                    lease: None,
+                    fetching: None,
+                    done: 0,
+                    last: Fetched::Nothing,
+                    size: 0,
+                    asked: 0,
+                    since: 0,
+                    cap,
+                    used_at: Instant::now(),
+                    now_seen: now,
+                    back: Arc::new(Back {
+                        base: base.clone(),
+                        rule: rule.clone(),
+                        tag,
+                    }),
+                });
+                let slot = slot.value_mut();
+                if !counted {
+                    slot.asked = slot.asked.saturating_add(u64::from(cost));
+                    counted = true;
+                }
+                slot.cap = cap;
+                // A fetch whose task ended without recording (a runtime shutting down) is over.
+                if slot
+                    .fetching
+                    .as_ref()
+                    .is_some_and(|rx| rx.has_changed().is_err())
+                {
+                    slot.fetching = None;
+                }
+                if let Some(d) = slot
+                    .lease
+                    .as_mut()
+                    .and_then(|l| l.take(u64::from(cost), now))
+                {
+                    Step::Done(d)
+                } else if let Some(rx) = &slot.fetching {
+                    seen = Some(slot.done);
+                    Step::Wait(rx.clone())
+                } else {
+                    // The fetch this check waited for (or made) is done: its answer holds.
+                    let answered = match (&slot.last, seen) {
+                        (_, None) => None,
+                        (_, Some(g)) if slot.done <= g => None,
+                        (Fetched::Rejected(d, c), _) if cost >= *c => Some(Step::Done(*d)),
+                        (Fetched::Shed, _) => Some(Step::Shed),
+                        (Fetched::Failed(e), _) => Some(Step::Failed(e.clone())),
+                        _ => None,
+                    };
+                    match answered {
+                        Some(step) => step,
+                        None => {
+                            let (tx, rx) = watch::channel(());
+                            slot.fetching = Some(rx.clone());
+                            seen = Some(slot.done);
+                            Step::Fetch(tx, rx, slot.next_size(&leases.cfg, now, u64::from(cost)))
+                        }
+                    }
+                }
+            };
+            let mut rx = match step {
+                Step::Done(d) => {
+                    if d.is_allowed() {
+                        leases.leased.add(1);
+                        inner.allowed.add(1);
+                    } else {
+                        inner.rejected.add(1);
+                    }
+                    return Ok(d);
+                }
+                Step::Shed => return Ok(self.shed(limit_of(&rule), now)),
+                Step::Failed(e) => return outage(e),
+                Step::Wait(rx) => rx,
+                Step::Fetch(tx, rx, want) => {
+                    let mut a = args.clone();
+                    // The settle slots (`actual`), then the size asked and the shrink.
+                    a.extend([0, want, u64::from(leases.cfg.shrink)]);
+                    let fetch = Call {
+                        id,
+                        redis_keys: redis_keys.clone(),
+                        args: a,
+                        sha: sha.clone(),
+                        src: Arc::clone(src),
+                        quotas: params.len(),
+                        now,
+                        bucket: strategy.is_bucket(),
+                    };
+                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                        leases.slots.alter(&id, |_, mut s| {
+                            s.fetching = None;
+                            s
+                        });
+                        return outage(StoreError::new(
+                            StoreErrorKind::Other,
+                            "the Redis store needs a Tokio runtime",
+                        ));
+                    };
+                    rt.spawn(self.clone().fetch(fetch, cost, tx, cache_key));
+                    rx
+                }
+            };
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                inner.timed_out.add(1);
+                // The fetch goes on: a late grant still becomes this instance's lease.
+                if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
+                    return Ok(self.shed(limit_of(&rule), now));
+                }
+                return outage(StoreError::new(
+                    StoreErrorKind::Timeout,
+                    format!("no lease from Redis within {:?}", inner.timeout),
+                ));
+            }
+        }
+    }
+
+    /// Runs one lease call and records its result in the key's slot; the slot's waiters wake when
+    /// `done` is dropped.
+    async fn fetch(self, call: Call, cost: u32, done: watch::Sender<()>, cache_key: Option<u64>) {
+        let fetched = self.fetch_call(&call, cost, cache_key).await;
+        let Some(leases) = &self.inner.leases else {
+            return;
+        };
+        let mut replaced = None;
+        if let Some(mut slot) = leases.slots.get_mut(&call.id) {
+            slot.fetching = None;
+            slot.done += 1;
+            slot.last = match fetched {
+                Ok(lease) => {
+                    match slot.lease.take() {
+                        // One window's leases end together: they merge.
+                        Some(mut old) if !old.bucket && old.end == lease.end => {
+                            old.left += lease.left;
+                            old.granted += lease.granted;
+                            old.remaining = lease.remaining;
+                            slot.lease = Some(old);
+                        }
+                        old => {
+                            replaced = old
+                                .filter(|o| o.left > 0 && call.now < o.until)
+                                .map(|o| (Arc::clone(&slot.back), o));
+                            slot.lease = Some(lease);
+                        }
+                    }
+                    Fetched::Granted
+                }
+                Err(f) => f,
+            };
+        }
+        drop(done);
+        if let Some((key, old)) = replaced {
+            if let Err(e) = self.give_back(&key, &old, call.now).await {
+                tracing::debug!(error = %e, "returning a replaced lease");
+            }
+        }
+    }
+
+    /// The lease call itself, under the store's overload and outage policies: a slot among the
+    /// calls in flight, the circuit breaker, `NOSCRIPT` answered with `EVAL` once.
+    async fn fetch_call(
+        &self,
+        call: &Call,
+        cost: u32,
+        cache_key: Option<u64>,
+    ) -> Result<Lease, Fetched> {
+        let inner = &self.inner;
+        let failed = |kind, m: &str| Err(Fetched::Failed(StoreError::new(kind, m)));
+        let pass = inner.breaker.pass();
+        if pass == Pass::Refuse {
+            return failed(
+                StoreErrorKind::Connection,
+                "the circuit breaker is open (Redis failed repeatedly); probing again shortly",
+            );
+        }
+        let probe = pass == Pass::Probe;
+        let release = || {
+            if probe {
+                inner.breaker.release_probe();
+            }
+        };
+        let Some(conn) = inner.conn.read().clone() else {
+            release();
+            return failed(
+                StoreErrorKind::Connection,
+                "not connected to Redis yet (connecting in the background)",
+            );
+        };
+        let waited_from = inner.clock();
+        let gate = Arc::clone(&inner.gate);
+        let permit = match tokio::time::timeout(inner.timeout, gate.acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                release();
+                if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
+                    return Err(Fetched::Shed);
+                }
+                return failed(
+                    StoreErrorKind::Timeout,
+                    "no room among the calls in flight for a lease",
+                );
+            }
+        };
+        if let Some(l) = &inner.leases {
+            l.fetches.add(1);
+        }
+        let query = |verb: &str, body: &str| {
+            let mut c = ::redis::cmd(verb);
+            c.arg(body)
+                .arg(call.redis_keys.len())
+                .arg(&call.redis_keys)
+                .arg(&call.args);
+            c
+        };
+        let sent = async {
+            match conn.query(&query("EVALSHA", &call.sha)).await {
+                Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                    conn.query(&query("EVAL", &call.src)).await
+                }
+                r => r,
+            }
+        };
+        let reply = tokio::time::timeout(inner.timeout.saturating_add(LATE_GRACE), sent).await;
+        drop(permit);
+        let v = match reply {
+            Ok(Ok(v)) => {
+                inner.replied();
+                inner.breaker.success();
+                v
+            }
+            Ok(Err(e)) => {
+                let e = map_error(&e);
+                if matches!(
+                    e.kind(),
+                    StoreErrorKind::Connection | StoreErrorKind::Timeout
+                ) {
+                    inner.broken();
+                    inner.breaker.failure(probe);
+                } else {
+                    inner.replied();
+                    inner.breaker.success();
+                }
+                return Err(Fetched::Failed(e));
+            }
+            Err(_) => {
+                inner.breaker.failure(probe);
+                return failed(StoreErrorKind::Timeout, "no reply to a lease call");
+            }
+        };
+        let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
+        if grant == 0 {
+            let d = d.answering(Op::Check(cost));
+            if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
+                if cost == 1 && d.outcome() == Outcome::Rejected {
+                    cache.insert(ck, d, Instant::now());
+                }
+            }
+            return Err(Fetched::Rejected(d, cost));
+        }
+        if let Some(l) = &inner.leases {
+            l.granted.add(grant);
+        }
+        Ok(Lease {
+            left: grant,
+            granted: grant,
+            at: d.time,
+            sent: call.now,
+            until: call.now.saturating_add(life),
+            end: d.time.saturating_add(life),
+            bucket: call.bucket,
+            limit: d.limit,
+            remaining: u64::from(d.remaining),
+            reset_after: d.reset_after,
+            quota: d.quota,
+        })
+    }
+}
+
+/// Decodes a lease reply: the grant, the life in ns, and the decision of the verdicts.
+fn decode_lease(v: &Value, quotas: usize) -> Result<(u64, u64, Decision), StoreError> {
+    let bad = |m: &str| StoreError::new(StoreErrorKind::BadReply, format!("lease reply: {m}"));
+    let Value::Array(items) = v else {
+        return Err(bad("not an array"));
+    };
+    let int = |i: usize| match items.get(i) {
+        Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| bad("a negative value")),
+        _ => Err(bad("a value that is not an integer")),
+    };
+    let (grant, life) = (int(1)?, int(2)?);
+    let mut rest = Vec::with_capacity(items.len().saturating_sub(2));
+    rest.extend(items.first().cloned());
+    rest.extend(items.iter().skip(3).cloned());
+    let d = decode(&Value::Array(rest), quotas)?;
+    Ok((grant, life.saturating_mul(TICK_NANOS), d))
+}
+
+/// Returns idle leases every half idle time, until the store is dropped.
+pub(super) fn sweep_in_background(inner: Weak<Inner>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        loop {
+            let every = match inner
+                .upgrade()
+                .and_then(|i| i.leases.as_ref().map(|l| l.cfg.idle))
+            {
+                Some(idle) => (idle / 2).max(Duration::from_millis(5)),
+                None => return,
+            };
+            tokio::time::sleep(every).await;
+            let Some(strong) = inner.upgrade() else {
+                return;
+            };
+            let store = RedisStore { inner: strong };
+            if let Err(e) = store.sweep_leases(false).await {
+                tracing::debug!(error = %e, "returning idle leases");
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_cap_is_a_share_of_the_smallest_limit_and_at_least_one() {
+        let rule = Rule::parse(Strategy::SlidingWindow, "1000/minute; 100/second").unwrap();
+        let params = rule.params_in(TICK_NANOS).unwrap();
+        assert_eq!(Leasing::default().cap(Strategy::SlidingWindow, &params), 5);
+        assert_eq!(
+            Leasing::default()
+                .max_share(1000)
+                .cap(Strategy::SlidingWindow, &params),
+            1
+        );
+    }
+
+    #[test]
+    fn lease_sizes_follow_demand_grow_at_most_fourfold_and_stay_under_the_cap() {
+        let cfg = Leasing::default().horizon(Duration::from_millis(100));
+        let mut slot = Slot {
+            lease: None,
+            fetching: None,
+            done: 0,
+            last: Fetched::Nothing,
+            size: 0,
+            asked: 0,
+            since: 0,
+            cap: 500,
+            used_at: Instant::now(),
+            now_seen: 0,
+            back: Arc::new(Back {
+                base: String::new(),
+                rule: Rule::parse(Strategy::FixedWindow, "10000/minute").unwrap(),
+                tag: 0,
+            }),
+        };
+        let ms = 1_000_000;
+        assert_eq!(
+            slot.next_size(&cfg, 1000 * ms, 1),
+            1,
+            "a new key gets one unit"
+        );
+        slot.asked = 1000;
+        assert_eq!(
+            slot.next_size(&cfg, 1010 * ms, 1),
+            4,
+            "growth is at most 4x"
+        );
+        slot.asked = 1000;
+        assert_eq!(slot.next_size(&cfg, 1020 * ms, 1), 16);
+        slot.asked = 1;
+        assert_eq!(
+            slot.next_size(&cfg, 2020 * ms, 3),
+            3,
+            "a cold key's lease falls to the cost"
+        );
+        slot.size = 400;
+        slot.asked = 1_000_000;
+        assert_eq!(slot.next_size(&cfg, 2030 * ms, 1), 500, "the cap");
+    }
+
+    #[test]
+    fn a_lease_admits_until_it_is_empty_or_dead_and_returns_the_rest() {
+        let mut lease = Lease {
+            left: 3,
+            granted: 5,
+            at: 7_000,
+            sent: 100,
+            until: 1_100,
+            end: 8_000,
+            bucket: false,
+            limit: 10,
+            remaining: 5,
+            reset_after: 1_000,
+            quota: 0,
+        };
+        let d = lease.take(2, 600).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 6);
+        assert_eq!(d.time, 7_500, "the time inside the lease's window");
+        assert!(lease.take(2, 700).is_none(), "one unit left");
+        assert!(lease.take(1, 1_100).is_none(), "dead at its end");
+        assert_eq!(
+            lease.give_back(),
+            Some(Op::Settle {
+                reserved: 5,
+                actual: 4,
+                at: 7_000
+            })
+        );
+        lease.left = 0;
+        assert_eq!(lease.give_back(), None);
+    }
+
+    #[test]
+    fn leasing_is_refused_for_the_moving_window_first_hit_window_and_leaky_bucket() {
+        for s in Strategy::ALL {
+            let leasable = matches!(
+                s,
+                Strategy::FixedWindow | Strategy::SlidingWindow | Strategy::TokenBucket
+            );
+            assert_eq!(refusal(s).is_none(), leasable, "{s}");
+        }
+    }
+}

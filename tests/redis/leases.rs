@@ -1,0 +1,564 @@
+//! Quota leasing on the Redis store (issue 13): two and four stores on one real `redis-server`,
+//! on a test clock sent to the scripts, so windows and lease lives are exact. The bounds: never
+//! more than the strategy admits, the global state exact once leases are back, under-admission
+//! no more than the leases held elsewhere; a dying instance, Redis down during a lease, one fetch
+//! for concurrent checks, and `build()` refusing the strategies leasing cannot bound.
+
+use crate::redis_support::RedisServer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::store::Scope;
+use tollgate::store::redis::{Leasing, RedisStore};
+use tollgate::{ConfigError, ManualClock, RateLimiter, Strategy};
+
+const S: u64 = 1_000_000_000;
+/// A whole hour in Unix time, so clock-aligned windows start at whole minutes.
+const BASE: u64 = 1_700_002_800 * S;
+
+type Limiter = RateLimiter<String, RedisStore, ManualClock>;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A leasing store on the test clock; `cache` keeps the blocked-key cache (off where the test
+/// clock jumps: the cache counts on the process's own clock).
+async fn store(server: &RedisServer, leasing: Leasing, cache: bool) -> RedisStore {
+    RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(2))
+        .use_client_time(true)
+        .block_cache(if cache { 10_000 } else { 0 })
+        .leases(leasing)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn limiter(store: RedisStore, strategy: Strategy, quotas: &str, clock: &ManualClock) -> Limiter {
+    RateLimiter::builder()
+        .name("leased")
+        .strategy(strategy)
+        .quotas(quotas)
+        .expect("quotas")
+        .clock(clock.clone())
+        .store(store)
+        .build()
+        .expect("limiter")
+}
+
+/// Leases that stay until the test returns them.
+fn kept() -> Leasing {
+    Leasing::default().idle_return(Duration::from_secs(3600))
+}
+
+/// The fixed window's count in Redis for `key`.
+fn redis_count(server: &RedisServer, l: &Limiter, key: &str) -> u64 {
+    let name = &l
+        .store()
+        .redis_keys(&key.to_owned(), Scope::new(l.name(), l.rule()))[0];
+    server.cli(&["HGET", name, "n1"]).parse().unwrap_or(0)
+}
+
+#[test]
+fn two_leasing_stores_never_admit_more_than_the_limit_and_exactly_the_limit_once_leases_are_back() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let a = limiter(
+            store(&server, kept(), true).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let b = limiter(
+            store(&server, kept(), true).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let admitted = Arc::new(AtomicU64::new(0));
+        // 10^5 attempts from 8 tasks over the two instances.
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let l = if t % 2 == 0 { a.clone() } else { b.clone() };
+                let admitted = Arc::clone(&admitted);
+                tokio::spawn(async move {
+                    for _ in 0..12_500 {
+                        let d = l.check(&"hot".to_owned(), 1).await.expect("decision");
+                        if d.is_allowed() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let first = admitted.load(Ordering::Relaxed);
+        let held = a.store().lease_counters().units_held + b.store().lease_counters().units_held;
+        assert!(first <= 1000, "{first} admitted past a limit of 1000");
+        assert_eq!(
+            redis_count(&server, &a, "hot"),
+            first + held,
+            "Redis counts every admitted request and every unit held in a lease"
+        );
+        assert!(
+            first + held >= 1000 - 2 * 50,
+            "under-admission beyond the leases' bound: {first} admitted, {held} held"
+        );
+        let fetches = a.store().lease_counters().fetches + b.store().lease_counters().fetches;
+        assert!(
+            fetches < first / 5,
+            "{fetches} lease calls for {first} admissions: leasing did not lease"
+        );
+
+        // Every lease back: the rest of the limit is admitted, and nothing more.
+        a.store().return_leases().await.expect("return");
+        b.store().return_leases().await.expect("return");
+        let mut rejected_rounds = 0;
+        let mut total = first;
+        while rejected_rounds < 2 {
+            let mut any = false;
+            for l in [&a, &b] {
+                if l.check(&"hot".to_owned(), 1)
+                    .await
+                    .expect("decision")
+                    .is_allowed()
+                {
+                    total += 1;
+                    any = true;
+                }
+            }
+            rejected_rounds = if any { 0 } else { rejected_rounds + 1 };
+            assert!(total <= 1000, "{total} admitted past a limit of 1000");
+        }
+        a.store().return_leases().await.expect("return");
+        b.store().return_leases().await.expect("return");
+        assert_eq!(total, 1000, "exactly the limit once every lease is back");
+        assert_eq!(redis_count(&server, &a, "hot"), 1000);
+    });
+}
+
+#[test]
+fn a_dying_instance_strands_at_most_its_lease_until_the_window_ends() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let a = limiter(
+            store(&server, kept(), false).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let mut by_a = 0;
+        for _ in 0..300 {
+            if a.check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
+                by_a += 1;
+            }
+        }
+        let stranded = a.store().lease_counters().units_held;
+        assert!(stranded > 0 && stranded <= 50, "{stranded} units held");
+        // The instance dies with its lease: nothing gives it back.
+        drop(a);
+        let b = limiter(
+            store(&server, kept(), false).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let mut by_b = 0;
+        for _ in 0..1000 {
+            if b.check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
+                by_b += 1;
+            }
+        }
+        b.store().return_leases().await.expect("return");
+        assert_eq!(
+            by_a + by_b,
+            1000 - stranded,
+            "the dead instance's lease is lost, and only it"
+        );
+        // The window ends, and the lease with it: the limit is whole again.
+        clock.advance(Duration::from_secs(60));
+        let mut next = 0;
+        for _ in 0..1100 {
+            if b.check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
+                next += 1;
+            }
+        }
+        b.store().return_leases().await.expect("return");
+        assert_eq!(next, 1000);
+    });
+}
+
+#[test]
+fn with_redis_down_leases_in_hand_admit_until_they_are_spent_or_dead_then_the_failure_policy_applies()
+ {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let l = limiter(
+            store(&server, kept(), false).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        for key in ["spent", "dies"] {
+            for _ in 0..100 {
+                assert!(
+                    l.check(&key.to_owned(), 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                );
+            }
+        }
+        let held = l.store().lease_counters().units_held;
+        assert!(held >= 2, "{held} units held");
+        server.kill9();
+        // Past the units in hand, a check fails (an error for the failure policy), or is shed if
+        // the store still takes a timeout for overload: never admitted.
+        let until_error = |key: &'static str| {
+            let l = l.clone();
+            async move {
+                let mut admitted = 0;
+                let start = std::time::Instant::now();
+                loop {
+                    assert!(start.elapsed() < Duration::from_secs(10), "no error");
+                    match l.check(&key.to_owned(), 1).await {
+                        Ok(d) if d.is_allowed() => admitted += 1,
+                        Ok(_) => {}
+                        Err(e) => break (admitted, e),
+                    }
+                }
+            }
+        };
+        let (admitted, error) = until_error("spent").await;
+        assert!(admitted >= 1, "the lease in hand kept working");
+        assert!(
+            admitted <= held,
+            "admitted {admitted} past the {held} leased units"
+        );
+        assert!(!error.message().is_empty());
+        // The other key's lease dies with its window: then the failure policy answers.
+        assert!(
+            l.check(&"dies".to_owned(), 1)
+                .await
+                .expect("leased")
+                .is_allowed()
+        );
+        clock.advance(Duration::from_secs(60));
+        let (after_death, _) = until_error("dies").await;
+        assert_eq!(after_death, 0, "a dead lease admits nothing");
+        assert!(l.stats().store_errors >= 2);
+    });
+}
+
+#[test]
+fn leased_token_buckets_on_two_stores_stay_within_one_lease_of_the_bucket() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE));
+        let leasing = kept().max_share(4);
+        // B = 100, T = 10 ms; leases of at most 25 units, each dead 25 x T after it was drawn.
+        let (b, t, lease) = (100_u64, 10 * S / 1000, 25_u64);
+        let a = limiter(
+            store(&server, leasing, false).await,
+            Strategy::TokenBucket,
+            "100/second",
+            &clock,
+        );
+        let c = limiter(
+            store(&server, leasing, false).await,
+            Strategy::TokenBucket,
+            "100/second",
+            &clock,
+        );
+        let mut times = Vec::new();
+        let start = BASE;
+        for step in 0..500 {
+            // Instance `a` is hot all along; `c` wakes for bursts every 200 ms.
+            for _ in 0..3 {
+                if a.check(&"k".to_owned(), 1).await.expect("a").is_allowed() {
+                    times.push(start + step * 2 * S / 1000);
+                }
+            }
+            if step % 100 < 5 {
+                for _ in 0..20 {
+                    if c.check(&"k".to_owned(), 1).await.expect("c").is_allowed() {
+                        times.push(start + step * 2 * S / 1000);
+                    }
+                }
+            }
+            clock.advance(Duration::from_millis(2));
+        }
+        times.sort_unstable();
+        // Every span [t_i, t_j] holds at most B + L + (t_j - t_i) / T admissions.
+        for i in 0..times.len() {
+            for j in i..times.len() {
+                let n = (j - i + 1) as u64;
+                let allowed = b + lease + (times[j] - times[i]) / t;
+                assert!(
+                    n <= allowed,
+                    "{n} admitted within {} ns (bound {allowed})",
+                    times[j] - times[i]
+                );
+            }
+        }
+        // And leasing leaves the rate whole: about B + 1 s / T over one second.
+        let n = times.len() as u64;
+        assert!(n >= 100 + 100 - 2 * lease, "{n} admitted over 1 s");
+    });
+}
+
+#[test]
+fn leased_sliding_windows_keep_the_weighted_count_within_the_limit_at_every_admission() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE));
+        let leasing = kept().max_share(5);
+        let (limit, w) = (200_u64, S);
+        let a = limiter(
+            store(&server, leasing, false).await,
+            Strategy::SlidingWindow,
+            "200/second",
+            &clock,
+        );
+        let c = limiter(
+            store(&server, leasing, false).await,
+            Strategy::SlidingWindow,
+            "200/second",
+            &clock,
+        );
+        let mut times = Vec::new();
+        for step in 0..300_u64 {
+            let now = BASE + step * 10 * S / 1000;
+            for l in [&a, &c] {
+                for _ in 0..2 {
+                    if l.check(&"k".to_owned(), 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                    {
+                        times.push(now);
+                    }
+                }
+            }
+            clock.advance(Duration::from_millis(10));
+        }
+        // The counter's own bound, on the admissions themselves: at each one, the requests of its
+        // bucket so far plus the previous bucket's weighted by the part of it still in the window.
+        for (i, &t) in times.iter().enumerate() {
+            let bucket = (t - BASE) / w;
+            let cur = times[..=i]
+                .iter()
+                .filter(|&&x| (x - BASE) / w == bucket)
+                .count() as u64;
+            let prev = times
+                .iter()
+                .filter(|&&x| bucket > 0 && (x - BASE) / w == bucket - 1)
+                .count() as u64;
+            let e = (t - BASE) % w;
+            let weighted = cur + prev * (w - e) / w;
+            assert!(weighted <= limit, "weighted count {weighted} at {t}");
+        }
+        assert!(times.len() >= 400, "{} admitted over 3 s", times.len());
+    });
+}
+
+#[test]
+fn concurrent_checks_on_one_key_share_one_lease_fetch() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let l = limiter(
+            store(&server, kept(), true).await,
+            Strategy::SlidingWindow,
+            "100000/minute",
+            &clock,
+        );
+        let checks: Vec<_> = (0..64)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move { l.check(&"herd".to_owned(), 1).await })
+            })
+            .collect();
+        for c in checks {
+            assert!(c.await.expect("task").expect("decision").is_allowed());
+        }
+        let fetches = l.store().lease_counters().fetches;
+        assert!(
+            fetches <= 6,
+            "{fetches} lease calls for 64 concurrent checks"
+        );
+        assert_eq!(
+            server.command_calls("evalsha"),
+            fetches,
+            "every Redis call was a lease fetch"
+        );
+        assert!(
+            server.command_calls("eval") <= 1,
+            "the script body is sent once at most (NOSCRIPT)"
+        );
+    });
+}
+
+#[test]
+fn a_leased_reservation_settles_in_the_window_it_was_counted_in() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let l = limiter(
+            store(&server, kept(), false).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let mut reservations = Vec::new();
+        for _ in 0..50 {
+            let d = l.check(&"k".to_owned(), 2).await.expect("decision");
+            reservations.push(d.reservation().expect("admitted"));
+        }
+        assert!(
+            l.store().lease_counters().leased > 0,
+            "some checks were leased"
+        );
+        // Only failures count: half the requests give their units back.
+        for r in reservations.iter().step_by(2) {
+            l.settle(&"k".to_owned(), *r, 0).await.expect("settled");
+        }
+        l.store().return_leases().await.expect("return");
+        assert_eq!(redis_count(&server, &l, "k"), 50);
+    });
+}
+
+#[test]
+fn build_refuses_leasing_for_the_strategies_it_cannot_bound_and_says_why() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let s = store(&server, Leasing::default(), false).await;
+        for (strategy, why) in [
+            (Strategy::MovingWindow, "moving window"),
+            (Strategy::FixedWindowFirstHit, "first-hit window"),
+            (Strategy::LeakyBucket, "leaky bucket"),
+        ] {
+            let built = RateLimiter::<String, _>::builder()
+                .name(strategy.name())
+                .strategy(strategy)
+                .quotas("10/minute")
+                .expect("quotas")
+                .store(s.clone())
+                .build();
+            match built {
+                Err(ConfigError::Store(m)) => {
+                    assert!(m.contains("leasing") && m.contains(why), "{m}")
+                }
+                other => panic!("{strategy}: {other:?}"),
+            }
+        }
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindow,
+            Strategy::TokenBucket,
+        ] {
+            RateLimiter::<String, _>::builder()
+                .name(strategy.name())
+                .strategy(strategy)
+                .quotas("10/minute")
+                .expect("quotas")
+                .store(s.clone())
+                .build()
+                .expect("leasable");
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_with_redis_lease_admits_the_limit_on_a_lease_and_refuses_the_moving_window() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--strategy",
+        "fixed-window",
+        "--quota",
+        "40/hour",
+        "--key",
+        "global",
+        "--store-timeout",
+        "2000",
+        "--redis-lease",
+    ];
+    let server = crate::examples::start("server", &args).await;
+    let client = crate::support::TestClient::new();
+    let mut ok = 0;
+    for _ in 0..50 {
+        if client.get(&server.url("/")).await.status == http::StatusCode::OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(
+        ok, 40,
+        "one server on its own leases admits the whole limit"
+    );
+    let evalsha = redis.command_calls("evalsha");
+    assert!(
+        evalsha < 40,
+        "{evalsha} Redis calls for 40 admissions: no leasing"
+    );
+    server.stop_with("-TERM").await;
+
+    let out = tokio::process::Command::new(crate::examples::example("server"))
+        .args(["--addr", "127.0.0.1:0", "--store", url.as_str()])
+        .args(["--strategy", "moving-window", "--redis-lease", "on"])
+        .output()
+        .await
+        .expect("run server");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("leasing") && stderr.contains("moving window"),
+        "{stderr}"
+    );
+}
