@@ -9,11 +9,13 @@ mod support;
 
 mod limiter_names;
 mod redis_cluster;
+mod redis_cluster_failover;
 mod redis_concurrency_limit;
 mod redis_degraded;
 mod redis_faults;
 mod redis_faults_flood;
 mod redis_flood;
+mod redis_many_keys;
 mod redis_sentinel;
 mod redis_server;
 mod redis_settle_from_response;
