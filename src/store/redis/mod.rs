@@ -1312,7 +1312,8 @@ impl RedisStore {
             // the connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does
             // not free the slot of a call still queued in front of Redis.
             rt.spawn(async move {
-                let slot = permit;
+                // Held through a refund too: everything sent to Redis counts against the gate.
+                let _slot = permit;
                 let inner = &sender.inner;
                 let call = |name: &str, body: &str| {
                     let mut c = ::redis::cmd(name);
@@ -1340,8 +1341,6 @@ impl RedisStore {
                 } else {
                     inner.broken();
                 }
-                // The reply is in: the slot is free (a refund below does not hold it).
-                drop(slot);
                 if let Err(unseen) = tx.send(reply) {
                     inner.late_replies.add(1);
                     if answered {
@@ -1373,7 +1372,8 @@ impl RedisStore {
                                     .arg(refund);
                                 // No caller waits for a refund: it gets the connection's own
                                 // patience (at 50 ms, 255 of 304 refunds after a 400 ms
-                                // `CLIENT PAUSE` were lost: `redis_many_keys`).
+                                // `CLIENT PAUSE` were lost: `redis_many_keys`). The slot is
+                                // held meanwhile, so refunds add no load past the gate.
                                 let patience = inner.timeout.saturating_add(LATE_GRACE);
                                 let sent = tokio::time::timeout(patience, conn.query(&cmd));
                                 if matches!(sent.await, Ok(Ok(_))) {
