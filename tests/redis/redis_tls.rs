@@ -35,9 +35,10 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA, in a
-/// fresh directory; `None` when `openssl` is missing (outside CI).
-fn certificates() -> Option<PathBuf> {
+/// A CA, a server certificate for 127.0.0.1 and a client certificate (P-256 keys: quick to make),
+/// all signed by the CA, in a
+/// fresh directory of its own (tests run in parallel); `None` when `openssl` is missing (outside CI).
+pub(crate) fn certificates() -> Option<PathBuf> {
     let have = Command::new("openssl")
         .arg("version")
         .stdout(Stdio::null())
@@ -51,7 +52,9 @@ fn certificates() -> Option<PathBuf> {
         eprintln!("openssl is missing: skipping the TLS test (set CI=true to fail)");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("tollgate-tls-{}", std::process::id()));
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("server.ext"),
@@ -65,7 +68,9 @@ fn certificates() -> Option<PathBuf> {
             "req",
             "-x509",
             "-newkey",
-            "rsa:2048",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
             "-nodes",
             "-days",
             "2",
@@ -89,7 +94,9 @@ fn certificates() -> Option<PathBuf> {
             &[
                 "req",
                 "-newkey",
-                "rsa:2048",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
                 "-nodes",
                 "-subj",
                 "/CN=127.0.0.1",
