@@ -4,8 +4,10 @@
 # from 127.0.0.1, so one key) and `--quota LIMIT/hour`, on one instance and on two instances sharing
 # one throw-away redis-server, flooded by wrk with CONNS connections for SECS seconds (two instances:
 # two wrk processes at once, CONNS/2 connections each); every strategy. Counts 200 / 429 / other
-# statuses with a wrk Lua script, and prints wrk's end-to-end p99. Then the same flood on a static
-# handler without a limiter (tools/src/bin/http_bench_server.rs `none`): its p99 measures the machine.
+# statuses with a wrk Lua script, and prints wrk's end-to-end p99. Before and after, the same flood on
+# a static handler without a limiter (tools/src/bin/http_bench_server.rs `none`): its p99 measures the
+# machine. BUILD=0 skips the builds, STATIC_RUN=0 the static handler; SERVER_ARGS adds flags to the
+# server (e.g. SERVER_ARGS="--store-timeout 500").
 #
 #   bash scripts/redis_http_flood.sh
 #   CONNS=2000 SECS=5 LIMIT=1000 STRATEGIES="token-bucket" bash scripts/redis_http_flood.sh
@@ -21,8 +23,10 @@ STRATEGIES=${STRATEGIES:-"fixed-window fixed-window-first-hit moving-window slid
 INSTANCES=${INSTANCES:-"1 2"}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-cargo build --release -q --features redis --example server
-cargo build --release -q -p tollgate-tools --bin http_bench_server
+if [ "${BUILD:-1}" = 1 ]; then
+  cargo build --release -q --features redis --example server
+  cargo build --release -q -p tollgate-tools --bin http_bench_server
+fi
 SERVER=target/release/examples/server
 STATIC=target/release/http_bench_server
 out=$(mktemp -d)
@@ -108,17 +112,20 @@ stop_all_servers() {
 }
 
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $CONNS connections x ${SECS}s, limit $LIMIT/hour"
-start "$out/static.log" "$STATIC" none allow 127.0.0.1:0
-printf 'static handler (http_bench_server none, no limiter): '
-flood "$CONNS" "$URL"
-stop_all_servers
+static_flood() {
+  start "$out/static.log" "$STATIC" none allow 127.0.0.1:0
+  printf 'static handler (http_bench_server none, no limiter): '
+  flood "$CONNS" "$URL"
+  stop_all_servers
+}
+[ "${STATIC_RUN:-1}" = 1 ] && static_flood
 for strategy in $STRATEGIES; do
   for n in $INSTANCES; do
     redis-cli -p "$port" FLUSHALL >/dev/null
     urls=()
     for i in $(seq "$n"); do
       start "$out/server.$i.log" "$SERVER" --addr 127.0.0.1:0 --store "redis://127.0.0.1:$port" \
-        --strategy "$strategy" --quota "$LIMIT/hour"
+        --strategy "$strategy" --quota "$LIMIT/hour" ${SERVER_ARGS:-}
       urls+=("$URL")
     done
     printf '%s x%s: ' "$strategy" "$n"
@@ -127,5 +134,6 @@ for strategy in $STRATEGIES; do
     stop_all_servers
   done
 done
+[ "${STATIC_RUN:-1}" = 1 ] && static_flood
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$failed"

@@ -1,6 +1,7 @@
 //! Redis tests (feature `redis`): the store against real `redis-server` processes started per test on
-//! free ports, Cluster, faults (kill, hang, pause, flush, OOM), a flood on one key, degraded mode and
-//! the circuit breaker, TLS, Sentinel with a failover, and the `server` example on Redis.
+//! free ports, Cluster (with a failover under a flood), faults (kill, hang, pause, flush, OOM), a flood
+//! on one key and on many keys, degraded mode and the circuit breaker, TLS, Sentinel with failovers
+//! (plain and TLS), and the `server` example on Redis.
 
 #[path = "../support/examples.rs"]
 mod examples;

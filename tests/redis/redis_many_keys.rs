@@ -183,3 +183,57 @@ fn a_flood_over_many_keys_sheds_any_key_but_never_spends_or_over_admits() {
         assert!(decided > 0);
     });
 }
+
+/// A reply slower than the connection's own timeout (the timeout + 1 s) while Redis is otherwise
+/// answering is overload, not a broken connection: during a 1.5 s `CLIENT PAUSE` (under the 2 s of
+/// silence that make an outage) every check is shed, none is a store error (which fail-open would
+/// admit). Before the fix, the calls still waiting when the connection's timeout fired marked the
+/// connection broken and the checks after them went to the failure policy.
+#[test]
+fn a_reply_slower_than_the_connection_timeout_is_overload_not_an_outage() {
+    let _g = crate::redis_faults::serial();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        let rule = Rule::parse(Strategy::MovingWindow, "1000/hour").unwrap();
+        let check = |k: String| {
+            let (store, rule) = (store.clone(), rule.clone());
+            async move {
+                store
+                    .apply(&k, Scope::new("default", &rule), Op::Check(1), 0)
+                    .await
+            }
+        };
+        check("warm".into()).await.unwrap();
+        let paused =
+            tokio::task::block_in_place(|| server.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]));
+        assert_eq!(paused, "OK");
+        let start = Instant::now();
+        let mut errors = Vec::new();
+        let mut shed = 0;
+        let mut i = 0;
+        // Checks every 20 ms through the pause, past the connection's timeout (1.05 s).
+        while start.elapsed() < Duration::from_millis(1400) {
+            match check(format!("slow-{i}")).await {
+                Ok(d) => shed += u32::from(!d.is_allowed()),
+                Err(e) => errors.push(e),
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let c = store.counters();
+        eprintln!(
+            "{i} checks in a 1.5 s pause: {shed} shed, {} errors; {c:?}",
+            errors.len()
+        );
+        assert!(shed > 0);
+        assert!(errors.is_empty(), "overload became an outage: {errors:?}");
+    });
+}

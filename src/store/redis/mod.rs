@@ -1426,7 +1426,15 @@ impl RedisStore {
                 };
                 if answered {
                     inner.replied();
-                } else {
+                } else if reply
+                    .as_ref()
+                    .is_err_and(|e| map_error(e).kind() == StoreErrorKind::Connection)
+                {
+                    // Only a failed connection is "broken". A reply slower than the connection's
+                    // own timeout is not: under a flood that made Redis a second behind, it turned
+                    // overload into an outage, and fail-open let 23,456 requests past a limit of
+                    // 1000 (moving window, two `server` instances, scripts/redis_http_flood.sh).
+                    // Silence (no reply for 2 s) still makes a hung Redis an outage.
                     inner.broken();
                 }
                 if let Err(unseen) = tx.send(reply) {
