@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -26,6 +27,9 @@ pub(super) struct BlockCache {
     cap: usize,
     max_stale: Duration,
     map: Mutex<Map>,
+    /// Bumped by every [`remove`](Self::remove) (a settlement, reset or step back): a rejection
+    /// whose call was sent before it may be older than the settlement, and is not cached.
+    removals: AtomicU64,
 }
 
 struct Map {
@@ -60,6 +64,7 @@ impl BlockCache {
                 entries: HashMap::new(),
                 last_purge: None,
             }),
+            removals: AtomicU64::new(0),
         }
     }
 
@@ -103,15 +108,43 @@ impl BlockCache {
         Some(d)
     }
 
+    /// The removal count, read before a check is sent; see [`insert_unless_removed`].
+    ///
+    /// [`insert_unless_removed`]: Self::insert_unless_removed
+    pub(super) fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
+    }
+
+    /// Caches a rejection of a check sent when the removal count was `seen`, unless an entry was
+    /// removed since: Redis may have decided the check before that settlement, and caching its
+    /// rejection would refuse units the settlement gave back until the staleness bound.
+    pub(super) fn insert_unless_removed(
+        &self,
+        key: u64,
+        decision: Decision,
+        now: Instant,
+        seen: u64,
+    ) {
+        let mut map = self.map.lock();
+        if self.removals.load(Ordering::Acquire) != seen {
+            return;
+        }
+        self.insert_locked(&mut map, key, decision, now);
+    }
+
     /// Caches a rejection of cost 1 received at `now`.
     pub(super) fn insert(&self, key: u64, decision: Decision, now: Instant) {
+        let mut map = self.map.lock();
+        self.insert_locked(&mut map, key, decision, now);
+    }
+
+    fn insert_locked(&self, map: &mut Map, key: u64, decision: Decision, now: Instant) {
         let Some(until) = now.checked_add(Duration::from_nanos(decision.retry_after)) else {
             return;
         };
         let expires = now
             .checked_add(self.max_stale)
             .map_or(until, |s| s.min(until));
-        let mut map = self.map.lock();
         if map.entries.len() >= self.cap && !map.entries.contains_key(&key) {
             let due = map
                 .last_purge
@@ -137,7 +170,9 @@ impl BlockCache {
     }
 
     pub(super) fn remove(&self, key: u64) {
-        self.map.lock().entries.remove(&key);
+        let mut map = self.map.lock();
+        self.removals.fetch_add(1, Ordering::AcqRel);
+        map.entries.remove(&key);
     }
 }
 
@@ -170,6 +205,21 @@ mod tests {
         assert_eq!(d.time(), Duration::from_millis(1040));
         assert!(c.get(1, t0 + Duration::from_millis(100)).is_none());
         assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn a_rejection_sent_before_a_settlement_is_not_cached() {
+        let c = BlockCache::new(4, Duration::from_secs(60));
+        let t0 = Instant::now();
+        // A check is sent, a settlement of the key is issued, then the check's rejection arrives.
+        let seen = c.removals();
+        c.remove(1);
+        c.insert_unless_removed(1, rejected(100), t0, seen);
+        assert!(c.get(1, t0).is_none(), "the rejection may predate the settlement");
+        // A check sent after the settlement is cached as usual.
+        let seen = c.removals();
+        c.insert_unless_removed(1, rejected(100), t0, seen);
+        assert!(c.get(1, t0).is_some());
     }
 
     #[test]

@@ -1352,6 +1352,7 @@ impl RedisStore {
         let late_rule = rule.clone();
         let store = self.clone();
         let deadline = tokio::time::Instant::now() + inner.timeout;
+        let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
             let outage = |e: StoreError| match &local {
@@ -1550,7 +1551,7 @@ impl RedisStore {
                 }
                 if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
                     if c == 1 && d.outcome() == Outcome::Rejected {
-                        cache.insert(ck, d, Instant::now());
+                        cache.insert_unless_removed(ck, d, Instant::now(), removals);
                     }
                 }
             }
