@@ -274,8 +274,7 @@ impl PackedRule {
         let w = self.params.window;
         let word = match (self.layout, state) {
             (Layout::Fixed { count_bits, ring }, QuotaState::Fixed(s)) => {
-                let (start, count) = s.parts();
-                (ring.store(start, w) << count_bits) | count.min((1 << count_bits) - 1)
+                pack_fixed(s, count_bits, ring, w)
             }
             (
                 Layout::Sliding {
@@ -284,18 +283,7 @@ impl PackedRule {
                     ring,
                 },
                 QuotaState::Sliding(s),
-            ) => {
-                let (bucket, cur, prev) = s.parts();
-                let max = (1 << count_bits) - 1;
-                let prev_bits = count_bits - prev_shift;
-                // Rounded up: a saturated field reads back as the largest count.
-                let prev = u64::from(prev)
-                    .div_ceil(1 << prev_shift)
-                    .min((1 << prev_bits) - 1);
-                (ring.store(bucket, w) << (count_bits + prev_bits))
-                    | (u64::from(cur).min(max) << prev_bits)
-                    | prev
-            }
+            ) => pack_sliding(s, count_bits, prev_shift, ring, w),
             (Layout::Gcra, QuotaState::Gcra(s)) => s.tat(),
             // Unreachable: `unpack` builds the variant of the layout.
             _ => 0,
@@ -426,6 +414,29 @@ fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: u64, now: u64) -> Fix
     FixedWindow::from_parts(ring.start(word >> count_bits, w, now), count)
 }
 
+/// `s` as a word under a fixed window layout (a count that would not fit saturates).
+#[inline(always)]
+fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: u64) -> u64 {
+    let (start, count) = s.parts();
+    (ring.store(start, w) << count_bits) | count.min((1 << count_bits) - 1)
+}
+
+/// `s` as a word under a sliding window layout (the previous count rounded up, a count that would
+/// not fit saturated).
+#[inline(always)]
+fn pack_sliding(s: &SlidingWindow, count_bits: u32, prev_shift: u32, ring: Ring, w: u64) -> u64 {
+    let (bucket, cur, prev) = s.parts();
+    let max = (1 << count_bits) - 1;
+    let prev_bits = count_bits - prev_shift;
+    // Rounded up: a saturated field reads back as the largest count.
+    let prev = u64::from(prev)
+        .div_ceil(1 << prev_shift)
+        .min((1 << prev_bits) - 1);
+    (ring.store(bucket, w) << (count_bits + prev_bits))
+        | (u64::from(cur).min(max) << prev_bits)
+        | prev
+}
+
 /// The sliding window counter in `word` (without the second-chance bit), read at `now`.
 #[inline(always)]
 fn unpack_sliding(
@@ -514,7 +525,12 @@ impl Packable for FixedWindow {
 
     #[inline(always)]
     fn pack(&self, rule: &PackedRule) -> u64 {
-        rule.pack(&QuotaState::Fixed(*self))
+        match rule.layout {
+            Layout::Fixed { count_bits, ring } => {
+                pack_fixed(self, count_bits, ring, rule.params.window)
+            }
+            _ => 0,
+        }
     }
 
     #[inline(always)]
@@ -550,7 +566,14 @@ impl Packable for SlidingWindow {
 
     #[inline(always)]
     fn pack(&self, rule: &PackedRule) -> u64 {
-        rule.pack(&QuotaState::Sliding(*self))
+        match rule.layout {
+            Layout::Sliding {
+                count_bits,
+                prev_shift,
+                ring,
+            } => pack_sliding(self, count_bits, prev_shift, ring, rule.params.window),
+            _ => 0,
+        }
     }
 
     #[inline(always)]
