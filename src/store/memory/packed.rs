@@ -62,28 +62,42 @@ enum Layout {
 struct Ring {
     /// 0: the whole index.
     bits: u32,
+    /// `2^bits - 1` (all ones for the whole index).
+    mask: u64,
+    /// How many windows behind the current one a state may be read: 7/8 of the ring.
+    behind_max: u64,
 }
 
 impl Ring {
-    const WHOLE: Self = Self { bits: 0 };
+    const WHOLE: Self = Self::new(0);
+
+    /// A ring of `2^bits` windows (0: the whole index).
+    const fn new(bits: u32) -> Self {
+        if bits == 0 {
+            return Self {
+                bits,
+                mask: u64::MAX,
+                behind_max: u64::MAX,
+            };
+        }
+        let size = 1u64 << bits;
+        Self {
+            bits,
+            mask: size - 1,
+            behind_max: size - size / 8,
+        }
+    }
 
     /// The smallest ring of windows of `w` nanoseconds spanning [`RING_SPAN`].
     fn for_window(w: u64) -> Self {
         let windows = RING_SPAN.div_ceil(w.max(1));
-        Self {
-            bits: (u64::BITS - (windows - 1).leading_zeros()).max(MIN_RING_BITS),
-        }
+        Self::new((u64::BITS - (windows - 1).leading_zeros()).max(MIN_RING_BITS))
     }
 
     /// The index field of the window starting at `start`.
     #[inline(always)]
     fn store(self, start: u64, w: u64) -> u64 {
-        let index = start / w;
-        if self.bits == 0 {
-            index
-        } else {
-            index & ((1 << self.bits) - 1)
-        }
+        (start / w) & self.mask
     }
 
     /// The start of the window whose index field is `field`, read at `now`.
@@ -92,13 +106,12 @@ impl Ring {
         if self.bits == 0 {
             return field * w;
         }
-        let size = 1u64 << self.bits;
         let current = now / w;
-        let behind = current.wrapping_sub(field) & (size - 1);
-        let index = if behind < size - size / 8 {
+        let behind = current.wrapping_sub(field) & self.mask;
+        let index = if behind < self.behind_max {
             current.saturating_sub(behind)
         } else {
-            current + (size - behind)
+            current + (self.mask + 1 - behind)
         };
         index.saturating_mul(w)
     }
@@ -175,7 +188,7 @@ impl PackedRule {
                 let ring = if fits(index_bits) {
                     Ring::WHOLE
                 } else {
-                    (index_bits >= ring.bits).then_some(Ring { bits: index_bits })?
+                    (index_bits >= ring.bits).then_some(Ring::new(index_bits))?
                 };
                 Layout::Fixed { count_bits, ring }
             }
@@ -194,9 +207,7 @@ impl PackedRule {
                         (prev_shift < count_bits).then_some(Layout::Sliding {
                             count_bits,
                             prev_shift,
-                            ring: Ring {
-                                bits: 63 - (2 * count_bits - prev_shift),
-                            },
+                            ring: Ring::new(63 - (2 * count_bits - prev_shift)),
                         })?
                     }
                 }
@@ -408,7 +419,7 @@ impl PackedRule {
 #[inline(always)]
 fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: u64, now: u64) -> FixedWindow {
     let count = word & ((1 << count_bits) - 1);
-    if count == 0 && ring != Ring::WHOLE {
+    if count == 0 && ring.bits != 0 {
         return FixedWindow::default();
     }
     FixedWindow::from_parts(ring.start(word >> count_bits, w, now), count)
@@ -455,7 +466,7 @@ fn unpack_sliding(
         field => field << prev_shift,
     };
     let cur = (word >> prev_bits) & ((1 << count_bits) - 1);
-    if cur == 0 && prev == 0 && ring != Ring::WHOLE {
+    if cur == 0 && prev == 0 && ring.bits != 0 {
         return SlidingWindow::default();
     }
     let bucket = ring.start(word >> (count_bits + prev_bits), w, now);
@@ -631,7 +642,7 @@ mod tests {
             Layout::Sliding {
                 count_bits: 17,
                 prev_shift: 0,
-                ring: Ring { bits: 29 }
+                ring: Ring::new(29)
             }
         );
         assert_eq!(
@@ -639,14 +650,14 @@ mod tests {
             Layout::Sliding {
                 count_bits: 32,
                 prev_shift: 19,
-                ring: Ring { bits: 18 }
+                ring: Ring::new(18)
             }
         );
         assert_eq!(
             layout(Strategy::FixedWindow, "4294967295/s"),
             Layout::Fixed {
                 count_bits: 32,
-                ring: Ring { bits: 31 }
+                ring: Ring::new(31)
             }
         );
     }
