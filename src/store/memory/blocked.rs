@@ -18,7 +18,7 @@
 //! only costs a miss (the map answers), never a wrong answer. (Bits are not cleared when a slot's
 //! rejection is over: after a clock step back it still answers for its time.)
 
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 use crate::strategy::Verdict;
 
@@ -43,6 +43,8 @@ pub(super) struct BlockedCache {
     slots: Box<[Slot]>,
     /// One bit per slot: set when it may hold a live rejection.
     live: Box<[AtomicU64]>,
+    /// Whether any bit of `live` may be set (a refund on every request then clears nothing).
+    any_live: AtomicBool,
     generation: AtomicU64,
 }
 
@@ -57,6 +59,7 @@ impl Default for BlockedCache {
         Self {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             live: (0..SLOTS / 64).map(|_| AtomicU64::new(0)).collect(),
+            any_live: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         }
     }
@@ -132,6 +135,9 @@ impl BlockedCache {
         if let Some(w) = word {
             w.fetch_or(bit, Ordering::Relaxed);
         }
+        if !self.any_live.load(Ordering::Relaxed) {
+            self.any_live.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The bitmap word and bit of the slot of `fingerprint`.
@@ -144,11 +150,38 @@ impl BlockedCache {
     /// Forgets every cached rejection: some key got room back before its time.
     pub(super) fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::Release);
-        // Written only where set: refunds on every request leave the lines shared.
+        // Nothing to clear unless a rejection was cached since; then written only where set.
+        if !self.any_live.load(Ordering::Relaxed) || !self.any_live.swap(false, Ordering::Relaxed) {
+            return;
+        }
         for w in &self.live {
             if w.load(Ordering::Relaxed) != 0 {
                 w.store(0, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_rejection_is_found_until_an_invalidation_and_again_after_a_new_insert() {
+        let cache = BlockedCache::default();
+        let v = Verdict::rejected(5, 0, 10, 10);
+        let key = 0xabcd_0000_0000_0001;
+        let miss = cache.lookup(key, 100, 5).unwrap_err();
+        cache.insert(key, miss, 100, &v);
+        assert_eq!(cache.lookup(key, 105, 5).unwrap().retry_after, 5);
+        // A key whose slot bit is clear misses without reading its slot.
+        assert!(cache.lookup(0x1234_0000_0000_0001, 105, 5).is_err());
+        cache.invalidate();
+        assert!(cache.live.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        let miss = cache.lookup(key, 105, 5).unwrap_err();
+        cache.insert(key, miss, 105, &v);
+        assert_eq!(cache.lookup(key, 106, 5).unwrap().retry_after, 9);
+        // Over at its retry time.
+        assert!(cache.lookup(key, 115, 5).is_err());
     }
 }
