@@ -3,15 +3,33 @@
 # noisy machine slows all of them alike; prints the median ns per check (aggregate over threads) and
 # the ratio to governor (quanta clock) per workload.
 # Usage: scripts/bench_rounds.sh [ROUNDS] [N]      (defaults 5 rounds of 2,000,000 checks)
-# Environment: IMPLS, KEYS, THREADS, MODES override the lists below.
+# PRESET=default (the default): the configuration a user gets from the builder's defaults next to the
+#   fastest clock, allow-all at 10^9 per second (mode allow_1e9), governor's DefaultKeyedRateLimiter
+#   at the same rate; one and two threads.
+# PRESET=best: the earlier workload (u32::MAX per day, 1 per day), every strategy on CoarseClock
+#   and SystemClock.
+# Environment: IMPLS, KEYS, THREADS, MODES override the preset's lists; TIME=cpu ranks by the time the
+#   threads spent on a CPU (summed over threads) instead of wall time, for a machine shared with other
+#   work (with 2 threads it is the cost per check, not the aggregate rate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 n=${2:-2000000}
-impls=${IMPLS:-"governor/quanta governor/monotonic tollgate/fixed-window/coarse tollgate/fixed-window/system tollgate/token-bucket/coarse tollgate/token-bucket/system tollgate/sliding-window/coarse tollgate/moving-window/coarse"}
+case ${PRESET:-default} in
+default)
+    d_impls="governor/quanta tollgate/token-bucket/coarse tollgate/token-bucket/default tollgate/fixed-window/default tollgate/sliding-window/default"
+    d_modes="allow_1e9"
+    ;;
+best)
+    d_impls="governor/quanta governor/monotonic tollgate/fixed-window/coarse tollgate/fixed-window/system tollgate/token-bucket/coarse tollgate/token-bucket/system tollgate/sliding-window/coarse tollgate/moving-window/coarse"
+    d_modes="allow_all reject_all"
+    ;;
+*) echo "PRESET is default or best" >&2; exit 2 ;;
+esac
+impls=${IMPLS:-$d_impls}
 keys_list=${KEYS:-"1 10000 1000000"}
 threads_list=${THREADS:-"1 2"}
-modes=${MODES:-"allow_all reject_all"}
+modes=${MODES:-$d_modes}
 cargo build --release --quiet -p tollgate-tools --bin bench_callgrind
 bin=target/release/bench_callgrind
 raw=$(mktemp)
@@ -20,7 +38,12 @@ for r in $(seq "$rounds"); do
         for mode in $modes; do
             for t in $threads_list; do
                 for imp in $impls; do
-                    ns=$("$bin" "$imp" "$mode" "$keys" "$n" "$t" | awk '{print $1}')
+                    out=$("$bin" "$imp" "$mode" "$keys" "$n" "$t")
+                    if [ "${TIME:-wall}" = cpu ]; then
+                        ns=$(echo "$out" | awk '{print $4}')
+                    else
+                        ns=$(echo "$out" | awk '{print $1}')
+                    fi
                     echo "$keys $mode $t $imp $ns" >> "$raw"
                 done
             done

@@ -4,9 +4,12 @@
 //! UTC (a `1/hour` fixed window resets at the top of every UTC hour), as they do with Redis's `TIME`.
 //! Only the limiter reads a clock; strategies take `now` as an argument.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::rule::Rule;
+use crate::strategy::Strategy;
 
 /// A source of time: nanoseconds since the Unix epoch.
 ///
@@ -19,12 +22,60 @@ pub trait Clock: Send + Sync + 'static {
 
 /// The default clock: Unix time read once at creation, then advanced by [`Instant`] (monotonic).
 ///
-/// It never goes back when the wall clock is stepped (NTP, an operator), and costs one
-/// `Instant::now()` per read. Resolution: nanoseconds (as fine as the platform's monotonic clock).
+/// It never goes back when the wall clock is stepped (NTP, an operator). [`SystemClock::new`] costs
+/// one `Instant::now()` per read (some 20-40 ns on a VM, as much as a whole decision); resolution:
+/// nanoseconds.
+///
+/// The builder's default is [`SystemClock::suited_to`] the limiter's rule: when no quota of the rule
+/// needs finer than a millisecond, a read is one load of a process-wide time refreshed every
+/// millisecond (the same as [`CoarseClock`]'s, shared by every limiter), about 1 ns. Why that is
+/// safe, and what it costs:
+///
+/// - **It never admits more.** The time read lags real time by at most the refresh interval plus
+///   the refreshing thread's scheduling delay, and never goes back. A lagging time only moves a
+///   window's end, or a bucket's refill, later: a quota counts the same requests against a window
+///   that ends up to that much late, or a bucket that has refilled a little less.
+/// - **Where it admits less.** Time moves in steps of about 1 ms, so a bucket refills in steps of
+///   `rate x 1 ms` tokens: when the burst is smaller than that, a step's refill is cut to the burst
+///   and the bucket admits at most `burst` per step (at most one per millisecond for burst 1). The
+///   default therefore keeps the precise clock for a bucket whose depth (`burst x T`) is under
+///   2 ms, and for any window shorter than a second (where a millisecond is more than 0.1% of it).
+///   A request's wait (`Retry-After`) is computed from the lagging time and may end up to a
+///   millisecond early: a client retrying at once is rejected again, never let through early.
+///
+/// Pass [`SystemClock::new`] (or any other clock) to the builder to choose yourself.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     base: u64,
     start: Instant,
+    /// The process-wide coarse time, when this clock reads it.
+    coarse: Option<&'static CoarseInner>,
+}
+
+/// How finely the shared coarse time is refreshed.
+const SHARED_RESOLUTION: Duration = Duration::from_millis(1);
+
+/// The process-wide coarse clock behind [`SystemClock::suited_to`], started on first use (`None`
+/// when its thread could not be started).
+fn shared_coarse() -> Option<&'static CoarseInner> {
+    static SHARED: OnceLock<Option<CoarseClock>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let clock = CoarseClock::with_resolution(SHARED_RESOLUTION);
+            clock.inner.cached.then_some(clock)
+        })
+        .as_ref()
+        .map(|c| &*c.inner)
+}
+
+/// Whether every quota of `rule` is served as well by a clock read in steps of `resolution`
+/// (see [`SystemClock`]): windows of a second or more, bucket depths of twice the step or more.
+fn tolerates_steps(rule: &Rule, resolution: Duration) -> bool {
+    let step = saturating_nanos(resolution);
+    rule.nanos().iter().all(|p| match rule.strategy() {
+        Strategy::TokenBucket | Strategy::LeakyBucket => p.tau() >= step.saturating_mul(2),
+        _ => p.window >= step.saturating_mul(1000),
+    })
 }
 
 impl SystemClock {
@@ -36,7 +87,42 @@ impl SystemClock {
         Self {
             base,
             start: Instant::now(),
+            coarse: None,
         }
+    }
+
+    /// The clock the builder gives a limiter of `rule` by default: reading a process-wide time
+    /// refreshed every millisecond when `rule` allows it (see [`SystemClock`] for when and why),
+    /// precise otherwise.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, Rule, Strategy, SystemClock};
+    ///
+    /// let per_minute = Rule::parse(Strategy::SlidingWindow, "100/minute").unwrap();
+    /// assert_eq!(SystemClock::suited_to(&per_minute).resolution(), Duration::from_millis(1));
+    /// // A bucket one token deep at 10,000 per second refills every 100 µs: precise.
+    /// let quota = Quota::per_second(NonZeroU32::new(10_000).unwrap()).with_burst(NonZeroU32::MIN);
+    /// let fine = Rule::new(Strategy::TokenBucket, vec![quota]).unwrap();
+    /// assert_eq!(SystemClock::suited_to(&fine).resolution(), Duration::from_nanos(1));
+    /// ```
+    pub fn suited_to(rule: &Rule) -> Self {
+        let clock = Self::new();
+        if !tolerates_steps(rule, SHARED_RESOLUTION) {
+            return clock;
+        }
+        Self {
+            coarse: shared_coarse(),
+            ..clock
+        }
+    }
+
+    /// The step in which the time read moves: 1 ns for the precise clock, the refresh interval
+    /// (1 ms) for the shared coarse time.
+    pub fn resolution(&self) -> Duration {
+        self.coarse
+            .map_or(Duration::from_nanos(1), |c| c.resolution)
     }
 }
 
@@ -49,6 +135,9 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> u64 {
+        if let Some(coarse) = self.coarse {
+            return coarse.nanos.load(Ordering::Relaxed);
+        }
         let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.base.saturating_add(elapsed)
     }

@@ -191,7 +191,11 @@
 //!   counter or the buckets a key costs its own size plus a few bytes. Expired keys are evicted
 //!   incrementally as traffic flows, and their memory is returned. An optional cap on the number of
 //!   keys ([`Builder::max_keys`](crate::Builder::max_keys)) bounds memory under a flood of new keys;
-//!   the cap never evicts a blocked key, so a flood cannot reset an attacker's quota.
+//!   the cap never evicts a blocked key, so a flood cannot reset an attacker's quota. The clock a
+//!   limiter gets by default ([`SystemClock::suited_to`](crate::SystemClock::suited_to) its rule)
+//!   reads a process-wide time refreshed every millisecond when every quota has windows of a second
+//!   or more and buckets at least 2 ms deep: a read costs a load instead of a monotonic clock call,
+//!   and a time that lags never admits more (see [`SystemClock`](crate::SystemClock)).
 //! - **Redis** (`RedisStore` in [`store::redis`](crate::store), feature `redis`): when several
 //!   instances must share one limit. Single node or Cluster; one script call per decision, time from
 //!   the Redis server (instances need not agree on the time), all keys of one logical key in one

@@ -80,7 +80,8 @@ impl<K, S: fmt::Debug, C: fmt::Debug> fmt::Debug for RateLimiter<K, S, C> {
 }
 
 impl<K> RateLimiter<K> {
-    /// Starts a builder: in-memory store, system clock, sliding window counter by default.
+    /// Starts a builder: in-memory store, sliding window counter, and the system clock suited to the
+    /// rule ([`SystemClock::suited_to`]: a millisecond-step time when the rule allows it) by default.
     pub fn builder() -> Builder<K> {
         Builder {
             name: None,
@@ -89,6 +90,7 @@ impl<K> RateLimiter<K> {
             burst: None,
             store: MemoryStoreBuilder::default(),
             clock: SystemClock::new(),
+            clock_chosen: false,
             sweep_every: None,
             window_offset: crate::WindowOffset::UTC,
             _key: PhantomData,
@@ -357,6 +359,8 @@ pub struct Builder<K, S = MemoryStoreBuilder, C = SystemClock> {
     window_offset: crate::WindowOffset,
     store: S,
     clock: C,
+    /// `false` while the clock is the default, chosen at `build` for the rule.
+    clock_chosen: bool,
     sweep_every: Option<Duration>,
     _key: PhantomData<fn(&K)>,
 }
@@ -426,7 +430,7 @@ impl<K, S, C> Builder<K, S, C> {
         self
     }
 
-    /// Uses another clock.
+    /// Uses another clock (the default is [`SystemClock::suited_to`] the rule).
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, S, C2> {
         Builder {
             name: self.name,
@@ -436,6 +440,7 @@ impl<K, S, C> Builder<K, S, C> {
             window_offset: self.window_offset,
             store: self.store,
             clock,
+            clock_chosen: true,
             sweep_every: self.sweep_every,
             _key: PhantomData,
         }
@@ -451,6 +456,7 @@ impl<K, S, C> Builder<K, S, C> {
             window_offset: self.window_offset,
             store: Given(store),
             clock: self.clock,
+            clock_chosen: self.clock_chosen,
             sweep_every: self.sweep_every,
             _key: PhantomData,
         }
@@ -491,7 +497,13 @@ impl<K, S: IntoStore<K>, C: Clock> Builder<K, S, C> {
         let store = self.store.into_store();
         store.validate(&rule)?;
         let claim = store.names().claim(name)?;
-        let limiter = RateLimiter::from_parts(rule, claim, store, self.clock);
+        let mut clock = self.clock;
+        if !self.clock_chosen {
+            if let Some(c) = (&mut clock as &mut dyn std::any::Any).downcast_mut::<SystemClock>() {
+                *c = SystemClock::suited_to(&rule);
+            }
+        }
+        let limiter = RateLimiter::from_parts(rule, claim, store, clock);
         if let Some(every) = self.sweep_every {
             spawn_sweeper(Arc::downgrade(&limiter.inner), every);
         }

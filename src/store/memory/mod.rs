@@ -300,7 +300,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 // Cached only when `now` is not clamped to the state's time (the clock went back):
                 // the cache answers with times relative to `now`.
                 (Some(miss), Outcome::Rejected)
-                    if packed.time_floor(cell.load(Ordering::Relaxed)) <= now =>
+                    if packed.time_floor(cell.load(Ordering::Relaxed), now) <= now =>
                 {
                     self.blocked.insert(fingerprint, miss, now, &v);
                 }
@@ -345,13 +345,21 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             return self.run(&mut entry, rule, tag, op, now);
         }
         if !creates_state(op) {
-            let (index, v) = Entry::new().run(rule, tag, op, now);
+            // From NOW_LIMIT on, a key may still be held in its packed table: answered from there.
+            let mut entry = match (now >= NOW_LIMIT)
+                .then(|| self.packed_state(i, key, rule, tag, now, false))
+                .flatten()
+            {
+                Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state]),
+                None => Entry::new(),
+            };
+            let (index, v) = entry.run(rule, tag, op, now);
             return self.finish(index, v, now, op);
         }
         // From NOW_LIMIT on, a packable rule's keys live in general entries: a key still held in
         // its packed table moves over with its state (no fresh start across that instant).
         let handed = (now >= NOW_LIMIT)
-            .then(|| self.take_packed(i, key, rule, tag))
+            .then(|| self.packed_state(i, key, rule, tag, now, true))
             .flatten();
         let new = || match handed {
             Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state]),
@@ -368,17 +376,31 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         decision
     }
 
-    /// Removes `key` from the packed table of `rule`, if it has one and holds the key: its state.
+    /// The state of `key` in the packed table of `rule`, if it has one and holds the key; removed
+    /// from there when `take`.
     #[cold]
-    fn take_packed(&self, i: usize, key: &K, rule: &Rule, tag: u64) -> Option<QuotaState> {
+    fn packed_state(
+        &self,
+        i: usize,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        now: u64,
+        take: bool,
+    ) -> Option<QuotaState> {
         let table = self
             .packed
             .iter()
             .filter_map(OnceLock::get)
             .find(|t| t.ctx.matches(rule, tag))?;
-        let (_, cell) = table.segment(i).remove(key)?;
-        self.keys.fetch_sub(1, Ordering::Relaxed);
-        Some(table.ctx.state_of(cell.into_inner()))
+        let word = if take {
+            let (_, cell) = table.segment(i).remove(key)?;
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+            cell.into_inner()
+        } else {
+            table.segment(i).get(key)?.load(Ordering::Relaxed)
+        };
+        Some(table.ctx.state_of(word, now))
     }
 
     /// The entry of a key not found a moment ago, inserted if still missing (and whether it was),

@@ -10,6 +10,17 @@
 //! Window starts are stored as window indices (`start / W`, exact because windows are clock-aligned),
 //! counts in as many bits as the limit needs. A rule is packed only when every state it can reach at a
 //! time below [`NOW_LIMIT`] fits; later times use the general entries.
+//!
+//! Windows whose absolute index and counts do not fit (large limits, short windows) store the index
+//! on a ring: modulo `2^k` with `2^k` windows spanning at least [`RING_SPAN`] (two days), read back
+//! relative to the current window: up to 7/8 of the ring behind it, up to 1/8 ahead (a clock that
+//! went back). A state with zero counts reads as a new key's whatever its index. A state older than
+//! 7/8 of the ring that no sweep removed (the store idle that long) can be read as a recent one: its
+//! counts then apply again for a window or two, which only errs on the side of rejecting. A sliding
+//! window counter whose two counts still do not fit keeps the previous bucket's count rounded up to
+//! a multiple of `2^s` (it only weighs on the estimate, which it can raise by less than `2^s`: again
+//! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
+//! limit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,16 +36,94 @@ use crate::strategy::{
 pub(crate) const USED: u64 = 1 << 63;
 /// Packed state serves times below this (2^62 ns: the year 2116); a GCRA TAT stays below 2^63.
 pub(crate) const NOW_LIMIT: u64 = 1 << 62;
+/// The least time a ring of window indices spans: two days (so 6 hours ahead, 42 hours behind).
+pub(crate) const RING_SPAN: u64 = 2 * 86_400 * 1_000_000_000;
+/// The fewest bits of a ring.
+const MIN_RING_BITS: u32 = 8;
 
 /// Where the fields of a packed word are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Layout {
     /// `index << count_bits | count`.
-    Fixed { count_bits: u32 },
-    /// `index << 2 * count_bits | cur << count_bits | prev`.
-    Sliding { count_bits: u32 },
+    Fixed { count_bits: u32, ring: Ring },
+    /// `index << (count_bits + prev_bits) | cur << prev_bits | ceil(prev / 2^prev_shift)`, with
+    /// `prev_bits = count_bits - prev_shift`.
+    Sliding {
+        count_bits: u32,
+        prev_shift: u32,
+        ring: Ring,
+    },
     /// The TAT.
     Gcra,
+}
+
+/// How a window index is stored: whole, or on a ring of `2^bits` windows read relative to now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ring {
+    /// 0: the whole index.
+    bits: u32,
+    /// `2^bits - 1` (all ones for the whole index).
+    mask: u64,
+    /// How many windows behind the current one a state may be read: 7/8 of the ring.
+    behind_max: u64,
+}
+
+impl Ring {
+    const WHOLE: Self = Self::new(0);
+
+    /// A ring of `2^bits` windows (0: the whole index).
+    const fn new(bits: u32) -> Self {
+        if bits == 0 {
+            return Self {
+                bits,
+                mask: u64::MAX,
+                behind_max: u64::MAX,
+            };
+        }
+        let size = 1u64 << bits;
+        Self {
+            bits,
+            mask: size - 1,
+            behind_max: size - size / 8,
+        }
+    }
+
+    /// The smallest ring of windows of `w` nanoseconds spanning [`RING_SPAN`].
+    fn for_window(w: u64) -> Self {
+        let windows = RING_SPAN.div_ceil(w.max(1));
+        Self::new((u64::BITS - (windows - 1).leading_zeros()).max(MIN_RING_BITS))
+    }
+
+    /// The index field of the window starting at `start`.
+    #[inline(always)]
+    fn store(self, start: u64, w: u64) -> u64 {
+        (start / w) & self.mask
+    }
+
+    /// The start of the window whose index field is `field`, read at `now`.
+    #[inline(always)]
+    fn start(self, field: u64, w: u64, now: u64) -> u64 {
+        if self.bits == 0 {
+            return field * w;
+        }
+        let current = now / w;
+        let behind = current.wrapping_sub(field) & self.mask;
+        let index = if behind < self.behind_max {
+            current.saturating_sub(behind)
+        } else {
+            current + (self.mask + 1 - behind)
+        };
+        index.saturating_mul(w)
+    }
+
+    /// How far ahead of `now` a state read back from this ring may start.
+    fn ahead(self, w: u64) -> u64 {
+        if self.bits == 0 {
+            u64::MAX
+        } else {
+            ((1u64 << self.bits) / 8 - 1).saturating_mul(w)
+        }
+    }
 }
 
 /// A one-quota rule whose states fit in a word, and how they are laid out.
@@ -90,15 +179,38 @@ impl PackedRule {
         let fits = |index_bits: u32| {
             index_bits >= 1 && ((NOW_LIMIT - 1) / params.window) >> index_bits.min(63) == 0
         };
+        let ring = Ring::for_window(params.window);
         let layout = match strategy {
             Strategy::FixedWindow => {
                 let count_bits = bits_for(params.limit);
-                fits(63 - count_bits).then_some(Layout::Fixed { count_bits })?
+                let index_bits = 63u32.checked_sub(count_bits)?;
+                // The ring takes every index bit: the larger it is, the older a state it reads right.
+                let ring = if fits(index_bits) {
+                    Ring::WHOLE
+                } else {
+                    (index_bits >= ring.bits).then_some(Ring::new(index_bits))?
+                };
+                Layout::Fixed { count_bits, ring }
             }
             Strategy::SlidingWindow => {
                 let count_bits = bits_for(params.limit);
-                fits(63u32.checked_sub(2 * count_bits)?)
-                    .then_some(Layout::Sliding { count_bits })?
+                match 63u32.checked_sub(2 * count_bits) {
+                    Some(index_bits) if fits(index_bits) => Layout::Sliding {
+                        count_bits,
+                        prev_shift: 0,
+                        ring: Ring::WHOLE,
+                    },
+                    // The ring, and the previous count rounded up if still needed (keeping it one
+                    // bit at least).
+                    _ => {
+                        let prev_shift = (2 * count_bits + ring.bits).saturating_sub(63);
+                        (prev_shift < count_bits).then_some(Layout::Sliding {
+                            count_bits,
+                            prev_shift,
+                            ring: Ring::new(63 - (2 * count_bits - prev_shift)),
+                        })?
+                    }
+                }
             }
             // TAT <= max(now, TAT) + tau stays below 2^63 while now < 2^62 and tau < 2^62.
             Strategy::TokenBucket | Strategy::LeakyBucket => {
@@ -115,19 +227,10 @@ impl PackedRule {
         })
     }
 
-    /// The count bits of a window layout (0 for the buckets).
-    #[inline(always)]
-    fn count_bits(&self) -> u32 {
-        match self.layout {
-            Layout::Fixed { count_bits } | Layout::Sliding { count_bits } => count_bits,
-            Layout::Gcra => 0,
-        }
-    }
-
     /// The time before which the state in `word` answers as at that time (a clock that went back
     /// is clamped to it): the window or bucket start, or `TAT - B*T`. Checks only move it forward.
-    pub(crate) fn time_floor(&self, word: u64) -> u64 {
-        match self.unpack(word) {
+    pub(crate) fn time_floor(&self, word: u64, now: u64) -> u64 {
+        match self.unpack(word, now) {
             QuotaState::Fixed(s) => s.parts().0,
             QuotaState::Sliding(s) => s.parts().0,
             QuotaState::Gcra(s) => s.tat().saturating_sub(self.params.tau()),
@@ -156,23 +259,20 @@ impl PackedRule {
         self.tag == tag && self.strategy == rule.strategy() && rule.nanos() == [self.params]
     }
 
-    /// The state in `word` (the second-chance bit ignored).
+    /// The state in `word` (the second-chance bit ignored), read at `now`.
     #[inline]
-    fn unpack(&self, word: u64) -> QuotaState {
+    fn unpack(&self, word: u64, now: u64) -> QuotaState {
         let word = word & !USED;
         let w = self.params.window;
         match self.layout {
-            Layout::Fixed { count_bits } => {
-                let count = word & ((1 << count_bits) - 1);
-                QuotaState::Fixed(FixedWindow::from_parts((word >> count_bits) * w, count))
+            Layout::Fixed { count_bits, ring } => {
+                QuotaState::Fixed(unpack_fixed(word, count_bits, ring, w, now))
             }
-            Layout::Sliding { count_bits } => {
-                let mask = (1 << count_bits) - 1;
-                let prev = (word & mask) as u32;
-                let cur = ((word >> count_bits) & mask) as u32;
-                let bucket = (word >> (2 * count_bits)) * w;
-                QuotaState::Sliding(SlidingWindow::from_parts(bucket, cur, prev))
-            }
+            Layout::Sliding {
+                count_bits,
+                prev_shift,
+                ring,
+            } => QuotaState::Sliding(unpack_sliding(word, count_bits, prev_shift, ring, w, now)),
             Layout::Gcra => QuotaState::Gcra(Gcra::from_tat(word)),
         }
     }
@@ -184,17 +284,17 @@ impl PackedRule {
     fn pack(&self, state: &QuotaState) -> u64 {
         let w = self.params.window;
         let word = match (self.layout, state) {
-            (Layout::Fixed { count_bits }, QuotaState::Fixed(s)) => {
-                let (start, count) = s.parts();
-                ((start / w) << count_bits) | count.min((1 << count_bits) - 1)
+            (Layout::Fixed { count_bits, ring }, QuotaState::Fixed(s)) => {
+                pack_fixed(s, count_bits, ring, w)
             }
-            (Layout::Sliding { count_bits }, QuotaState::Sliding(s)) => {
-                let (bucket, cur, prev) = s.parts();
-                let max = (1 << count_bits) - 1;
-                ((bucket / w) << (2 * count_bits))
-                    | (u64::from(cur).min(max) << count_bits)
-                    | u64::from(prev).min(max)
-            }
+            (
+                Layout::Sliding {
+                    count_bits,
+                    prev_shift,
+                    ring,
+                },
+                QuotaState::Sliding(s),
+            ) => pack_sliding(s, count_bits, prev_shift, ring, w),
             (Layout::Gcra, QuotaState::Gcra(s)) => s.tat(),
             // Unreachable: `unpack` builds the variant of the layout.
             _ => 0,
@@ -225,7 +325,7 @@ impl PackedRule {
     fn check_as<S: Packable>(&self, cell: &impl Cell, cost: u32, now: u64) -> Verdict {
         let cost = u64::from(cost);
         swap_loop(cell, |word| {
-            let mut state = S::unpack(self, word);
+            let mut state = S::unpack(self, word, now);
             let v = state.check(self, now, cost);
             if v.outcome == Outcome::Allowed && cost > 0 {
                 state.commit(self, now, cost);
@@ -238,7 +338,7 @@ impl PackedRule {
     fn update(&self, cell: &impl Cell, op: Op, now: u64) -> Verdict {
         let params = std::slice::from_ref(&self.params);
         swap_loop(cell, |word| {
-            let mut state = self.unpack(word);
+            let mut state = self.unpack(word, now);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
             (self.pack(&state), verdict)
@@ -247,14 +347,14 @@ impl PackedRule {
 
     /// Whether the state in `word` equals a new key's at `now`.
     pub(crate) fn is_fresh(&self, word: u64, now: u64) -> bool {
-        let fresh_at = self.unpack(word).fresh_at(&self.params);
+        let fresh_at = self.unpack(word, now).fresh_at(&self.params);
         fresh_at <= now && fresh_at != u64::MAX
     }
 
     /// Until when the key in `word` has no room for a request of cost 1 (0: it has room now).
     #[cfg(any(tollgate_loom, shuttle))]
     pub(crate) fn blocked_until(&self, word: u64, now: u64) -> u64 {
-        let mut state = self.unpack(word);
+        let mut state = self.unpack(word, now);
         let v = state.check(self.strategy, &self.params, now, 1);
         if v.outcome == Outcome::Allowed {
             0
@@ -267,7 +367,7 @@ impl PackedRule {
 impl PackedRule {
     /// How the key in `word` looks to eviction at `now`.
     pub(super) fn look(&self, word: u64, now: u64) -> Look {
-        let mut state = self.unpack(word);
+        let mut state = self.unpack(word, now);
         let fresh_at = state.fresh_at(&self.params);
         if fresh_at <= now && fresh_at != u64::MAX {
             return Look::Fresh;
@@ -282,13 +382,13 @@ impl PackedRule {
     }
 
     /// The strategy state in `word` (handed over to a general entry at the end of packed time).
-    pub(super) fn state_of(&self, word: u64) -> QuotaState {
-        self.unpack(word)
+    pub(super) fn state_of(&self, word: u64, now: u64) -> QuotaState {
+        self.unpack(word, now)
     }
 
     /// Folds what the key in `word` has spent into `sketch` (it is being evicted).
     pub(super) fn forget(&self, word: u64, key_hash: u64, now: u64, sketch: &Sketch) {
-        if let Some(spent) = sketch::summary(&self.unpack(word), &self.params, now) {
+        if let Some(spent) = sketch::summary(&self.unpack(word, now), &self.params, now) {
             sketch.record(sketch::quota_hash(key_hash, self.tag, 0), spent, now);
         }
     }
@@ -304,13 +404,74 @@ impl PackedRule {
                 // window starting below NOW_LIMIT. Still no earlier than any state reachable now.
                 spent.until = spent.until.min(match self.layout {
                     Layout::Gcra => !USED,
-                    _ => (NOW_LIMIT - 1).saturating_add(self.params.window),
+                    Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => (NOW_LIMIT - 1)
+                        .saturating_add(self.params.window)
+                        .min(now.saturating_add(ring.ahead(self.params.window))),
                 });
                 let state = sketch::restore(self.strategy, &self.params, spent, now);
                 self.pack(&state) | USED
             }
         }
     }
+}
+
+/// The fixed window in `word` (without the second-chance bit), read at `now`.
+#[inline(always)]
+fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: u64, now: u64) -> FixedWindow {
+    let count = word & ((1 << count_bits) - 1);
+    if count == 0 && ring.bits != 0 {
+        return FixedWindow::default();
+    }
+    FixedWindow::from_parts(ring.start(word >> count_bits, w, now), count)
+}
+
+/// `s` as a word under a fixed window layout (a count that would not fit saturates).
+#[inline(always)]
+fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: u64) -> u64 {
+    let (start, count) = s.parts();
+    (ring.store(start, w) << count_bits) | count.min((1 << count_bits) - 1)
+}
+
+/// `s` as a word under a sliding window layout (the previous count rounded up, a count that would
+/// not fit saturated).
+#[inline(always)]
+fn pack_sliding(s: &SlidingWindow, count_bits: u32, prev_shift: u32, ring: Ring, w: u64) -> u64 {
+    let (bucket, cur, prev) = s.parts();
+    let max = (1 << count_bits) - 1;
+    let prev_bits = count_bits - prev_shift;
+    // Rounded up: a saturated field reads back as the largest count.
+    let prev = u64::from(prev)
+        .div_ceil(1 << prev_shift)
+        .min((1 << prev_bits) - 1);
+    (ring.store(bucket, w) << (count_bits + prev_bits))
+        | (u64::from(cur).min(max) << prev_bits)
+        | prev
+}
+
+/// The sliding window counter in `word` (without the second-chance bit), read at `now`.
+#[inline(always)]
+fn unpack_sliding(
+    word: u64,
+    count_bits: u32,
+    prev_shift: u32,
+    ring: Ring,
+    w: u64,
+    now: u64,
+) -> SlidingWindow {
+    let prev_bits = count_bits - prev_shift;
+    let prev_max = (1 << prev_bits) - 1;
+    let prev = match word & prev_max {
+        // A saturated field stands for any count up to what the counts hold.
+        field if field == prev_max && prev_shift > 0 => (1 << count_bits) - 1,
+        field => field << prev_shift,
+    };
+    let cur = (word >> prev_bits) & ((1 << count_bits) - 1);
+    if cur == 0 && prev == 0 && ring.bits != 0 {
+        return SlidingWindow::default();
+    }
+    let bucket = ring.start(word >> (count_bits + prev_bits), w, now);
+    let count = |c: u64| u32::try_from(c).unwrap_or(u32::MAX);
+    SlidingWindow::from_parts(bucket, count(cur), count(prev))
 }
 
 /// Runs `step` on the word in `cell` (it returns the new state without the second-chance bit, and
@@ -333,7 +494,7 @@ fn swap_loop(cell: &impl Cell, mut step: impl FnMut(u64) -> (u64, Verdict)) -> V
 
 /// A strategy state that packs into a word under a [`PackedRule`], with its check and commit.
 trait Packable: Sized {
-    fn unpack(rule: &PackedRule, word: u64) -> Self;
+    fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self;
     /// The word without the second-chance bit (the caller saturates it below that bit).
     fn pack(&self, rule: &PackedRule) -> u64;
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict;
@@ -342,7 +503,7 @@ trait Packable: Sized {
 
 impl Packable for Gcra {
     #[inline(always)]
-    fn unpack(_: &PackedRule, word: u64) -> Self {
+    fn unpack(_: &PackedRule, word: u64, _: u64) -> Self {
         Gcra::from_tat(word & !USED)
     }
 
@@ -364,16 +525,23 @@ impl Packable for Gcra {
 
 impl Packable for FixedWindow {
     #[inline(always)]
-    fn unpack(rule: &PackedRule, word: u64) -> Self {
-        let count_bits = rule.count_bits();
-        let word = word & !USED;
-        let count = word & ((1 << count_bits) - 1);
-        FixedWindow::from_parts((word >> count_bits) * rule.params.window, count)
+    fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
+        match rule.layout {
+            Layout::Fixed { count_bits, ring } => {
+                unpack_fixed(word & !USED, count_bits, ring, rule.params.window, now)
+            }
+            _ => FixedWindow::default(),
+        }
     }
 
     #[inline(always)]
     fn pack(&self, rule: &PackedRule) -> u64 {
-        rule.pack(&QuotaState::Fixed(*self))
+        match rule.layout {
+            Layout::Fixed { count_bits, ring } => {
+                pack_fixed(self, count_bits, ring, rule.params.window)
+            }
+            _ => 0,
+        }
     }
 
     #[inline(always)]
@@ -389,16 +557,34 @@ impl Packable for FixedWindow {
 
 impl Packable for SlidingWindow {
     #[inline(always)]
-    fn unpack(rule: &PackedRule, word: u64) -> Self {
-        match rule.unpack(word) {
-            QuotaState::Sliding(s) => s,
+    fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
+        match rule.layout {
+            Layout::Sliding {
+                count_bits,
+                prev_shift,
+                ring,
+            } => unpack_sliding(
+                word & !USED,
+                count_bits,
+                prev_shift,
+                ring,
+                rule.params.window,
+                now,
+            ),
             _ => SlidingWindow::default(),
         }
     }
 
     #[inline(always)]
     fn pack(&self, rule: &PackedRule) -> u64 {
-        rule.pack(&QuotaState::Sliding(*self))
+        match rule.layout {
+            Layout::Sliding {
+                count_bits,
+                prev_shift,
+                ring,
+            } => pack_sliding(self, count_bits, prev_shift, ring, rule.params.window),
+            _ => 0,
+        }
     }
 
     #[inline(always)]
@@ -428,10 +614,181 @@ mod tests {
         assert!(packs(Strategy::FixedWindowFirstHit, "10/s").is_none());
         assert!(packs(Strategy::MovingWindow, "10/s").is_none());
         assert!(packs(Strategy::FixedWindow, "1/s; 10/minute").is_none());
-        // 2^32 - 1 per millisecond: 32 count bits leave 31 index bits, too few for 2^62 ns / 1 ms.
-        assert!(packs(Strategy::FixedWindow, "4294967295/ms").is_none());
-        assert!(packs(Strategy::SlidingWindow, "100000/s").is_none());
-        assert!(packs(Strategy::SlidingWindow, "10000/s").is_some());
+        // Every window limit up to u32::MAX per period, from a millisecond to a day: on a ring of
+        // window indices when the whole index does not fit.
+        for q in [
+            "4294967295/ms",
+            "4294967295/s",
+            "4294967295/day",
+            "100000/s",
+            "10000/s",
+        ] {
+            for s in [Strategy::FixedWindow, Strategy::SlidingWindow] {
+                assert!(packs(s, q).is_some(), "{s} {q}");
+            }
+        }
+        let layout = |s: Strategy, q: &str| packs(s, q).unwrap().layout;
+        assert_eq!(
+            layout(Strategy::SlidingWindow, "10000/s"),
+            Layout::Sliding {
+                count_bits: 14,
+                prev_shift: 0,
+                ring: Ring::WHOLE
+            }
+        );
+        // Two days of seconds need an 18-bit ring; 2 x 17 count bits leave it 29.
+        assert_eq!(
+            layout(Strategy::SlidingWindow, "100000/s"),
+            Layout::Sliding {
+                count_bits: 17,
+                prev_shift: 0,
+                ring: Ring::new(29)
+            }
+        );
+        assert_eq!(
+            layout(Strategy::SlidingWindow, "4294967295/s"),
+            Layout::Sliding {
+                count_bits: 32,
+                prev_shift: 19,
+                ring: Ring::new(18)
+            }
+        );
+        assert_eq!(
+            layout(Strategy::FixedWindow, "4294967295/s"),
+            Layout::Fixed {
+                count_bits: 32,
+                ring: Ring::new(31)
+            }
+        );
+    }
+
+    /// Runs a random trace of checks and refunds through the packed word and the strategy,
+    /// calling `compare` on both verdicts and both states.
+    fn differential(
+        strategy: Strategy,
+        q: &str,
+        start: u64,
+        mut gap: impl FnMut(u64) -> u64,
+        mut compare: impl FnMut(u64, Verdict, Verdict, QuotaState, QuotaState),
+    ) {
+        let rule = Rule::parse(strategy, q).unwrap();
+        let packed = PackedRule::for_rule(&rule).unwrap();
+        let mut reference = vec![QuotaState::new(strategy)];
+        let cell = AtomicU64::new(0);
+        let mut now = start;
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in 0..3000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now = now.saturating_add(gap(x)).min(NOW_LIMIT - 1);
+            let op = match x % 13 {
+                0 => Op::Settle {
+                    reserved: 1,
+                    actual: 0,
+                    at: now,
+                },
+                1 => Op::Peek,
+                c => Op::Check((x >> 40) as u32 % (c as u32 * 1000)),
+            };
+            let got = packed.apply(&cell, op, now);
+            let (_, want) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
+            let word = cell.load(Ordering::Relaxed);
+            compare(i, got, want, packed.unpack(word, now), reference[0].clone());
+        }
+    }
+
+    #[test]
+    fn ring_layouts_agree_with_the_strategy_when_their_counts_are_exact() {
+        for (strategy, q) in [
+            (Strategy::FixedWindow, "4294967295/s"),
+            (Strategy::FixedWindow, "4294967295/day"),
+            (Strategy::FixedWindow, "100000/ms"),
+            (Strategy::SlidingWindow, "100000/s"),
+            (Strategy::SlidingWindow, "300000/minute"),
+        ] {
+            // Small steps and long idle gaps.
+            let w = Rule::parse(strategy, q).unwrap().nanos()[0].window;
+            let gap = |x: u64| match x % 7 {
+                0 => (x >> 20) % (5 * w),
+                _ => (x >> 20) % (w / 50).max(1),
+            };
+            differential(strategy, q, 1_700_000_000 * S, gap, |i, got, want, a, b| {
+                assert_eq!(got, want, "{strategy} {q} step {i}");
+                // Zero counts read back as a new key's state, whatever the window.
+                if a != b {
+                    assert_eq!(a.fresh_at(&Params::window(1, 1)), 0, "{strategy} {q} {i}");
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn a_rounded_previous_count_never_admits_more_than_the_strategy() {
+        // The reference follows what the packed word admitted, so both count the same requests;
+        // costs up to 2^31 fill the windows.
+        let strategy = Strategy::SlidingWindow;
+        let rule = Rule::parse(strategy, "4294967295/s").unwrap();
+        let packed = PackedRule::for_rule(&rule).unwrap();
+        let mut reference = vec![QuotaState::new(strategy)];
+        let cell = AtomicU64::new(0);
+        let mut now = 1_700_000_000 * S;
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let (mut admitted, mut rejected) = (0, 0);
+        for i in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now += (x >> 20) % (S / 4);
+            let op = match x % 11 {
+                0 => Op::Settle {
+                    reserved: 1 << 20,
+                    actual: 0,
+                    at: now,
+                },
+                _ => Op::Check((x >> 33) as u32),
+            };
+            let got = packed.apply(&cell, op, now);
+            let mut trial = reference.clone();
+            let (_, want) = strategy::apply(&mut trial, strategy, rule.nanos(), now, op);
+            assert!(got.remaining <= want.remaining, "step {i}");
+            assert!(want.remaining - got.remaining < 1 << 19, "step {i}");
+            match (op, got.outcome) {
+                (Op::Settle { .. }, _) => reference = trial,
+                (_, Outcome::Allowed) => {
+                    assert_eq!(want.outcome, Outcome::Allowed, "step {i}: admitted more");
+                    reference = trial;
+                    admitted += 1;
+                }
+                _ => rejected += 1,
+            }
+        }
+        assert!(admitted > 100 && rejected > 100, "{admitted} {rejected}");
+    }
+
+    #[test]
+    fn a_ring_reads_recent_states_and_clock_steps_back_within_its_span() {
+        let rule = Rule::parse(Strategy::FixedWindow, "4294967295/s").unwrap();
+        let packed = PackedRule::for_rule(&rule).unwrap();
+        let Layout::Fixed { ring, .. } = packed.layout else {
+            panic!("a fixed window layout");
+        };
+        let now = 1_700_000_000 * S;
+        let cell = AtomicU64::new(0);
+        assert_eq!(
+            packed.apply(&cell, Op::Check(5), now).remaining,
+            u64::from(u32::MAX) - 5
+        );
+        let word = cell.load(Ordering::Relaxed);
+        // Read back from a clock that went back by six hours: the state is still ahead of it.
+        let back = now - 6 * 3600 * S;
+        assert_eq!(
+            packed.unpack(word, back),
+            QuotaState::Fixed(FixedWindow::from_parts(now, 5))
+        );
+        assert!(ring.ahead(S) >= 6 * 3600 * S);
+        // A day later it is an old window, equivalent to a new key's.
+        assert!(packed.is_fresh(word, now + 86_400 * S));
     }
 
     #[test]
@@ -461,7 +818,10 @@ mod tests {
                 let got = packed.apply(&cell, op, now);
                 let (_, want) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
                 assert_eq!(got, want, "{strategy} {q} step {i}");
-                assert_eq!(packed.unpack(cell.load(Ordering::Relaxed)), reference[0]);
+                assert_eq!(
+                    packed.unpack(cell.load(Ordering::Relaxed), now),
+                    reference[0]
+                );
             }
         }
     }

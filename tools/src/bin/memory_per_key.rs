@@ -6,7 +6,10 @@
 //! heap bytes per key from a counting global allocator (what is live after the inserts, key bytes
 //! on the heap included) and the growth of RSS (`VmRSS` in `/proc/self/status`) per key.
 //! `memory_per_key IMPL KEY [N]` runs one case; `TOLLGATE_QUOTAS="10/60s; 20/120s"` gives tollgate
-//! a rule of several quotas.
+//! a rule of several quotas. `memory_per_key moving-logs` measures the moving window's logs kept
+//! alive: 200 keys fill `100000/hour` logs, then each key sends one request an hour; the heap held
+//! is printed after the fill and every hour for three hours (manual clock), before and after a
+//! forced sweep.
 
 use std::alloc::System;
 use std::hash::Hash;
@@ -31,6 +34,10 @@ fn impls() -> Vec<String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("moving-logs") {
+        moving_logs();
+        return;
+    }
     if args.len() >= 3 {
         let n = args.get(3).map_or(1_000_000, |s| s.parse().expect("N"));
         let (heap, rss) = match args[2].as_str() {
@@ -125,4 +132,46 @@ fn measure<K: Hash + Eq + Clone + Send + Sync + 'static>(
     let rss = rss_bytes().saturating_sub(rss0) as f64;
     drop(held);
     (heap / n as f64, rss / n as f64)
+}
+
+/// 200 keys fill `100000/hour` moving-window logs over a minute, then send one request an hour: the
+/// heap held by the store after the fill and after each of three hours.
+fn moving_logs() {
+    const KEYS: u64 = 200;
+    const FILL: u64 = 100_000;
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let region = Region::new(GLOBAL);
+    let heap = || {
+        let s = region.change();
+        (s.bytes_allocated as f64 - s.bytes_deallocated as f64 + s.bytes_reallocated as f64)
+            / f64::from(1 << 20)
+    };
+    let l: RateLimiter<u64, _, _> = RateLimiter::builder()
+        .strategy(Strategy::MovingWindow)
+        .quotas("100000/hour")
+        .expect("quota")
+        .clock(clock.clone())
+        .build()
+        .expect("rule");
+    // The fill spreads over one minute.
+    let step = Duration::from_nanos(60_000_000_000 / FILL);
+    for _ in 0..FILL {
+        for k in 0..KEYS {
+            l.check_now(&k, 1);
+        }
+        clock.advance(step);
+    }
+    println!("after the fill: {:.1} MiB", heap());
+    for hour in 1..=3 {
+        clock.advance(Duration::from_secs(3600));
+        for k in 0..KEYS {
+            assert!(l.check_now(&k, 1).is_allowed());
+        }
+        let after_requests = heap();
+        l.sweep();
+        println!(
+            "hour {hour}: {after_requests:.1} MiB after the requests, {:.1} MiB after a sweep",
+            heap()
+        );
+    }
 }
