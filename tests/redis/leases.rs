@@ -562,3 +562,140 @@ async fn the_server_with_redis_lease_admits_the_limit_on_a_lease_and_refuses_the
         "{stderr}"
     );
 }
+
+#[test]
+fn idle_token_bucket_leases_die_before_the_bucket_refills_so_a_burst_stays_within_one_lease() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE));
+        // B = 100, T = 10 ms, leases of at most 25 units, each taking all the room it may.
+        let leasing = kept().max_share(4).shrink(1);
+        let holders = [
+            limiter(
+                store(&server, leasing, false).await,
+                Strategy::TokenBucket,
+                "100/second",
+                &clock,
+            ),
+            limiter(
+                store(&server, leasing, false).await,
+                Strategy::TokenBucket,
+                "100/second",
+                &clock,
+            ),
+        ];
+        // Each holder spends 21 units on growing leases and ends holding 24 of a 25-unit lease.
+        for h in &holders {
+            for _ in 0..22 {
+                assert!(
+                    h.check(&"k".to_owned(), 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                );
+            }
+        }
+        let held: u64 = holders
+            .iter()
+            .map(|h| h.store().lease_counters().units_held)
+            .sum();
+        assert_eq!(held, 48, "both holders hold most of a lease");
+        // A second later the bucket is full again in Redis: another instance takes all of it.
+        clock.advance(Duration::from_secs(1));
+        let drain = RateLimiter::builder()
+            .name("leased")
+            .strategy(Strategy::TokenBucket)
+            .quotas("100/second")
+            .expect("quotas")
+            .clock(clock.clone())
+            .store(
+                RedisStore::builder(server.url())
+                    .timeout(Duration::from_secs(2))
+                    .use_client_time(true)
+                    .block_cache(0)
+                    .build()
+                    .await
+                    .expect("connect"),
+            )
+            .build()
+            .expect("limiter");
+        let mut burst = 0;
+        for _ in 0..150 {
+            if drain
+                .check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
+                burst += 1;
+            }
+        }
+        assert_eq!(burst, 100, "the bucket refilled");
+        // The holders' leases died 25 x T after they were drawn: nothing more in this instant.
+        for h in &holders {
+            for _ in 0..30 {
+                if h.check(&"k".to_owned(), 1)
+                    .await
+                    .expect("decision")
+                    .is_allowed()
+                {
+                    burst += 1;
+                }
+            }
+        }
+        assert!(
+            burst <= 100 + 25,
+            "{burst} admitted in one instant: more than B + one lease"
+        );
+    });
+}
+
+#[test]
+fn a_window_lease_dies_with_its_window_and_admits_nothing_in_the_next() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        for (strategy, name) in [
+            (Strategy::FixedWindow, "fixed"),
+            (Strategy::SlidingWindow, "sliding"),
+        ] {
+            // One second before a window (or bucket) ends, `a` grows a lease and keeps some of it.
+            let clock = ManualClock::new(Duration::from_nanos(BASE + 59 * S));
+            let a = limiter(
+                store(&server, kept().max_share(4), false).await,
+                strategy,
+                "100/minute",
+                &clock,
+            );
+            let key = format!("edge-{name}");
+            for _ in 0..10 {
+                assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+            }
+            assert!(a.store().lease_counters().units_held > 0, "{name}");
+            // The next window: another instance takes all it may; `a`'s lease is dead.
+            clock.advance(Duration::from_secs(1));
+            let b = limiter(
+                store(&server, kept(), false).await,
+                strategy,
+                "100/minute",
+                &clock,
+            );
+            let mut by_b = 0;
+            for _ in 0..120 {
+                if b.check(&key, 1).await.expect("decision").is_allowed() {
+                    by_b += 1;
+                }
+            }
+            assert!(by_b > 0, "{name}");
+            for _ in 0..30 {
+                assert!(
+                    !a.check(&key, 1).await.expect("decision").is_allowed(),
+                    "{name}: a lease of the last window admitted in the next"
+                );
+            }
+        }
+    });
+}
