@@ -2,35 +2,62 @@
 //! failures count:
 //!
 //! - per IP + username: 5 failures per 15 minutes, then a hard 429 (moving window);
+//! - per IP, across usernames: 100 attempts per day (password spraying);
 //! - per account, across IPs: 20 failures per hour, answered by *slowing down*, not by locking
 //!   the owner out: beyond the burst each attempt waits for its slot (pacing, up to 10 s) and is
-//!   told when to come back otherwise, so the owner gets in within one slot (3 min) of an attack;
-//! - per IP, across usernames: 100 attempts per day (password spraying).
+//!   told when to come back otherwise, so the owner gets in within one slot (3 min) of an attack.
 //!
-//! Successful logins are refunded (the handler marks its response with [`Settle::refund`]) and reset the
-//! IP + username counter. Unknown and known usernames get the same answer. The page shows the
-//! attempts left and, when blocked, the wait.
+//! The first two are a rules file ([`RULES`], the `rules` layer): decided together, all or
+//! nothing, so an attempt one of them refuses spends nothing from the other. The account limit is
+//! a layer of its own inside it, because it paces. A successful login is refunded from all three
+//! (settlement: the handler marks its response with [`Settle::refund`], once for each layer) and
+//! resets the IP + username counter. Unknown and known usernames get the same answer. The page
+//! shows the attempts left and, when blocked, the wait.
 //!
 //! ```text
 //! cargo run --example login            # http://127.0.0.1:3002/ ; demo users alice, bob
 //! cargo run --example login -- 127.0.0.1:0 --trust-proxy 10.0.0.0/8
 //! ```
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use tollgate::key::{Cidr, ExtensionKey, ForwardedIp, KeyExtractor, ValueKey, username_key};
+use tollgate::key::{Cidr, ExtensionKey, ForwardedIp, ValueKey, username_key};
 use tollgate::layer::{RateLimitLayer, Settle};
+use tollgate::rules::{IpSource, RejectedBy, Rules, RulesOptions};
 use tollgate::store::{MemoryStore, StoreKey};
 use tollgate::{Clock, Decision, RateLimiter, Strategy};
+
+/// The two limits decided together, all or nothing. The username reaches them in the
+/// [`USER_HEADER`] header, which [`read_form`] sets from the form (a client's own is dropped).
+pub const RULES: &str = r#"
+[[limit]]
+name = "login-ip-user"
+path = "/login"
+methods = ["POST"]
+key = "ip+header:x-login-user"
+strategy = "moving-window"
+quotas = "5/15m"
+
+[[limit]]
+name = "login-ip"
+path = "/login"
+methods = ["POST"]
+key = "ip"
+strategy = "fixed-window-first-hit"
+quotas = "100/day"
+"#;
+
+/// The internal header carrying the normalised username to the rules' key.
+pub const USER_HEADER: HeaderName = HeaderName::from_static("x-login-user");
 
 /// The demo password of every known user.
 pub const PASSWORD: &str = "correct horse battery staple";
@@ -74,40 +101,33 @@ impl Default for Config {
     }
 }
 
-type Limiter<K, C> = RateLimiter<K, MemoryStore<K>, C>;
-
-/// The three limiters.
+/// The limits.
 #[derive(Clone, Debug)]
 pub struct Limits<C> {
-    /// IP + username: 5 per 15 minutes.
-    pub per_ip_user: Limiter<(IpAddr, Username), C>,
+    /// IP + username (5 per 15 minutes) and IP (100 per day), all or nothing.
+    pub rules: Rules<MemoryStore<Vec<u8>>, C>,
     /// Account: 20 per hour, paced.
-    pub per_account: Limiter<Username, C>,
-    /// IP: 100 per day.
-    pub per_ip: Limiter<IpAddr, C>,
-    ip: ForwardedIp,
-}
-
-fn limiter<K: StoreKey, C: Clock>(strategy: Strategy, quota: &str, clock: C) -> Limiter<K, C> {
-    match RateLimiter::builder()
-        .strategy(strategy)
-        .quotas(quota)
-        .and_then(|b| b.clock(clock).build())
-    {
-        Ok(l) => l,
-        // The quotas above are constants that build.
-        Err(e) => unreachable!("{e}"),
-    }
+    pub per_account: RateLimiter<Username, MemoryStore<Username>, C>,
 }
 
 impl<C: Clock + Clone> Limits<C> {
-    /// The limiters on `clock`.
+    /// The limits on `clock`, the client IP read through the `trusted` proxies.
     pub fn new(clock: C, trusted: &[Cidr]) -> Self {
-        Self {
-            per_ip_user: limiter(Strategy::MovingWindow, "5/15m", clock.clone()),
-            per_account: limiter(Strategy::LeakyBucket, "20/hour", clock.clone()),
-            per_ip: limiter(Strategy::FixedWindowFirstHit, "100/day", clock),
-            ip: ForwardedIp::from_cidrs(trusted.iter().copied()),
+        let options = RulesOptions {
+            ip: IpSource::Forwarded(ForwardedIp::from_cidrs(trusted.iter().copied())),
+            ..RulesOptions::default()
+        };
+        let rules = Rules::with_clock(RULES, options, MemoryStore::new, clock.clone());
+        let per_account = RateLimiter::builder()
+            .name("login-account")
+            .strategy(Strategy::LeakyBucket)
+            .quotas("20/hour")
+            .and_then(|b| b.clock(clock).build());
+        match (rules, per_account) {
+            (Ok(rules), Ok(per_account)) => Self { rules, per_account },
+            // The rules and quota above are constants that build.
+            (Err(e), _) => unreachable!("{e}"),
+            (_, Err(e)) => unreachable!("{e}"),
         }
     }
 }
@@ -118,23 +138,20 @@ pub fn app<C: Clock + Clone>(clock: C, config: Config) -> Router {
     app_with(limits, config)
 }
 
-/// The router over given limiters (tests read them).
+/// The router over given limits (tests read them).
 pub fn app_with<C: Clock + Clone>(limits: Limits<C>, config: Config) -> Router {
-    let per_ip = RateLimitLayer::new(limits.per_ip.clone(), limits.ip.clone())
-        .on_rejected(|d: &Decision| blocked(d, "from your network"));
-    let per_ip_user = RateLimitLayer::new(
-        limits.per_ip_user.clone(),
-        (limits.ip.clone(), ExtensionKey::<Username>::new()),
-    )
-    .on_rejected(|d: &Decision| blocked(d, "for this username from your address"));
     let per_account =
         RateLimitLayer::new(limits.per_account.clone(), ExtensionKey::<Username>::new())
             .pacing(config.account_max_delay)
             .on_rejected(|d: &Decision| blocked(d, "for this account"));
-    let login_route = post(login)
+    // From the outside in: the form is read, the rules decide (their 429 becomes the page), the
+    // account limit decides; a success's refund is taken by the account layer, and given again
+    // to the rules layer on its way out.
+    let login_route = post(login::<C>)
         .route_layer(per_account)
-        .route_layer(per_ip_user)
-        .route_layer(per_ip)
+        .route_layer(middleware::map_response(refund_rules))
+        .route_layer(limits.rules.layer())
+        .route_layer(middleware::map_response(rules_page))
         .route_layer(middleware::from_fn(read_form));
     Router::new()
         .route(
@@ -143,6 +160,36 @@ pub fn app_with<C: Clock + Clone>(limits: Limits<C>, config: Config) -> Router {
         )
         .route("/login", login_route)
         .with_state(limits)
+}
+
+/// Marks a successful login (the account layer takes its [`Settle`] marker out of the response).
+#[derive(Clone, Copy, Debug)]
+struct Welcome;
+
+/// Gives the refund of a success to the rules layer too.
+async fn refund_rules(mut res: Response) -> Response {
+    if res.extensions().get::<Welcome>().is_some() {
+        res.extensions_mut().insert(Settle::refund());
+    }
+    res
+}
+
+/// The rules' `429` as the page, with its headers (`Retry-After`, `x-ratelimit-*`).
+async fn rules_page(res: Response) -> Response {
+    let Some(rejected) = res.extensions().get::<RejectedBy>().cloned() else {
+        return res;
+    };
+    let scope = match &*rejected.limit {
+        "login-ip" => "from your network",
+        _ => "for this username from your address",
+    };
+    let mut page = blocked(&rejected.decision, scope);
+    for (name, value) in res.headers() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            page.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    page
 }
 
 /// Parses the form before the limiters run, so the username can be part of the key.
@@ -164,10 +211,17 @@ async fn read_form(req: Request, next: Next) -> Response {
             _ => {}
         }
     }
+    // Only the form says who signs in: a client's own header is dropped.
+    parts.headers.remove(USER_HEADER);
     if !form.username.trim().is_empty() {
-        parts
-            .extensions
-            .insert(Username(username_key(&form.username)));
+        let user = Username(username_key(&form.username));
+        let mut encoded = Vec::new();
+        user.encode(&mut encoded);
+        let hex: String = encoded.iter().map(|b| format!("{b:02x}")).collect();
+        if let Ok(value) = HeaderValue::from_str(&hex) {
+            parts.headers.insert(USER_HEADER, value);
+        }
+        parts.extensions.insert(user);
     }
     parts.extensions.insert(form);
     next.run(Request::from_parts(parts, Body::from(bytes)))
@@ -206,21 +260,21 @@ async fn login<C: Clock + Clone>(
     req: Request,
 ) -> Response {
     let (parts, _) = req.into_parts();
-    let user = Username(username_key(&form.username));
     // Compare for every username, known or not: the same work and the same answer.
     let known = USERS.contains(&form.username.trim().to_lowercase().as_str());
     let password_ok = constant_time_eq(form.password.as_bytes(), PASSWORD.as_bytes());
-    let ip = limits.ip.extract(&parts).ok();
     if known && password_ok {
-        if let Some(ip) = ip {
-            // Success resets the consecutive-failure counter of this address and account.
-            limits.per_ip_user.reset_now(&(ip, user));
-        }
+        // Success resets the consecutive-failure counter of this address and account.
+        let _ = limits.rules.reset("login-ip-user", &parts).await;
         let mut res = page(StatusCode::OK, "Welcome!", "");
         res.extensions_mut().insert(Settle::refund());
+        res.extensions_mut().insert(Welcome);
         return res;
     }
-    let left = ip.map_or(0, |ip| limits.per_ip_user.peek_now(&(ip, user)).remaining());
+    let left = match limits.rules.peek("login-ip-user", &parts).await {
+        Some(Ok(d)) => d.remaining(),
+        _ => 0,
+    };
     page(
         StatusCode::UNAUTHORIZED,
         "Invalid username or password.",

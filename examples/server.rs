@@ -745,6 +745,8 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
     if let Some(name) = &o.settle_header {
         layer = layer.settle_from(SettleFrom::header(name.clone()));
     }
+    let published = layer.clone();
+    let _ = PUBLISH.set(Box::new(move || published.publish_stats()));
     let delay = o.delay;
     let settle = o.settle_header.clone().map(|name| (name, cost.max(1)));
     let router = Router::new().route(
@@ -780,7 +782,8 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
 static METRICS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
     std::sync::OnceLock::new();
 
-/// Publishes the figures the stores count (keys held, evictions) before a scrape: set by `--rules`.
+/// Publishes the figures the stores count (keys held, evictions, the circuit breaker) before a
+/// scrape.
 type Publish = Box<dyn Fn() + Send + Sync>;
 static PUBLISH: std::sync::OnceLock<Publish> = std::sync::OnceLock::new();
 
@@ -1077,7 +1080,7 @@ async fn serve_redis(
     };
     let store = match store.build().await {
         Ok(store) => store,
-        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+        Err(tollgate::BuildError::Config(e)) => {
             return usage_error(&url.scrub(&format!("--store: {e}")));
         }
         Err(e) => {
@@ -1120,7 +1123,7 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
     };
     let store = match store.build().await {
         Ok(store) => store,
-        Err(e) if e.kind() == tollgate::StoreErrorKind::Other => {
+        Err(tollgate::BuildError::Config(e)) => {
             return usage_error(&url.scrub(&format!("--store: {e}")));
         }
         Err(e) => {

@@ -24,6 +24,9 @@ step "whole suite, release, TOLLGATE_SCALE=$TOLLGATE_SCALE PROPTEST_CASES=$PROPT
 cargo build --release --all-features --examples
 cargo test --release --all-features -- --nocapture
 
+step "Redis flood over HTTP: the server example (release) under wrk, 2000 connections x 5 s, every strategy, one and two instances (issue 12)"
+CHECK=1 bash scripts/redis_http_flood.sh
+
 step "time and numbers with overflow checks on (test profile), at the scaled case count (T-09, T-10)"
 cargo test --all-features --test core time_and_numbers
 

@@ -33,6 +33,9 @@ pub struct Decision {
     pub(crate) quota: u16,
     /// The cost an admitted check reserved (0 otherwise).
     pub(crate) cost: u32,
+    /// Taken in this process by a stand-in for the store (the Redis store's local fallback during
+    /// an outage), not by the store itself.
+    pub(crate) local: bool,
 }
 
 /// What an admitted check reserved: its cost, at the store's time of the check. Settle it with
@@ -58,6 +61,13 @@ impl Reservation {
 }
 
 impl Decision {
+    /// Whether the Redis store's local fallback (`RedisStoreBuilder::local_fallback`) took this
+    /// decision during an outage (or its blocked-key cache answered for the outage), instead of
+    /// Redis. Always `false` for the memory store.
+    pub fn decided_locally(&self) -> bool {
+        self.local
+    }
+
     /// Allowed, rejected, or never admissible.
     pub fn outcome(&self) -> Outcome {
         self.outcome
@@ -160,6 +170,7 @@ mod tests {
             time: 1_000_000_000,
             quota: 0,
             cost: 0,
+            local: false,
         }
     }
 

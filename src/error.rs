@@ -1,6 +1,8 @@
 //! Errors: configuration mistakes (found when a limiter is built) and store failures (per call).
 
 use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::quota::{ParseQuotaError, Quota};
@@ -29,8 +31,33 @@ pub enum ConfigError {
     MovingWindowLimitTooLarge(Quota),
     /// `burst * period / limit` exceeds the longest period a quota may have.
     BurstTooLarge(Quota),
-    /// A store setting is invalid (the message says which).
+    /// A store refuses a rule or a setting (the message says which): what a custom
+    /// [`Store::validate`](crate::store::Store::validate) answers.
     Store(String),
+    /// The Redis store's connection URL cannot be used: `url` as given (any password masked as
+    /// `***`) and why (a scheme that is not a Redis one, a Sentinel URL without its service, a
+    /// Cluster URL without a node, a URL the `redis` crate refuses).
+    RedisUrl {
+        /// The URL, its password masked.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The Redis store's key prefix is longer than 64 bytes or holds a brace (`{` or `}`), which
+    /// would change the Cluster hash tag of every key.
+    RedisPrefix(String),
+    /// A CA bundle or client certificate was given for a Redis URL that is not a TLS one
+    /// (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`); the URL has its password masked.
+    TlsNeedsTlsUrl(String),
+    /// A TLS file given to the Redis store cannot be used.
+    TlsFile {
+        /// Which option: `"CA bundle"`, `"client certificate"` or `"client key"`.
+        role: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        problem: TlsFileProblem,
+    },
     /// A limiter name must match `[A-Za-z0-9_.-]{1,64}`.
     InvalidName(String),
     /// A limiter of this name already exists on the store.
@@ -67,6 +94,32 @@ impl fmt::Display for ConfigError {
                 q.burst()
             ),
             Self::Store(msg) => write!(f, "store configuration: {msg}"),
+            Self::RedisUrl { url, reason } => write!(f, "Redis URL {url}: {reason}"),
+            Self::RedisPrefix(prefix) => {
+                if prefix.contains(['{', '}']) {
+                    write!(
+                        f,
+                        "Redis key prefix {prefix:?} contains a brace, which would change the \
+                         Cluster hash tag of every key"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "Redis key prefix is {} bytes long (at most 64)",
+                        prefix.len()
+                    )
+                }
+            }
+            Self::TlsNeedsTlsUrl(url) => write!(
+                f,
+                "Redis URL {url}: a CA bundle or client certificate needs a TLS URL (rediss://, \
+                 rediss+cluster://, rediss+sentinel://)"
+            ),
+            Self::TlsFile {
+                role,
+                path,
+                problem,
+            } => write!(f, "Redis TLS {role} {}: {problem}", path.display()),
             Self::Queue(msg) => write!(f, "queue: {msg}"),
             Self::InvalidName(name) => write!(
                 f,
@@ -89,6 +142,25 @@ impl std::error::Error for ConfigError {
     }
 }
 
+/// Why a TLS file given to the Redis store cannot be used ([`ConfigError::TlsFile`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFileProblem {
+    /// The file cannot be read (missing, a directory, no permission).
+    Unreadable(std::io::ErrorKind),
+    /// The file holds no PEM block (`-----BEGIN ...`).
+    NotPem,
+}
+
+impl fmt::Display for TlsFileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unreadable(kind) => write!(f, "cannot be read ({kind})"),
+            Self::NotPem => f.write_str("not a PEM file"),
+        }
+    }
+}
+
 impl From<ParseQuotaError> for ConfigError {
     fn from(e: ParseQuotaError) -> Self {
         Self::Parse(e)
@@ -97,10 +169,15 @@ impl From<ParseQuotaError> for ConfigError {
 
 /// A store could not decide (Redis down, a timeout, a bad reply). The layer applies its failure
 /// policy: fail open (default) or fail closed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its [`message`](Self::message) is complete for logs (it includes the cause's text);
+/// [`source`](std::error::Error::source) gives the cause itself when there is one (on Redis, the
+/// `redis::RedisError`, for `downcast_ref`). Two errors are equal when their kind and message are.
+#[derive(Clone, Debug)]
 pub struct StoreError {
     kind: StoreErrorKind,
     message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 /// The class of a [`StoreError`].
@@ -112,7 +189,8 @@ pub enum StoreErrorKind {
     Timeout,
     /// No connection to the store.
     Connection,
-    /// The store answered with an error (out of memory, wrong type, a script error).
+    /// The store answered with an error (out of memory, wrong type, a script error, refused
+    /// credentials).
     Server,
     /// The store's reply did not have the expected shape.
     BadReply,
@@ -126,7 +204,16 @@ impl StoreError {
         Self {
             kind,
             message: message.into(),
+            source: None,
         }
+    }
+
+    /// This error with `source` as its cause ([`std::error::Error::source`]). The message should
+    /// already say what the cause says: logs print the message only.
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
     }
 
     /// The class of error.
@@ -138,7 +225,22 @@ impl StoreError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// This error with `context` (e.g. the redacted URL) before its message; the cause is kept.
+    #[cfg(feature = "redis")]
+    pub(crate) fn in_context(mut self, context: &str) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
 }
+
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for StoreError {}
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -153,4 +255,54 @@ impl fmt::Display for StoreError {
     }
 }
 
-impl std::error::Error for StoreError {}
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Why a store that connects could not be built: a configuration mistake, found before any
+/// connection ([`ConfigError`]: a bad URL, prefix or TLS file), or a store that answered and
+/// refused ([`StoreError`]: wrong credentials, a TLS handshake refused).
+///
+/// An unreachable store is not a build error: it connects in the background.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The settings cannot work, whatever the server.
+    Config(ConfigError),
+    /// The server answered and refused.
+    Store(StoreError),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => e.fmt(f),
+            Self::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => e.source(),
+            Self::Store(e) => e.source(),
+        }
+    }
+}
+
+impl From<ConfigError> for BuildError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+impl From<StoreError> for BuildError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}

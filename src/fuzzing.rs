@@ -985,22 +985,12 @@ fn hash_tag(name: &str) -> Option<&str> {
     (close > open + 1).then(|| &name[open + 1..close])
 }
 
-/// CRC16/XMODEM mod 16384: the Cluster slot of a key name.
+/// The Cluster slot of a key name: CRC16/XMODEM (the `crc16` crate) of its hash tag, or of the
+/// whole name without one, mod 16384.
 #[cfg(feature = "redis")]
 fn slot(name: &str) -> u16 {
     let bytes = hash_tag(name).unwrap_or(name).as_bytes();
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
+    crc16::State::<crc16::XMODEM>::calculate(bytes) % 16384
 }
 
 #[cfg(feature = "redis")]

@@ -11,6 +11,7 @@
 //! 4. [Bounds](#bounds)
 //! 5. [Keys and trust](#keys-and-trust)
 //! 6. [Choosing a store](#choosing-a-store)
+//! 7. [Errors](#errors)
 //!
 //! Notation used throughout: a quota admits `N` units per period `W` (`"100/minute"`: `N = 100`,
 //! `W = 60 s`); a request costs `c` units (1 unless the layer's
@@ -67,7 +68,9 @@
 //! beside these with [`HeaderStyle`](crate::layer::HeaderStyle) (draft-ietf-httpapi-ratelimit-headers-11):
 //! `RateLimit-Policy` has one item per quota, `q=N;w=W` for the windows and `q=B;w=ceil(B x T)` for
 //! the buckets (a bucket admits `B` at once, then one per `T`); `RateLimit` one item per limiter,
-//! `r` the remaining and `t` the reset, or on a `429` the `Retry-After` value. The layer adds the
+//! `r` the remaining and `t` the reset, or on a `429` the `Retry-After` value. Item names are
+//! unique per response: under stacked limiters that share a name, a limiter whose item names an
+//! inner one already used takes the first free suffix (`api`, then `api-2`). The layer adds the
 //! partition key `pk` (a keyed hash of the key, [`partition_key`](crate::layer::RateLimitLayer::partition_key)),
 //! the quota unit `qu` ([`quota_unit`](crate::layer::RateLimitLayer::quota_unit)) and jitter on `t`
 //! ([`jitter`](crate::layer::RateLimitLayer::jitter)) on request, and
@@ -197,3 +200,38 @@
 //!   logged) or answers `503` with [`fail_closed`](crate::RateLimitLayer::fail_closed).
 //! - **Your own**: implement [`Store`](crate::store::Store); the strategies are shared, so the
 //!   arithmetic above holds for any store that applies them atomically per key.
+//!
+//! # Errors
+//!
+//! Two kinds, never mixed: what can be fixed only by changing the configuration, found when
+//! something is built, and what a store fails to do per call.
+//!
+//! - [`ConfigError`](crate::ConfigError) at build time: a quota, rule, name or queue that cannot
+//!   work, and for the Redis store a URL, key prefix or TLS option or file that cannot
+//!   ([`ConfigError::RedisUrl`](crate::ConfigError::RedisUrl),
+//!   [`RedisPrefix`](crate::ConfigError::RedisPrefix),
+//!   [`TlsNeedsTlsUrl`](crate::ConfigError::TlsNeedsTlsUrl),
+//!   [`TlsFile`](crate::ConfigError::TlsFile)), found before any connection. Its message says what
+//!   to fix (a URL's password masked). A rules file's mistakes are
+//!   [`RulesError`](crate::rules::RulesError)s with their line and column.
+//! - [`StoreError`](crate::StoreError) per call (and when a store that answered refuses to connect):
+//!   its [`kind`](crate::StoreError::kind) drives the failure policy; its message is complete for
+//!   logs; [`source`](std::error::Error::source) is the cause (on Redis, the `redis::RedisError`,
+//!   for `downcast_ref`).
+//! - [`BuildError`](crate::BuildError), from building a store that connects, is one or the other.
+//!
+//! ```
+//! use tollgate::{BuildError, ConfigError};
+//! # #[cfg(feature = "redis")]
+//! # async fn demo() {
+//! use tollgate::store::redis::RedisStore;
+//!
+//! match RedisStore::builder("redis://127.0.0.1:6379").prefix("api{v2}:").build().await {
+//!     Err(BuildError::Config(ConfigError::RedisPrefix(p))) => eprintln!("fix the prefix {p:?}"),
+//!     Err(BuildError::Config(e)) => eprintln!("fix the settings: {e}"),
+//!     Err(e) => eprintln!("Redis refused: {e}"),
+//!     Ok(_store) => {}
+//! }
+//! # }
+//! # let _ = std::marker::PhantomData::<(BuildError, ConfigError)>;
+//! ```

@@ -61,6 +61,8 @@
 //! # Features
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
 //! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
+//! - `metrics` (on with `rules`): every rate-limit layer records the `tollgate_*` metrics through
+//!   the `metrics` facade ([`metrics`]).
 //! - `rules` (default): limits from a TOML rules file, reloaded without losing state, with
 //!   metrics through the `metrics` facade ([`rules`]).
 //! - `serde`: `Serialize`/`Deserialize` on [`Quota`], [`Strategy`], [`Rule`] and the layer's
@@ -88,6 +90,9 @@ pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 mod offset;
 mod quota;
 mod rule;
@@ -100,10 +105,11 @@ mod stats;
 pub mod store;
 mod strategy;
 mod throttle;
+mod wait;
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome, Reservation};
-pub use error::{ConfigError, StoreError, StoreErrorKind};
+pub use error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProblem};
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
 pub use offset::{OffsetError, WindowOffset};

@@ -6,13 +6,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, Outcome, Reservation};
+use crate::decision::{Decision, Reservation};
 use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, parse_quotas};
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
 use crate::store::{Answer, MemoryStore, MemoryStoreBuilder, NameClaim, Scope, Store};
 use crate::strategy::{Op, Strategy};
+use crate::wait::{Next, Waiter};
 
 /// Checks requests against a [`Rule`], keeping per-key state in a [`Store`] and reading time from a
 /// [`Clock`]. Cheap to clone (an `Arc`).
@@ -120,7 +121,7 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     }
 
     /// Asks whether `key` may spend `cost` now, and spends it if so (all quotas or none).
-    /// Cost 0 is a peek. A cost above what a quota can ever admit gets [`Outcome::Exceeds`].
+    /// Cost 0 is a peek. A cost above what a quota can ever admit gets [`Outcome::Exceeds`](crate::Outcome::Exceeds).
     /// An admitted check's [`Decision::reservation`] can be settled later ([`settle`](Self::settle)).
     pub fn check(&self, key: &K, cost: u32) -> Answer<S::Future> {
         self.apply(key, None, Op::Check(cost))
@@ -200,21 +201,15 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, WaitError> {
-        let mut waited = Duration::ZERO;
+        let mut waiter = Waiter::default();
         loop {
             let d = self.check(key, cost).await.map_err(WaitError::Store)?;
-            match d.outcome() {
-                Outcome::Allowed => return Ok(d),
-                Outcome::Exceeds => return Err(WaitError::Never(d)),
-                Outcome::Rejected => {}
+            match waiter.next(&d, max_wait) {
+                Next::Go => return Ok(d),
+                Next::Never => return Err(WaitError::Never(d)),
+                Next::TooLong => return Err(WaitError::TooLong(d)),
+                Next::Sleep(wait) => tokio::time::sleep(wait).await,
             }
-            // Never spin: a clock that does not move would otherwise keep answering "now".
-            let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
-            if waited + wait > max_wait {
-                return Err(WaitError::TooLong(d));
-            }
-            tokio::time::sleep(wait).await;
-            waited += wait;
         }
     }
 

@@ -95,6 +95,8 @@ pub struct Stats {
     pub overflow_hits: u64,
     /// Keys held now (in-process stores).
     pub keys: u64,
+    /// Whether the store's circuit breaker is open now (the Redis store; `false` for others).
+    pub breaker_open: bool,
 }
 
 #[cfg(test)]

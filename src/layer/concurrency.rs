@@ -17,7 +17,9 @@ use tower_service::Service;
 
 use super::body::{ResponseBody, Tail};
 use super::grpc;
-use super::response::{Refusal, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, text};
+use super::response::{
+    DefaultRejection, OnRejected, Refusal, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+};
 use crate::key::KeyExtractor;
 use crate::store::StoreKey;
 
@@ -203,21 +205,20 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
         }
     }
 
-    /// The answer over the cap: 429 (a trailers-only `RESOURCE_EXHAUSTED` to gRPC), at once or
-    /// after `waited` for a slot.
-    fn over<B>(&self, is_grpc: bool, waited: Option<Duration>) -> Response<ResponseBody<B>> {
+    /// The answer over the cap: 429 from the rejection hook (a trailers-only
+    /// `RESOURCE_EXHAUSTED` to gRPC), at once or after `waited` for a slot, with the cap's fields.
+    fn over<B, R: OnRejected<ResponseBody<B>>>(
+        &self,
+        rejection: &R,
+        is_grpc: bool,
+        waited: Option<Duration>,
+    ) -> Response<ResponseBody<B>> {
         let cap = self.cap.get();
-        let waited = waited.map_or_else(String::new, |w| {
-            format!("; no slot came free within {} ms", w.as_millis())
-        });
-        let message = format!(
-            "Too Many Requests: at most {cap} request{} in flight per client{waited}; retry in 1 second.",
-            if cap == 1 { "" } else { "s" }
-        );
+        let refusal = Refusal::OverCap { cap, waited };
         let mut res = if is_grpc {
-            grpc::status(grpc::Code::ResourceExhausted, &message)
+            grpc::refused(refusal)
         } else {
-            text(StatusCode::TOO_MANY_REQUESTS, format!("{message}\n"))
+            rejection.on_refused(refusal)
         };
         let headers = res.headers_mut();
         headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(cap));
@@ -355,7 +356,10 @@ impl<K: StoreKey> Drop for Slot<K> {
 /// answered at once (or, with [`wait`](Self::wait), once no slot came free in time): `429 Too Many Requests` with `x-ratelimit-limit: N`,
 /// `x-ratelimit-remaining: 0`, `Retry-After: 1` and a text/plain body that names the cap (to gRPC
 /// calls a trailers-only `RESOURCE_EXHAUSTED` with the same metadata). A request without a key
-/// gets `400` (gRPC `INVALID_ARGUMENT`).
+/// gets `400` (gRPC `INVALID_ARGUMENT`). Both answers come from the rejection hook
+/// ([`on_rejected`](Self::on_rejected), e.g. [`ProblemJson`](super::ProblemJson)) through
+/// [`OnRejected::on_refused`] with [`Refusal::OverCap`] or [`Refusal::NoKey`]; the layer then
+/// adds the fields above.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -375,10 +379,11 @@ impl<K: StoreKey> Drop for Slot<K> {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use]
-pub struct ConcurrencyLayer<X: KeyExtractor> {
+pub struct ConcurrencyLayer<X: KeyExtractor, R = DefaultRejection> {
     limit: ConcurrencyLimit<X::Key>,
     key: X,
     wait: Option<Duration>,
+    rejection: R,
 }
 
 impl<X: KeyExtractor> ConcurrencyLayer<X> {
@@ -388,6 +393,22 @@ impl<X: KeyExtractor> ConcurrencyLayer<X> {
             limit,
             key,
             wait: None,
+            rejection: DefaultRejection,
+        }
+    }
+}
+
+impl<X: KeyExtractor, R> ConcurrencyLayer<X, R> {
+    /// Builds the refusals (over the cap, no key) with `f`, the hook a
+    /// [`RateLimitLayer`](super::RateLimitLayer) uses: e.g. [`ProblemJson`](super::ProblemJson),
+    /// so that both layers answer in one format. The layer still adds `x-ratelimit-limit`,
+    /// `x-ratelimit-remaining` and `Retry-After` over the cap.
+    pub fn on_rejected<R2>(self, f: R2) -> ConcurrencyLayer<X, R2> {
+        ConcurrencyLayer {
+            limit: self.limit,
+            key: self.key,
+            wait: self.wait,
+            rejection: f,
         }
     }
 
@@ -401,8 +422,8 @@ impl<X: KeyExtractor> ConcurrencyLayer<X> {
     }
 }
 
-impl<S, X: KeyExtractor + Clone> Layer<S> for ConcurrencyLayer<X> {
-    type Service = ConcurrencyService<S, X>;
+impl<S, X: KeyExtractor + Clone, R: Clone> Layer<S> for ConcurrencyLayer<X, R> {
+    type Service = ConcurrencyService<S, X, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         ConcurrencyService {
@@ -410,24 +431,38 @@ impl<S, X: KeyExtractor + Clone> Layer<S> for ConcurrencyLayer<X> {
             limit: self.limit.clone(),
             key: self.key.clone(),
             wait: self.wait,
+            rejection: Arc::new(self.rejection.clone()),
         }
     }
 }
 
 /// The service of a [`ConcurrencyLayer`].
-#[derive(Clone, Debug)]
-pub struct ConcurrencyService<S, X: KeyExtractor> {
+#[derive(Debug)]
+pub struct ConcurrencyService<S, X: KeyExtractor, R = DefaultRejection> {
     inner: S,
     limit: ConcurrencyLimit<X::Key>,
     key: X,
     wait: Option<Duration>,
+    rejection: Arc<R>,
+}
+
+impl<S: Clone, X: KeyExtractor + Clone, R> Clone for ConcurrencyService<S, X, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            limit: self.limit.clone(),
+            key: self.key.clone(),
+            wait: self.wait,
+            rejection: Arc::clone(&self.rejection),
+        }
+    }
 }
 
 /// The response future of a [`ConcurrencyService`].
 pub type ConcurrencyFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
-impl<S, ReqB, ResB, X> Service<Request<ReqB>> for ConcurrencyService<S, X>
+impl<S, ReqB, ResB, X, R> Service<Request<ReqB>> for ConcurrencyService<S, X, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send,
@@ -435,6 +470,7 @@ where
     ReqB: Send + 'static,
     ResB: Send + 'static,
     X: KeyExtractor,
+    R: OnRejected<ResponseBody<ResB>>,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
@@ -457,7 +493,7 @@ where
                 let res = if is_grpc {
                     grpc::refused(refusal)
                 } else {
-                    text(StatusCode::BAD_REQUEST, format!("{e}\n"))
+                    self.rejection.on_refused(refusal)
                 };
                 return Box::pin(std::future::ready(Ok(res)));
             }
@@ -467,6 +503,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limit = self.limit.clone();
         let wait = self.wait;
+        let rejection = Arc::clone(&self.rejection);
         Box::pin(async move {
             let acquired = match wait {
                 None => limit.acquire(&key).await,
@@ -474,7 +511,7 @@ where
             };
             let Ok(slot) = acquired else {
                 tracing::debug!(cap = limit.cap(), "concurrency limit: over the cap");
-                return Ok(limit.over(is_grpc, wait));
+                return Ok(limit.over(&*rejection, is_grpc, wait));
             };
             // Dropped with this future if the client goes away before the response.
             let res = inner.call(Request::from_parts(parts, body)).await?;

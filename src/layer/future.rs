@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -14,20 +13,22 @@ use tower_service::Service;
 use super::Settle;
 use super::body::ResponseBody;
 use super::concurrency::OverCap;
+use super::core::{Core, Pacing};
+use super::counted::{CountId, mark_counted};
 use super::grpc;
-use super::layer::{Core, Pacing};
 use super::response::{
     FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
     write_allowed_headers, write_headers,
 };
-use super::service::{CountId, mark_counted};
 use super::settle::{AtEnd, BodySettle, Source, warn_bad_value};
+use super::wait_guard::{OnCancel, WaitGuard};
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::{Answer, Store, StoreKey};
 use crate::strategy::Op;
+use crate::wait::{Next, Waiter};
 
 /// The request and the inner service, waiting for the decision.
 pub(crate) struct Pending<S, B> {
@@ -50,22 +51,6 @@ impl<S: Clone, B> Pending<S, B> {
     }
 }
 
-/// Counts a waiter in pacing mode for as long as it lives.
-pub(crate) struct WaitGuard(Arc<AtomicUsize>);
-
-impl WaitGuard {
-    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Self(Arc::clone(count))
-    }
-}
-
-impl Drop for WaitGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// What the future needs besides its state: the shared settings and the request's key, cost,
 /// rule and count marker.
 pub(crate) struct Ctx<K, St, C, R> {
@@ -73,11 +58,14 @@ pub(crate) struct Ctx<K, St, C, R> {
     key: K,
     cost: u32,
     rule: Option<Arc<Rule>>,
-    waited: Duration,
+    /// In pacing mode, how long the request has waited for its slot.
+    waiter: Waiter,
     /// In queue mode: the request's departure was reserved and it waits for it (or has left).
     departed: bool,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
+    /// When the store was asked, for a decision not ready at once (timed in the metrics).
+    asked: Option<std::time::Instant>,
 }
 
 impl<K, St, C, R> Ctx<K, St, C, R> {
@@ -93,10 +81,19 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             key,
             cost,
             rule,
-            waited: Duration::ZERO,
+            waiter: Waiter::default(),
             departed: false,
             id,
+            asked: None,
         }
+    }
+
+    /// Times the decision the store did not give at once.
+    pub(crate) fn timed(mut self) -> Self {
+        if cfg!(feature = "metrics") {
+            self.asked = Some(std::time::Instant::now());
+        }
+        self
     }
 }
 
@@ -104,11 +101,12 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     fn rule(&self) -> &Rule {
         self.rule
             .as_deref()
-            .unwrap_or_else(|| self.core.limiter.rule())
+            .unwrap_or_else(|| self.core.options.limiter.rule())
     }
 
     fn check(&self) -> Answer<St::Future> {
         self.core
+            .options
             .limiter
             .apply(&self.key, self.rule.as_deref(), Op::Check(self.cost))
     }
@@ -116,6 +114,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     /// The state of the queue at departure, for the headers.
     fn peek(&self) -> Answer<St::Future> {
         self.core
+            .options
             .limiter
             .apply(&self.key, self.rule.as_deref(), Op::Peek)
     }
@@ -123,7 +122,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     /// In queue mode, how long an admitted request waits for its departure: the check reserved
     /// the slot `[departure, departure + cost x T)`, and its reset is the slot's end.
     fn queue_wait(&self, d: &Decision) -> Duration {
-        match (&self.core.pacing, &self.rule) {
+        match (&self.core.options.pacing, &self.rule) {
             (Some(Pacing::Queue { rule, emission }), Some(mine))
                 if !self.departed && d.is_allowed() && Arc::ptr_eq(rule, mine) =>
             {
@@ -134,14 +133,39 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         }
     }
 
+    /// What a queued request whose client went away before its departure undoes: it gives its
+    /// slot back if it still holds the queue's last reservation (`reserved` is the check that
+    /// made it); otherwise the gap stays. On a remote store the call is spawned (the future is
+    /// gone), and a failure leaves the gap.
+    fn step_back(&self, reserved: &Decision) -> OnCancel {
+        let limiter = self.core.options.limiter.clone();
+        let key = self.key.clone();
+        let rule = self.rule.clone();
+        let op = Op::StepBack {
+            cost: self.cost,
+            end: reserved.time.saturating_add(reserved.reset_after),
+        };
+        Box::new(move || {
+            if let Err(later) = limiter.apply(&key, rule.as_deref(), op).into_now() {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move {
+                        if let Err(e) = later.await {
+                            tracing::debug!(error = %e, "queue: a cancelled waiter's step back failed");
+                        }
+                    });
+                }
+            }
+        })
+    }
+
     /// Settles what the check answered by `checked` reserved for `units`, in the window it counted in.
     /// Not in queue mode, where a slot given back would put two waiters in one.
     fn settle(&self, checked: &Decision, units: u32) -> Option<Answer<St::Future>> {
-        if matches!(self.core.pacing, Some(Pacing::Queue { .. })) {
+        if matches!(self.core.options.pacing, Some(Pacing::Queue { .. })) {
             return None;
         }
         let reservation = checked.reservation()?;
-        Some(self.core.limiter.apply(
+        Some(self.core.options.limiter.apply(
             &self.key,
             self.rule.as_deref(),
             Op::settle(reservation, units),
@@ -151,10 +175,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     /// The request's partition key (`pk`), when the layer writes one.
     fn partition_key(&self) -> Option<String> {
         let ietf = matches!(
-            self.core.headers.style,
+            self.core.options.headers.style,
             HeaderStyle::Ietf | HeaderStyle::Both
         );
-        let secret = self.core.headers.pk.as_ref().filter(|_| ietf)?;
+        let secret = self.core.options.headers.pk.as_ref().filter(|_| ietf)?;
         Some(secret.partition_key(&self.key))
     }
 
@@ -166,7 +190,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             // Refused by a concurrency cap inside: the request never ran.
             return Some(0);
         }
-        let name = self.core.limiter.name();
+        let name = self.core.options.limiter.name();
         if res
             .extensions()
             .get::<Settle>()
@@ -174,10 +198,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         {
             return res.extensions_mut().remove::<Settle>().map(|s| s.charged());
         }
-        match self.core.settle.as_ref()?.read_head(res) {
+        match self.core.options.settle.as_ref()?.read_head(res) {
             Ok(units) => units,
             Err(bad) => {
-                warn_bad_value(&self.core.settle_warned, name, bad);
+                warn_bad_value(&self.core.options.settle_warned, name, bad);
                 None
             }
         }
@@ -186,7 +210,8 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     /// The response with its body watched for a settlement at the body's end, when configured.
     fn watch_body<B>(&self, res: Response<B>, d: &Decision) -> Response<ResponseBody<B>> {
         let mut res = res.map(ResponseBody::inner);
-        let (Some(from), Some(reservation)) = (self.core.settle.as_ref(), d.reservation()) else {
+        let (Some(from), Some(reservation)) = (self.core.options.settle.as_ref(), d.reservation())
+        else {
             return res;
         };
         let end = match &from.source {
@@ -206,26 +231,27 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             u64::from,
         );
         res.body_mut().watch(Box::new(BodySettle {
-            limiter: self.core.limiter.clone(),
+            limiter: self.core.options.limiter.clone(),
             key: self.key.clone(),
             rule: self.rule.clone(),
             reservation,
             end,
             cap,
             units: 0,
-            warned: Arc::clone(&self.core.settle_warned),
+            warned: Arc::clone(&self.core.options.settle_warned),
         }));
         res
     }
 
     fn key_text(&self) -> Option<String> {
-        self.core.log_keys.then(|| self.key.log_text())
+        self.core.options.log_keys.then(|| self.key.log_text())
     }
 
     fn store_error(&self, e: &StoreError) {
+        self.core.options.count_store_error();
         // At most one warning a second, however many requests fail.
-        if self.core.last_warn.ready(Duration::from_secs(1)) {
-            let policy = match self.core.failure {
+        if self.core.options.last_warn.ready(Duration::from_secs(1)) {
+            let policy = match self.core.options.failure {
                 FailurePolicy::FailClosed => "failing closed (503)",
                 _ => "failing open",
             };
@@ -247,7 +273,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             "rate limited"
         );
         let rule = self.rule();
-        let violated = item_name(&self.core.headers, rule, d.quota_index());
+        let violated = item_name(&self.core.options.headers, rule, d.quota_index());
         let mut res = if is_grpc {
             grpc::rejected(&d)
         } else {
@@ -258,7 +284,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
             res.headers_mut(),
             &d,
             rule,
-            &self.core.headers,
+            &self.core.options.headers,
             pk.as_deref(),
         );
         res.extensions_mut().insert(d);
@@ -294,7 +320,6 @@ pin_project! {
         },
         Pacing {
             #[pin] sleep: tokio::time::Sleep,
-            wait: Duration,
             pending: Option<Pending<S, ReqB>>,
             guard: Option<WaitGuard>,
         },
@@ -364,6 +389,7 @@ where
     ) -> Self {
         let state = match result {
             Ok(d) if d.is_allowed() && ctx.queue_wait(&d).is_zero() => {
+                ctx.core.options.count_decided(&d, ctx.cost);
                 mark_counted(request.extensions_mut(), ctx.id);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
@@ -373,12 +399,14 @@ where
             }
             Ok(d)
                 if d.outcome() == Outcome::Exceeds
-                    || (!d.is_allowed() && !matches!(ctx.core.pacing, Some(Pacing::Sleep(_)))) =>
+                    || (!d.is_allowed()
+                        && !matches!(ctx.core.options.pacing, Some(Pacing::Sleep(_)))) =>
             {
                 // The request never reaches `inner`: give back what its `poll_ready` reserved
                 // (e.g. a concurrency permit) rather than hold it until the next request.
                 let fresh = inner.clone();
                 drop(std::mem::replace(inner, fresh));
+                ctx.core.options.count_decided(&d, 0);
                 State::Done {
                     response: Some(ctx.reject(d, grpc::is_grpc(request.headers()))),
                 }
@@ -422,6 +450,9 @@ where
                     let (Some(ctx), Some(p)) = (this.ctx.as_mut(), pending.take()) else {
                         return broken("a state without its request, context or answer");
                     };
+                    if let Some(asked) = ctx.asked.take() {
+                        ctx.core.options.time_store(asked);
+                    }
                     this.state.set(after_check(ctx, result, p));
                 }
                 StateProj::Decided { result, pending } => {
@@ -434,16 +465,16 @@ where
                 }
                 StateProj::Pacing {
                     sleep,
-                    wait,
                     pending,
                     guard,
                 } => {
                     ready!(sleep.poll(cx));
-                    drop(guard.take());
+                    if let Some(guard) = guard.take() {
+                        guard.done();
+                    }
                     let Some(ctx) = this.ctx.as_mut() else {
                         return broken("a state without its request, context or answer");
                     };
-                    ctx.waited = ctx.waited.saturating_add(*wait);
                     // A queued request has its slot: at departure only the headers are left.
                     let check = if ctx.departed {
                         ctx.peek()
@@ -545,7 +576,9 @@ where
         Ok(d) => d,
         Err(e) => {
             ctx.store_error(&e);
-            if ctx.core.failure == FailurePolicy::FailClosed {
+            let closed = ctx.core.options.failure == FailurePolicy::FailClosed;
+            ctx.core.options.count_failure(closed);
+            if closed {
                 let mut res = if grpc::is_grpc(p.request.headers()) {
                     grpc::refused(Refusal::StoreFailed(&e))
                 } else {
@@ -556,7 +589,7 @@ where
                     response: Some(res),
                 };
             }
-            ctx.core.limiter.record_fail_open();
+            ctx.core.options.limiter.record_fail_open();
             return State::Readying {
                 pending: Some(p),
                 decision: None,
@@ -565,43 +598,50 @@ where
     };
     match d.outcome() {
         Outcome::Allowed if !ctx.queue_wait(&d).is_zero() => {
+            ctx.core.options.count_decided(&d, ctx.cost);
             let wait = ctx.queue_wait(&d);
             ctx.departed = true;
             p.unready();
+            let guard = WaitGuard::new(&ctx.core.options.waiting).on_cancel(ctx.step_back(&d));
             State::Pacing {
                 sleep: tokio::time::sleep(wait),
-                wait,
                 pending: Some(p),
-                guard: Some(WaitGuard::new(&ctx.core.waiting)),
+                guard: Some(guard),
             }
         }
         Outcome::Allowed => {
+            if !ctx.departed {
+                // A queued request was counted when its departure was reserved.
+                ctx.core.options.count_decided(&d, ctx.cost);
+            }
             p.request.extensions_mut().insert(d);
             State::Readying {
                 pending: Some(p),
                 decision: Some(d),
             }
         }
-        Outcome::Rejected => {
-            let wait = Duration::from_nanos(d.retry_after).max(Duration::from_micros(1));
-            match ctx.core.pacing {
-                Some(Pacing::Sleep(max)) if ctx.waited.saturating_add(wait) <= max => {
+        Outcome::Rejected | Outcome::Exceeds => {
+            let next = match ctx.core.options.pacing {
+                Some(Pacing::Sleep(max)) => ctx.waiter.next(&d, max),
+                _ => Next::TooLong,
+            };
+            match next {
+                Next::Sleep(wait) => {
                     p.unready();
                     State::Pacing {
                         sleep: tokio::time::sleep(wait),
-                        wait,
                         pending: Some(p),
-                        guard: Some(WaitGuard::new(&ctx.core.waiting)),
+                        guard: Some(WaitGuard::new(&ctx.core.options.waiting)),
                     }
                 }
-                _ => State::Done {
-                    response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
-                },
+                _ => {
+                    ctx.core.options.count_decided(&d, 0);
+                    State::Done {
+                        response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
+                    }
+                }
             }
         }
-        Outcome::Exceeds => State::Done {
-            response: Some(ctx.reject(d, grpc::is_grpc(p.request.headers()))),
-        },
     }
 }
 
@@ -612,7 +652,7 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
 ) {
     // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
     // A rejection by an inner concurrency cap keeps its fields too.
-    if ctx.core.headers.on_allowed
+    if ctx.core.options.headers.on_allowed
         && res.extensions().get::<Decision>().is_none()
         && res.extensions().get::<OverCap>().is_none()
     {
@@ -623,7 +663,7 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
             res.headers_mut(),
             d,
             ctx.rule(),
-            &ctx.core.headers,
+            &ctx.core.options.headers,
             pk.as_deref(),
         );
         res.extensions_mut().insert(reported);

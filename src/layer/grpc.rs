@@ -81,6 +81,13 @@ pub(crate) fn refused<B>(refusal: Refusal<'_>) -> Response<ResponseBody<B>> {
     match refusal {
         Refusal::NoKey { error, .. } => status(Code::InvalidArgument, &error.to_string()),
         Refusal::StoreFailed(_) => status(Code::Unavailable, "the rate limiter cannot decide"),
+        Refusal::OverCap { cap, waited } => status(
+            Code::ResourceExhausted,
+            &format!(
+                "Too Many Requests: {}",
+                super::response::over_cap_detail(cap, waited)
+            ),
+        ),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Pieces of the IETF fields (draft-ietf-httpapi-ratelimit-headers-11) that need more than
-//! formatting: the partition key `pk` (a keyed hash of the key, never the key itself) and the
-//! jitter on `t`.
+//! formatting: the partition key `pk` (a keyed hash of the key, never the key itself), the
+//! jitter on `t`, and item names kept unique when stacked limiters share a name.
 
 use std::sync::Arc;
 
@@ -117,6 +117,61 @@ pub(crate) fn jitter(max: u64) -> u64 {
         x
     });
     x % (max + 1)
+}
+
+/// The item names (as written: escaped, without the quotes) of a `RateLimit-Policy` or
+/// `RateLimit` list: the sf-string that starts each member. Parameters are skipped, quoted
+/// strings among them too (a `qu` may hold a comma).
+pub(crate) fn item_names(list: &[u8]) -> Vec<&[u8]> {
+    let mut names = Vec::new();
+    let mut at_item = true;
+    let mut i = 0;
+    while let Some(&c) = list.get(i) {
+        match c {
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while let Some(&c) = list.get(i) {
+                    match c {
+                        b'\\' => i += 2,
+                        b'"' => break,
+                        _ => i += 1,
+                    }
+                }
+                if at_item {
+                    names.push(list.get(start..i).unwrap_or_default());
+                    at_item = false;
+                }
+            }
+            b',' => at_item = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    names
+}
+
+/// The policy name under which a limiter named `name`, whose item names `items(name)` gives,
+/// adds its items to fields that already hold `taken`: `name` itself when none of its items is
+/// taken, else `NAME-2`, `NAME-3`, ... the first whose items are all free. Deterministic: the
+/// same stack gives the same names on every response.
+pub(crate) fn unique_name(
+    name: &str,
+    taken: &[&[u8]],
+    items: impl Fn(&str) -> Vec<String>,
+) -> Option<String> {
+    let free = |candidate: &str| {
+        items(candidate)
+            .iter()
+            .all(|item| !taken.contains(&item.as_bytes()))
+    };
+    if free(name) {
+        return None;
+    }
+    // Each taken item blocks at most one suffix: one of these is free.
+    (2..=taken.len() + 2)
+        .map(|k| format!("{name}-{k}"))
+        .find(|candidate| free(candidate))
 }
 
 #[cfg(test)]

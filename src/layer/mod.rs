@@ -92,7 +92,15 @@
 //! allowed responses the `x-ratelimit-*` fields come from the limiter with the fewest remaining
 //! (ties: the later reset), so a client sees the budget that runs out first, and every limiter
 //! adds its items to the IETF fields: `RateLimit-Policy` one per quota (named after the limiter,
-//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota).
+//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota). Item names
+//! stay unique per response: a limiter whose names an inner one already used takes the first free
+//! suffix (`NAME-2`, ...).
+//!
+//! # Metrics
+//! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of
+//! [`crate::metrics`] under its limiter's name: outcomes, units, store errors and latency per
+//! request; keys, evictions and the circuit breaker with
+//! [`publish_stats`](RateLimitLayer::publish_stats).
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
@@ -100,8 +108,11 @@
 
 mod body;
 mod concurrency;
+mod core;
+mod counted;
 mod future;
 mod grpc;
+mod hooks;
 mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
@@ -109,11 +120,15 @@ mod pace;
 pub(crate) mod response;
 mod service;
 mod settle;
+mod wait_guard;
 
 pub use body::{BoxError, ResponseBody};
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
-pub use layer::{LimiterRule, NoSkip, RateLimitLayer, RequestCost, SelectRule, Skip, UnitCost};
+pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
+pub use layer::RateLimitLayer;
+#[cfg(feature = "rules")]
+pub(crate) use layer::queue_quota;
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::future::WaitGuard;
+use super::wait_guard::WaitGuard;
 
 use crate::clock::Clock;
 use crate::limiter::{RateLimiter, WaitError};

@@ -320,6 +320,25 @@ pub(crate) fn write_allowed_headers(
     if below.is_none() {
         write_headers(headers, d, rule, cfg, pk);
     } else {
+        // Item names stay unique per response: a name an inner limiter's items hold gets a suffix.
+        let renamed = headers
+            .get(&RATELIMIT_POLICY)
+            .filter(|_| matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both))
+            .and_then(|inner| {
+                let taken = super::ietf::item_names(inner.as_bytes());
+                let n = rule.quotas().len();
+                let name = super::ietf::unique_name(&cfg.policy_name, &taken, |name| {
+                    let escaped = escape_sf_string(name);
+                    match n {
+                        1 => vec![escaped],
+                        _ => (0..n).map(|i| format!("{escaped}-{i}")).collect(),
+                    }
+                })?;
+                let mut renamed = cfg.clone();
+                renamed.policy_name = Arc::from(name);
+                Some(renamed)
+            });
+        let cfg = renamed.as_ref().unwrap_or(cfg);
         let mut own = HeaderMap::new();
         write_headers(&mut own, d, rule, cfg, pk);
         for (name, value) in own {
@@ -403,6 +422,10 @@ pub trait OnRejected<B>: Send + Sync + 'static {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Service Unavailable: the rate limiter cannot decide.\n".to_owned(),
             ),
+            Refusal::OverCap { cap, waited } => text(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("Too Many Requests: {}\n", over_cap_detail(cap, waited)),
+            ),
         }
     }
 }
@@ -454,6 +477,26 @@ pub enum Refusal<'a> {
     },
     /// The store failed and the layer fails closed (`503`).
     StoreFailed(&'a crate::error::StoreError),
+    /// A [`ConcurrencyLayer`](super::ConcurrencyLayer) is at its cap for the request's key
+    /// (`429`, retry in 1 second); the layer adds `x-ratelimit-limit`, `x-ratelimit-remaining`
+    /// and `Retry-After`.
+    OverCap {
+        /// The requests in flight allowed per key.
+        cap: u32,
+        /// How long the request waited for a slot (with `ConcurrencyLayer::wait`).
+        waited: Option<std::time::Duration>,
+    },
+}
+
+/// The default text of a [`Refusal::OverCap`] (after "Too Many Requests: ").
+pub(crate) fn over_cap_detail(cap: u32, waited: Option<std::time::Duration>) -> String {
+    let waited = waited.map_or_else(String::new, |w| {
+        format!("; no slot came free within {} ms", w.as_millis())
+    });
+    format!(
+        "at most {cap} request{} in flight per client{waited}; retry in 1 second.",
+        if cap == 1 { "" } else { "s" }
+    )
 }
 
 /// An [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json` answer for
@@ -575,6 +618,15 @@ impl<B: From<String>> OnRejected<B> for ProblemJson {
                 problem_response(
                     status,
                     blank_problem(status, "the rate limiter cannot decide"),
+                )
+            }
+            Refusal::OverCap { cap, waited } => {
+                let status = StatusCode::TOO_MANY_REQUESTS;
+                let title = "Request cannot be satisfied as assigned quota has been exceeded";
+                let detail = over_cap_detail(cap, waited);
+                problem_response(
+                    status,
+                    problem(QUOTA_EXCEEDED, title, status, &detail, ",\"retry_after\":1"),
                 )
             }
         }

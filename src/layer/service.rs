@@ -1,7 +1,6 @@
 //! [`RateLimitService`].
 
 use std::fmt;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -9,9 +8,12 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::core::{Core, MissingKey};
+use super::counted::{Counted, counted_id};
 use super::future::{Ctx, Pending, ResponseFuture};
 use super::grpc;
-use super::layer::{Core, Hooks, MissingKey, RateLimitLayer, RequestCost, SelectRule, Skip};
+use super::hooks::{Hooks, RequestCost, SelectRule, Skip};
+use super::layer::RateLimitLayer;
 use super::response::{OnRejected, Refusal};
 use crate::clock::Clock;
 use crate::key::KeyExtractor;
@@ -79,12 +81,15 @@ impl<S, X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitService<S, X, St, C, R, 
 
     /// The limiter.
     pub fn limiter(&self) -> &RateLimiter<X::Key, St, C> {
-        &self.core.limiter
+        &self.core.options.limiter
     }
 
     /// How many requests wait for a slot in pacing mode now.
     pub fn waiting(&self) -> usize {
-        self.core.waiting.load(std::sync::atomic::Ordering::Relaxed)
+        self.core
+            .options
+            .waiting
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -93,61 +98,6 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C
     pub fn layer(limiter: RateLimiter<X::Key, St, C>, key: X) -> RateLimitLayer<X, St, C> {
         RateLimitLayer::new(limiter, key)
     }
-}
-
-/// The limiters and keys a request was counted under, so stacked layers count it once. Kept
-/// inline (no allocation per request); past [`Counted::MAX`] layers a request is counted again.
-#[derive(Clone, Copy, Debug, Default)]
-struct Counted {
-    ids: [CountId; Counted::MAX],
-    len: usize,
-}
-
-/// Marks a request as counted under `id` before it is forwarded.
-pub(crate) fn mark_counted(extensions: &mut http::Extensions, id: CountId) {
-    match extensions.get_mut::<Counted>() {
-        Some(c) => c.push(id),
-        None => {
-            let mut c = Counted::default();
-            c.push(id);
-            extensions.insert(c);
-        }
-    }
-}
-
-impl Counted {
-    const MAX: usize = 4;
-
-    fn contains(&self, id: CountId) -> bool {
-        self.ids.iter().take(self.len).any(|&x| x == id)
-    }
-
-    fn push(&mut self, id: CountId) {
-        if let Some(slot) = self.ids.get_mut(self.len) {
-            *slot = id;
-            self.len += 1;
-        }
-    }
-}
-
-/// A request's identity under one limiter and rule: the store's address, the rule's address and a
-/// hash of the key (seeded per process, so an attacker cannot aim a collision).
-pub(crate) type CountId = (usize, usize, u64);
-
-fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
-    limiter: &RateLimiter<K, St, C>,
-    rule: &crate::rule::Rule,
-    key: &K,
-) -> CountId {
-    static HASHER: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
-    let hash = HASHER.get_or_init(Default::default).hash_one(key);
-    // The store lives inside the limiter's shared allocation: its address names the limiter. The
-    // rule's address tells a route's own rule (`select_rule`) from the limiter's.
-    (
-        std::ptr::from_ref(limiter.store()) as usize,
-        std::ptr::from_ref(rule) as usize,
-        hash,
-    )
 }
 
 impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
@@ -180,18 +130,20 @@ where
         let extracted = hooks.key.extract(&parts);
         if extracted.is_err() {
             self.core
+                .options
                 .missing_keys
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let key = match extracted {
             Ok(key) => key,
-            Err(e) => match &self.core.missing {
+            Err(e) => match &self.core.options.missing {
                 MissingKey::Fallback(key) => {
                     tracing::debug!(reason = e.reason(), "rate limit: fallback key");
                     key.clone()
                 }
                 MissingKey::Reject(status) => {
                     tracing::debug!(reason = e.reason(), "rate limit: request without a key");
+                    self.core.options.count_no_key();
                     let refusal = Refusal::NoKey {
                         status: *status,
                         error: &e,
@@ -212,9 +164,14 @@ where
         // One request, one count: a second layer on the same limiter and key lets it through. The
         // request is marked when it is forwarded (a rejected one never meets another layer).
         // In queue mode the limiter's own rule gives way to the queue's.
-        let rule = hooks.rule.rule(&parts).or_else(|| self.core.queue_rule());
-        let rule_ref = rule.as_deref().unwrap_or_else(|| self.core.limiter.rule());
-        let id = counted_id(&self.core.limiter, rule_ref, &key);
+        let rule = hooks
+            .rule
+            .rule(&parts)
+            .or_else(|| self.core.options.queue_rule());
+        let rule_ref = rule
+            .as_deref()
+            .unwrap_or_else(|| self.core.options.limiter.rule());
+        let id = counted_id(&self.core.options.limiter, rule_ref, &key);
         if parts
             .extensions
             .get::<Counted>()
@@ -224,12 +181,13 @@ where
             return ResponseFuture::passthrough(fut);
         }
         let mut cost = hooks.cost.cost(&parts);
-        if self.core.settle.is_some() {
+        if self.core.options.settle.is_some() {
             // A cost-0 peek must not pass a key deep in debt: settlement admits on at least 1.
             cost = cost.max(1);
         }
         let answer = self
             .core
+            .options
             .limiter
             .apply(&key, rule.as_deref(), Op::Check(cost));
         let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
@@ -244,6 +202,7 @@ where
         // The ready-clone idiom: the service that was polled ready goes into the future.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
+        let ctx = ctx.timed();
         ResponseFuture::deciding(
             check,
             Pending {

@@ -7,7 +7,7 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{Rule, Strategy, validate_name};
+use crate::{Rule, Strategy, WindowOffset, validate_name};
 
 /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
 pub const MAX_RULES_FILE_BYTES: usize = 16 << 20;
@@ -17,6 +17,8 @@ pub const MAX_RULES_FILE_BYTES: usize = 16 << 20;
 pub struct RulesError {
     position: Option<(usize, usize)>,
     message: String,
+    /// The configuration error behind it, when a limit could not be built.
+    cause: Option<crate::ConfigError>,
 }
 
 impl RulesError {
@@ -35,6 +37,7 @@ impl RulesError {
         Self {
             position,
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -43,7 +46,14 @@ impl RulesError {
         Self {
             position: None,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// This error with `cause` as its [`source`](std::error::Error::source).
+    pub(crate) fn caused_by(mut self, cause: crate::ConfigError) -> Self {
+        self.cause = Some(cause);
+        self
     }
 
     /// The 1-based line and column the error points at, when it points somewhere.
@@ -66,7 +76,13 @@ impl fmt::Display for RulesError {
     }
 }
 
-impl std::error::Error for RulesError {}
+impl std::error::Error for RulesError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// One limit of the file as written.
 #[derive(Deserialize)]
@@ -84,8 +100,8 @@ struct LimitRepr {
     shadow: Option<bool>,
     fail_mode: Option<Spanned<toml::Value>>,
     concurrency: Option<Spanned<toml::Value>>,
-    window_offset: Option<Spanned<toml::Value>>,
-    queue_ms: Option<Spanned<toml::Value>>,
+    window_offset: Option<Spanned<String>>,
+    queue_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -132,8 +148,12 @@ impl KeySpec {
     /// another part belongs to the header name before it).
     ///
     /// # Errors
-    /// A message saying what is wrong.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// A [`RulesError`] without a position, saying what is wrong.
+    pub fn parse(text: &str) -> Result<Self, RulesError> {
+        Self::parse_text(text).map_err(RulesError::whole)
+    }
+
+    fn parse_text(text: &str) -> Result<Self, String> {
         let mut pieces: Vec<String> = Vec::new();
         for piece in text.split('+') {
             let starts_part = piece == "ip" || piece == "global" || piece.starts_with("header:");
@@ -180,7 +200,7 @@ impl serde::Serialize for KeySpec {
 impl<'de> Deserialize<'de> for KeySpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        KeySpec::parse(&text).map_err(serde::de::Error::custom)
+        KeySpec::parse_text(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -223,9 +243,14 @@ impl PathPattern {
     /// Compiles `text`.
     ///
     /// # Errors
-    /// A pattern that could never match a request path: not starting with `/`, a `*` other than a
-    /// final `/*`, braces that are not a whole `{name}` segment, `?` or `#`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// A [`RulesError`] without a position for a pattern that could never match a request path:
+    /// not starting with `/`, a `*` other than a final `/*`, braces that are not a whole `{name}`
+    /// segment, `?` or `#`.
+    pub fn parse(text: &str) -> Result<Self, RulesError> {
+        Self::parse_text(text).map_err(RulesError::whole)
+    }
+
+    fn parse_text(text: &str) -> Result<Self, String> {
         if !text.starts_with('/') {
             return Err(format!("path {text:?} must start with \"/\""));
         }
@@ -310,6 +335,10 @@ pub struct LimitSpec {
     pub cost: u32,
     /// Decided and counted, never rejects.
     pub shadow: bool,
+    /// A shaping queue (`queue_ms`): the longest a request may wait for its departure. The rule
+    /// is then the queue's: the leaky bucket's one quota with a burst of the queue's depth
+    /// (`queue_ms / T + 1` places, `T = period / limit`).
+    pub queue: Option<std::time::Duration>,
 }
 
 impl LimitSpec {
@@ -333,7 +362,9 @@ impl RulesFile {
     /// # Errors
     /// [`RulesError`] with the line and column of the first problem: TOML that does not parse, an
     /// unknown field, strategy or key, a quota that does not parse, a duplicate or invalid name,
-    /// a path that can never match, a `burst` with a window strategy, a reserved field.
+    /// a path that can never match, a `burst` with a window strategy, a `window_offset` that does
+    /// not parse or with a strategy without clock-aligned windows, a `queue_ms` that a queue
+    /// cannot honour, a reserved field.
     pub fn parse(text: &str) -> Result<Self, RulesError> {
         if text.len() > MAX_RULES_FILE_BYTES {
             return Err(RulesError::whole(format!(
@@ -352,12 +383,7 @@ impl RulesFile {
             if !names.insert(name.clone()) {
                 return Err(err(l.name.span(), format!("duplicate limit name {name:?}")));
             }
-            for (field, v) in [
-                ("fail_mode", &l.fail_mode),
-                ("concurrency", &l.concurrency),
-                ("window_offset", &l.window_offset),
-                ("queue_ms", &l.queue_ms),
-            ] {
+            for (field, v) in [("fail_mode", &l.fail_mode), ("concurrency", &l.concurrency)] {
                 if let Some(v) = v {
                     return Err(err(
                         v.span(),
@@ -366,8 +392,8 @@ impl RulesFile {
                 }
             }
             let path = match &l.path {
-                Some(p) => PathPattern::parse(p.get_ref()).map_err(|m| err(p.span(), m))?,
-                None => PathPattern::parse("/*").map_err(RulesError::whole)?,
+                Some(p) => PathPattern::parse_text(p.get_ref()).map_err(|m| err(p.span(), m))?,
+                None => PathPattern::parse("/*")?,
             };
             let mut methods = Vec::new();
             for m in l.methods.iter().flatten() {
@@ -381,7 +407,7 @@ impl RulesFile {
                 }
             }
             let key = match &l.key {
-                Some(k) => KeySpec::parse(k.get_ref()).map_err(|m| err(k.span(), m))?,
+                Some(k) => KeySpec::parse_text(k.get_ref()).map_err(|m| err(k.span(), m))?,
                 None => KeySpec {
                     parts: vec![KeyPart::Ip],
                 },
@@ -412,8 +438,42 @@ impl RulesFile {
                 }
                 None => quotas,
             };
-            let rule =
+            let shadow = l.shadow.unwrap_or(false);
+            let (quotas, queue) = match &l.queue_ms {
+                Some(q) => {
+                    let (quota, wait) = queue_quota(strategy, &quotas, *q.get_ref(), shadow)
+                        .map_err(|m| err(q.span(), m))?;
+                    if let Some(b) = &l.burst {
+                        return Err(err(
+                            b.span(),
+                            "burst has no meaning with queue_ms (the queue's depth is its burst)"
+                                .into(),
+                        ));
+                    }
+                    (vec![quota], Some(wait))
+                }
+                None => (quotas, None),
+            };
+            let mut rule =
                 Rule::new(strategy, quotas).map_err(|e| err(l.quotas.span(), e.to_string()))?;
+            if let Some(o) = &l.window_offset {
+                let offset = o
+                    .get_ref()
+                    .parse::<WindowOffset>()
+                    .map_err(|e| err(o.span(), format!("window_offset: {e}")))?;
+                if !matches!(strategy, Strategy::FixedWindow | Strategy::SlidingWindow) {
+                    return Err(err(
+                        o.span(),
+                        format!(
+                            "window_offset has no meaning with strategy {strategy} (only \
+                             {} and {} have clock-aligned windows)",
+                            Strategy::FixedWindow,
+                            Strategy::SlidingWindow
+                        ),
+                    ));
+                }
+                rule = rule.with_window_offset(offset);
+            }
             limits.push(LimitSpec {
                 name,
                 path,
@@ -422,10 +482,42 @@ impl RulesFile {
                 on_missing_key: l.on_missing_key.map(Spanned::into_inner),
                 rule,
                 cost: l.cost.unwrap_or(1),
-                shadow: l.shadow.unwrap_or(false),
+                shadow,
+                queue,
             });
         }
         Ok(Self { limits })
+    }
+}
+
+/// The quota of a shaping queue of `max_wait_ms` on `quotas`: the one quota of a leaky bucket,
+/// with a burst of the queue's depth (`max_wait / T + 1` places, `T = period / limit`), and the
+/// maximum wait; or why there cannot be one.
+fn queue_quota(
+    strategy: Strategy,
+    quotas: &[crate::Quota],
+    max_wait_ms: u64,
+    shadow: bool,
+) -> Result<(crate::Quota, std::time::Duration), String> {
+    if strategy != Strategy::LeakyBucket {
+        return Err(format!(
+            "queue_ms needs strategy = \"{}\" (a queue drains at a constant rate), not {strategy}",
+            Strategy::LeakyBucket
+        ));
+    }
+    if shadow {
+        return Err("queue_ms has no meaning on a shadow limit (it never delays)".into());
+    }
+    let [quota] = quotas else {
+        return Err("queue_ms drains one quota: give the limit exactly one".into());
+    };
+    let max_wait = std::time::Duration::from_millis(max_wait_ms);
+    match crate::layer::queue_quota(quota, max_wait) {
+        Ok((queued, _)) => Ok((queued, max_wait)),
+        Err(emission) => Err(format!(
+            "queue_ms = {max_wait_ms} is shorter than one interval ({:?}) of {quota}",
+            std::time::Duration::from_nanos(emission)
+        )),
     }
 }
 
@@ -514,7 +606,11 @@ mod tests {
             ("burst = 3", "burst"),
             ("key = \"ip+ip\"", "twice"),
             ("fail_mode = \"open\"", "reserved"),
-            ("queue_ms = 10", "reserved"),
+            ("concurrency = 2", "reserved"),
+            ("window_offset = \"8\"", "window offset"),
+            ("window_offset = 8", "string"),
+            ("queue_ms = 10", "leaky-bucket"),
+            ("queue_ms = -1", "-1"),
         ] {
             let text = if field.starts_with("name") {
                 format!("[[limit]]\n{field}\nquotas = \"1/second\"\n")
@@ -525,6 +621,64 @@ mod tests {
             assert!(e.message().contains(needle), "{field}: {e}");
             assert!(e.position().is_some(), "{field}: {e}");
         }
+    }
+
+    #[test]
+    fn window_offsets_and_queues_parse_into_the_rule() {
+        let f = RulesFile::parse(
+            "[[limit]]\nname = \"day\"\nstrategy = \"fixed-window\"\nquotas = \"100/day\"\n\
+             window_offset = \"8h\"\n\n\
+             [[limit]]\nname = \"ny\"\nquotas = \"10/hour\"\nwindow_offset = \"-05:00\"\n\n\
+             [[limit]]\nname = \"q\"\nstrategy = \"leaky-bucket\"\nquotas = \"2/second\"\n\
+             queue_ms = 1000\n",
+        )
+        .unwrap();
+        let offset = |t: &str| t.parse::<WindowOffset>().unwrap();
+        assert_eq!(f.limits[0].rule.window_offset(), offset("+08:00"));
+        assert_eq!(f.limits[1].rule.window_offset(), offset("-5h"));
+        assert_eq!(f.limits[1].rule.strategy(), Strategy::SlidingWindow);
+        assert_eq!(f.limits[0].queue, None);
+        let q = &f.limits[2];
+        assert_eq!(q.queue, Some(std::time::Duration::from_secs(1)));
+        assert_eq!(
+            q.rule.quotas()[0].burst(),
+            3,
+            "1000 ms of 500 ms slots: the departure now and two more"
+        );
+    }
+
+    #[test]
+    fn window_offsets_and_queues_that_cannot_work_are_refused_where_they_are_written() {
+        let limit = |extra: &str| {
+            error(&format!(
+                "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\n{extra}\n"
+            ))
+        };
+        let e = limit("strategy = \"token-bucket\"\nwindow_offset = \"+01:00\"");
+        assert_eq!(e.position(), Some((5, 17)), "{e}");
+        assert!(e.message().contains("clock-aligned"), "{e}");
+        let e = limit("window_offset = \"25h\"");
+        assert_eq!(e.position(), Some((4, 17)), "{e}");
+        assert!(e.message().contains("24 hours"), "{e}");
+        let e = limit("queue_ms = 1000");
+        assert_eq!(e.position(), Some((4, 12)), "{e}");
+        assert!(e.message().contains("leaky-bucket"), "{e}");
+        let bucket = "strategy = \"leaky-bucket\"\n";
+        for (extra, line, column, needle) in [
+            ("queue_ms = 100", 5, 12, "shorter than one interval"),
+            ("queue_ms = 2000\nshadow = true", 5, 12, "shadow"),
+            ("queue_ms = 2000\nburst = 4", 6, 9, "depth"),
+        ] {
+            let e = limit(&format!("{bucket}{extra}"));
+            assert_eq!(e.position(), Some((line, column)), "{extra}: {e}");
+            assert!(e.message().contains(needle), "{extra}: {e}");
+        }
+        let e = error(
+            "[[limit]]\nname = \"a\"\nstrategy = \"leaky-bucket\"\nquotas = \"1/second; 9/minute\"\n\
+             queue_ms = 5000\n",
+        );
+        assert_eq!(e.position(), Some((5, 12)), "{e}");
+        assert!(e.message().contains("exactly one"), "{e}");
     }
 
     #[test]

@@ -15,7 +15,15 @@
 //! burst = 10                  # bucket strategies only; an error elsewhere
 //! cost = 1                    # units per request, default 1
 //! shadow = false              # true: decided and counted, never rejects
+//! window_offset = "8h"        # fixed-window, sliding-window: windows in that time zone's clock
+//! queue_ms = 2000             # leaky-bucket, one quota: a shaping queue, at most this long a wait
 //! ```
+//!
+//! A limit with `queue_ms` is a shaping queue, as [`RateLimitLayer::queue`](crate::RateLimitLayer::queue):
+//! each request gets its departure when it arrives and waits for it (tokio's timer) before it is
+//! forwarded. Queues are checked after every other enforced limit of the request admitted it, and
+//! their slots are never given back (not on a later rejection, not by a [`Settle`] marker): a gap
+//! under-admits, a slot given back would let two waiters leave together.
 //!
 //! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
 //! limits are checked in the file's order, each reserving its cost; when one rejects, the
@@ -46,10 +54,12 @@
 //! old rule. The conversion costs one extra peek per request during that horizon, and two
 //! concurrent first requests of one key may both convert it (stricter, never more lenient). A
 //! change of strategy or key starts that limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
-//! disagree for up to one interval.
+//! disagree for up to one interval. A limit removed and added back while requests started on older
+//! rules are in flight gets the limiter they hold (its name stays taken on the store until the last
+//! of them ends), so such a reload never fails on the name.
 
 mod file;
-mod metrics;
+use crate::metrics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -78,7 +88,7 @@ use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
 use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
-use crate::{Clock, Decision, Op, RateLimiter, Rule};
+use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, SystemClock};
 use metrics::LimitMetrics;
 
 /// The settings that apply to every limit of a rules file (the `server` example's process-wide
@@ -161,11 +171,16 @@ impl std::fmt::Display for ReloadReport {
     }
 }
 
+/// The limiter of a limit's name: kept across reloads, and shared by every version of the rules
+/// that has the name (a name removed and added back while older rules are still in use finds it
+/// again: its name is taken on the store until the last version holding it is dropped).
+type SharedLimiter<St, C> = Arc<RateLimiter<Vec<u8>, St, C>>;
+
 /// A limit ready to decide: its spec, limiter, key reader, header settings and metric handles.
-struct Limit<St> {
+struct Limit<St, C> {
     spec: LimitSpec,
     /// The limiter of the limit's name, kept across reloads.
-    limiter: RateLimiter<Vec<u8>, St>,
+    limiter: SharedLimiter<St, C>,
     /// The rule when it is not the limiter's own (changed by a reload: a state of its own).
     rule: Option<Rule>,
     /// The first bytes of every key: a hash of the key spec, so a changed key starts fresh.
@@ -186,17 +201,25 @@ struct Previous {
 }
 
 /// One version of the rules: what a request is decided on from start to end.
-struct Compiled<St> {
-    limits: Box<[Limit<St>]>,
+struct Compiled<St, C> {
+    limits: Box<[Limit<St, C>]>,
 }
+
+/// The limiters still alive, by name (see [`Shared::limiters`]).
+type Registry<St, C> = parking_lot::Mutex<HashMap<String, Weak<RateLimiter<Vec<u8>, St, C>>>>;
 
 /// How a new limiter's store is made.
 type MakeStore<St> = Box<dyn Fn() -> St + Send + Sync>;
 
-struct Shared<St> {
-    current: ArcSwap<Compiled<St>>,
+struct Shared<St, C> {
+    current: ArcSwap<Compiled<St, C>>,
     options: RulesOptions,
     make_store: MakeStore<St>,
+    clock: C,
+    /// Every limiter a version of the rules still in use holds, by name: a reload that adds back
+    /// a name whose limiter is still alive (requests in flight on older rules) reuses it instead
+    /// of failing on the name, which the store keeps taken until that limiter is dropped.
+    limiters: Registry<St, C>,
     /// Whether every limit has a store of its own (its stats are the limit's).
     own_stores: bool,
     /// The content hash of the file last loaded.
@@ -232,11 +255,11 @@ struct Shared<St> {
 /// assert_eq!(app.oneshot(req()).await.unwrap().status(), 429);
 /// # }
 /// ```
-pub struct Rules<St = MemoryStore<Vec<u8>>> {
-    shared: Arc<Shared<St>>,
+pub struct Rules<St = MemoryStore<Vec<u8>>, C = SystemClock> {
+    shared: Arc<Shared<St, C>>,
 }
 
-impl<St> Clone for Rules<St> {
+impl<St, C> Clone for Rules<St, C> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -244,7 +267,7 @@ impl<St> Clone for Rules<St> {
     }
 }
 
-impl<St> std::fmt::Debug for Rules<St> {
+impl<St, C> std::fmt::Debug for Rules<St, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<String> = self
             .shared
@@ -296,22 +319,7 @@ impl<St: Store<Vec<u8>>> Rules<St> {
         options: RulesOptions,
         make_store: impl Fn() -> St + Send + Sync + 'static,
     ) -> Result<Self, RulesError> {
-        let file = RulesFile::parse(text)?;
-        let shared = Shared {
-            current: ArcSwap::from_pointee(Compiled {
-                limits: Box::new([]),
-            }),
-            options,
-            make_store: Box::new(make_store),
-            own_stores: false,
-            loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
-            reloads: metrics::ReloadMetrics::new(),
-        };
-        let compiled = shared.compile(file, &mut ReloadReport::default())?;
-        shared.current.store(Arc::new(compiled));
-        Ok(Self {
-            shared: Arc::new(shared),
-        })
+        Self::with_clock(text, options, make_store, SystemClock::new())
     }
 
     /// Rules read from `path` (see [`Rules::new`]).
@@ -325,12 +333,74 @@ impl<St: Store<Vec<u8>>> Rules<St> {
     ) -> Result<Self, RulesError> {
         Self::new(&read_rules(path)?, options, make_store)
     }
+}
+
+impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
+    /// [`Rules::new`] with every limiter on `clock` (e.g. a [`ManualClock`](crate::ManualClock) or
+    /// a [`TokioClock`](crate::TokioClock) in tests).
+    ///
+    /// # Errors
+    /// As [`Rules::new`].
+    pub fn with_clock(
+        text: &str,
+        options: RulesOptions,
+        make_store: impl Fn() -> St + Send + Sync + 'static,
+        clock: C,
+    ) -> Result<Self, RulesError> {
+        let file = RulesFile::parse(text)?;
+        let shared = Shared {
+            current: ArcSwap::from_pointee(Compiled {
+                limits: Box::new([]),
+            }),
+            options,
+            make_store: Box::new(make_store),
+            clock,
+            limiters: parking_lot::Mutex::new(HashMap::new()),
+            own_stores: false,
+            loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
+            reloads: metrics::ReloadMetrics::new(),
+        };
+        let compiled = shared.compile(file, &mut ReloadReport::default())?;
+        shared.current.store(Arc::new(compiled));
+        Ok(Self {
+            shared: Arc::new(shared),
+        })
+    }
 
     /// The layer deciding requests on these rules (the current ones, and later reloads).
-    pub fn layer(&self) -> RulesLayer<St> {
+    pub fn layer(&self) -> RulesLayer<St, C> {
         RulesLayer {
             rules: self.clone(),
         }
+    }
+
+    /// The state of `request`'s key under the limit named `limit` (as its next request would find
+    /// it, without spending anything): e.g. the attempts left for a page to show. `None` when the
+    /// current rules have no such limit or the request has no key for it.
+    pub async fn peek(&self, limit: &str, request: &Parts) -> Option<Result<Decision, StoreError>> {
+        self.apply_to(limit, request, Op::Peek).await
+    }
+
+    /// Forgets the state of `request`'s key under the limit named `limit` (e.g. a successful login
+    /// clears the failures counted for its IP and username). `None` as for [`Rules::peek`].
+    pub async fn reset(
+        &self,
+        limit: &str,
+        request: &Parts,
+    ) -> Option<Result<Decision, StoreError>> {
+        self.apply_to(limit, request, Op::Reset).await
+    }
+
+    async fn apply_to(
+        &self,
+        name: &str,
+        request: &Parts,
+        op: Op,
+    ) -> Option<Result<Decision, StoreError>> {
+        let current = self.shared.current.load_full();
+        let limit = current.limits.iter().find(|l| l.spec.name == name)?;
+        let key = limit.key_or_global(request, &self.shared.options).ok()?;
+        Some(limit.apply(&key, op).await)
     }
 
     /// The names of the current limits, in the file's order.
@@ -342,17 +412,22 @@ impl<St: Store<Vec<u8>>> Rules<St> {
     /// Publishes what the stores count into the gauges and counters that are not updated per
     /// request: `tollgate_keys{limit}` (keys held) and `tollgate_evictions_total{limit}`, for the
     /// limits whose store is their own (the memory store; a store shared by several limits, such
-    /// as Redis, reports nothing here). [`Rules::watch`] calls it at every poll; call it before a
+    /// as Redis, reports no keys here), and `tollgate_breaker_open{limit}` (1 while the Redis
+    /// store's circuit breaker is open). [`Rules::watch`] calls it at every poll; call it before a
     /// scrape for exact figures.
     pub fn publish_stats(&self) {
         let current = self.shared.current.load();
-        if !self.shared.own_stores {
-            return;
-        }
         for limit in current.limits.iter() {
             let stats = limit.limiter.stats();
-            limit.metrics.keys.set(stats.keys as f64);
-            limit.metrics.evictions.absolute(stats.evictions);
+            if self.shared.own_stores {
+                limit.metrics.publish(&stats);
+            } else {
+                // A shared store's keys are not this limit's; its circuit breaker is.
+                limit
+                    .metrics
+                    .breaker_open
+                    .set(if stats.breaker_open { 1.0 } else { 0.0 });
+            }
         }
     }
 
@@ -428,7 +503,7 @@ impl<St: Store<Vec<u8>>> Rules<St> {
     /// that stays invalid is reported once per content, not once per poll.
     pub fn watch(&self, path: impl Into<PathBuf>, every: Duration) -> tokio::task::JoinHandle<()> {
         let path = path.into();
-        let weak: Weak<Shared<St>> = Arc::downgrade(&self.shared);
+        let weak: Weak<Shared<St, C>> = Arc::downgrade(&self.shared);
         let every = every.max(Duration::from_millis(50));
         tokio::spawn(async move {
             let mut refused: Option<[u8; 32]> = None;
@@ -469,16 +544,16 @@ impl<St: Store<Vec<u8>>> Rules<St> {
     }
 }
 
-impl<St: Store<Vec<u8>>> Shared<St> {
+impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
     /// Builds the limits of `file`, keeping the limiter (and so the state) of every limit whose
     /// name, rule and key are unchanged.
     fn compile(
         &self,
         file: RulesFile,
         report: &mut ReloadReport,
-    ) -> Result<Compiled<St>, RulesError> {
+    ) -> Result<Compiled<St, C>, RulesError> {
         let old = self.current.load_full();
-        let by_name: HashMap<&str, &Limit<St>> = old
+        let by_name: HashMap<&str, &Limit<St, C>> = old
             .limits
             .iter()
             .map(|l| (l.spec.name.as_str(), l))
@@ -511,19 +586,27 @@ impl<St: Store<Vec<u8>>> Shared<St> {
                     }
                     // The same limiter (its name stays taken on the store); a changed rule gets
                     // a state of its own under that limiter.
-                    let rule = (spec.rule != *l.limiter.rule()).then(|| spec.rule.clone());
-                    if let Some(r) = &rule {
-                        l.limiter.store().validate(r).map_err(|e| {
-                            RulesError::whole(format!("limit {:?}: {e}", spec.name))
-                        })?;
-                    }
-                    (l.limiter.clone(), rule, previous)
+                    let rule = own_rule(&l.limiter, &spec)?;
+                    (Arc::clone(&l.limiter), rule, previous)
                 }
                 None => {
                     if !initial {
                         report.added.push(spec.name.clone());
                     }
-                    (self.build_limiter(&spec)?, None, None)
+                    // A name removed by an earlier reload whose limiter requests in flight on
+                    // older rules still hold: the same limiter, not a second one of its name.
+                    let alive = self
+                        .limiters
+                        .lock()
+                        .get(&spec.name)
+                        .and_then(|w| w.upgrade());
+                    match alive {
+                        Some(limiter) => {
+                            let rule = own_rule(&limiter, &spec)?;
+                            (limiter, rule, None)
+                        }
+                        None => (Arc::new(self.build_limiter(&spec)?), None, None),
+                    }
                 }
             };
             seen.insert(spec.name.clone(), ());
@@ -549,24 +632,47 @@ impl<St: Store<Vec<u8>>> Shared<St> {
             .filter(|l| !seen.contains_key(&l.spec.name))
             .map(|l| l.spec.name.clone())
             .collect();
+        let mut registry = self.limiters.lock();
+        registry.retain(|_, w| w.strong_count() > 0);
+        for l in &limits {
+            registry.insert(l.spec.name.clone(), Arc::downgrade(&l.limiter));
+        }
         Ok(Compiled {
             limits: limits.into(),
         })
     }
 
-    /// A new limiter for `spec`, on the store `make_store` gives.
-    fn build_limiter(&self, spec: &LimitSpec) -> Result<RateLimiter<Vec<u8>, St>, RulesError> {
+    /// A new limiter for `spec`, on the store `make_store` gives and the rules' clock.
+    fn build_limiter(&self, spec: &LimitSpec) -> Result<RateLimiter<Vec<u8>, St, C>, RulesError> {
         let mut builder = RateLimiter::<Vec<u8>>::builder()
             .name(spec.name.clone())
-            .strategy(spec.rule.strategy());
+            .strategy(spec.rule.strategy())
+            .window_offset(spec.rule.window_offset());
         for q in spec.rule.quotas() {
             builder = builder.quota(*q);
         }
         builder
+            .clock(self.clock.clone())
             .store((self.make_store)())
             .build()
-            .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)))
+            .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)).caused_by(e))
     }
+}
+
+/// The rule a limit decides on when it is not its limiter's own (a reload changed it), checked
+/// by the limiter's store.
+fn own_rule<St: Store<Vec<u8>>, C: Clock>(
+    limiter: &RateLimiter<Vec<u8>, St, C>,
+    spec: &LimitSpec,
+) -> Result<Option<Rule>, RulesError> {
+    if spec.rule == *limiter.rule() {
+        return Ok(None);
+    }
+    limiter
+        .store()
+        .validate(&spec.rule)
+        .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)).caused_by(e))?;
+    Ok(Some(spec.rule.clone()))
 }
 
 /// How long a changed rules file must keep the same content before it is loaded.
@@ -600,7 +706,7 @@ fn content_hash(bytes: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(bytes).into()
 }
 
-impl<St: Store<Vec<u8>>> Limit<St> {
+impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
     /// The limit's rule now.
     fn rule(&self) -> &Rule {
         self.rule.as_ref().unwrap_or_else(|| self.limiter.rule())
@@ -662,6 +768,35 @@ impl<St: Store<Vec<u8>>> Limit<St> {
         }
     }
 
+    /// How long a request the limit's shaping queue admitted waits for its departure: the check
+    /// reserved the slot `[departure, departure + cost x T)`, and its reset is the slot's end.
+    /// Zero without a queue.
+    fn queue_wait(&self, d: &Decision) -> Duration {
+        let Some(quota) = self
+            .rule()
+            .quotas()
+            .first()
+            .filter(|_| self.spec.queue.is_some())
+        else {
+            return Duration::ZERO;
+        };
+        let emission = quota
+            .period_nanos()
+            .div_ceil(u64::from(quota.limit()))
+            .max(1);
+        let slot = u64::from(self.spec.cost).saturating_mul(emission);
+        Duration::from_nanos(d.reset_after.saturating_sub(slot))
+    }
+
+    /// The request's key under this limit, or the global one when the limit counts requests
+    /// without a key there.
+    fn key_or_global(&self, parts: &Parts, options: &RulesOptions) -> Result<Vec<u8>, KeyError> {
+        match self.key(parts, options) {
+            Err(_) if self.missing_global => Ok(self.global_key()),
+            other => other,
+        }
+    }
+
     /// The key of a request without one, when the limit counts those in one global bucket.
     fn global_key(&self) -> Vec<u8> {
         let mut out = self.key_tag.to_vec();
@@ -705,11 +840,11 @@ impl<St: Store<Vec<u8>>> Limit<St> {
 }
 
 /// The layer of a [`Rules`]: see [`Rules::layer`].
-pub struct RulesLayer<St = MemoryStore<Vec<u8>>> {
-    rules: Rules<St>,
+pub struct RulesLayer<St = MemoryStore<Vec<u8>>, C = SystemClock> {
+    rules: Rules<St, C>,
 }
 
-impl<St> Clone for RulesLayer<St> {
+impl<St, C> Clone for RulesLayer<St, C> {
     fn clone(&self) -> Self {
         Self {
             rules: self.rules.clone(),
@@ -717,7 +852,7 @@ impl<St> Clone for RulesLayer<St> {
     }
 }
 
-impl<St> std::fmt::Debug for RulesLayer<St> {
+impl<St, C> std::fmt::Debug for RulesLayer<St, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RulesLayer")
             .field("rules", &self.rules)
@@ -725,8 +860,8 @@ impl<St> std::fmt::Debug for RulesLayer<St> {
     }
 }
 
-impl<S, St> Layer<S> for RulesLayer<St> {
-    type Service = RulesService<S, St>;
+impl<S, St, C> Layer<S> for RulesLayer<St, C> {
+    type Service = RulesService<S, St, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RulesService {
@@ -737,12 +872,12 @@ impl<S, St> Layer<S> for RulesLayer<St> {
 }
 
 /// The service of a [`RulesLayer`].
-pub struct RulesService<S, St = MemoryStore<Vec<u8>>> {
+pub struct RulesService<S, St = MemoryStore<Vec<u8>>, C = SystemClock> {
     inner: S,
-    rules: Rules<St>,
+    rules: Rules<St, C>,
 }
 
-impl<S: Clone, St> Clone for RulesService<S, St> {
+impl<S: Clone, St, C> Clone for RulesService<S, St, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -751,7 +886,7 @@ impl<S: Clone, St> Clone for RulesService<S, St> {
     }
 }
 
-impl<S, St> std::fmt::Debug for RulesService<S, St> {
+impl<S, St, C> std::fmt::Debug for RulesService<S, St, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RulesService")
             .field("rules", &self.rules)
@@ -762,13 +897,14 @@ impl<S, St> std::fmt::Debug for RulesService<S, St> {
 /// The response future of a [`RulesService`].
 pub type RulesFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-impl<S, St, ReqB, ResB> Service<Request<ReqB>> for RulesService<S, St>
+impl<S, St, C, ReqB, ResB> Service<Request<ReqB>> for RulesService<S, St, C>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send,
     ReqB: Send + 'static,
     ResB: From<String> + Send + 'static,
     St: Store<Vec<u8>>,
+    C: Clock,
 {
     type Response = Response<ResB>;
     type Error = S::Error;
@@ -795,7 +931,11 @@ where
                 Verdict::Forward {
                     mut allowed,
                     shadow,
+                    wait,
                 } => {
+                    if !wait.is_zero() {
+                        depart(&compiled, &mut allowed, wait).await;
+                    }
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
                     settle(&compiled, &mut allowed, res.extensions_mut()).await;
                     write_success_headers(
@@ -816,17 +956,52 @@ where
 enum Verdict<B> {
     /// Answer with this (429, 400, 503).
     Answer(Response<B>),
-    /// Forward; the enforced decisions (by limit index) and the shadow decision to report.
+    /// Forward after `wait` (the latest departure of the request's shaping queues); the enforced
+    /// decisions (by limit index) and the shadow decision to report.
     Forward {
         allowed: Vec<Held>,
         shadow: Option<(usize, Decision)>,
+        wait: Duration,
     },
 }
 
+/// Which limit of a rules file rejected a request, and its decision: in the extensions of the
+/// `429` the rules layer answers, so that an outer layer can answer with a page of its own (the
+/// `login` example does).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RejectedBy {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// Its decision (the wait is [`Decision::retry_after`]).
+    pub decision: Decision,
+}
+
+/// Waits on tokio's timer for the departure of a request admitted by shaping queues, then reads
+/// their state at departure for the headers.
+async fn depart<St: Store<Vec<u8>>, C: Clock>(
+    compiled: &Compiled<St, C>,
+    allowed: &mut [Held],
+    wait: Duration,
+) {
+    tokio::time::sleep(wait).await;
+    for h in allowed.iter_mut() {
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
+        if limit.spec.queue.is_some() {
+            if let Ok(d) = limit.apply(&h.key, Op::Peek).await {
+                h.decision = d;
+            }
+        }
+    }
+}
+
 /// Settles the reservations of the forwarded request as the handler's [`Settle`] marker says (if
-/// any): with every limit of the file, or only the one it names; counts the units spent.
-async fn settle<St: Store<Vec<u8>>>(
-    compiled: &Compiled<St>,
+/// any): with every limit of the file, or only the one it names; counts the units spent. A shaping
+/// queue's slot is never given back (two waiters would share one departure).
+async fn settle<St: Store<Vec<u8>>, C: Clock>(
+    compiled: &Compiled<St, C>,
     allowed: &mut [Held],
     extensions: &mut http::Extensions,
 ) {
@@ -837,7 +1012,10 @@ async fn settle<St: Store<Vec<u8>>>(
             continue;
         };
         let mut units = limit.spec.cost;
-        if let Some(m) = marker.as_ref().filter(|m| m.is_for(&limit.spec.name)) {
+        if let Some(m) = marker
+            .as_ref()
+            .filter(|m| limit.spec.queue.is_none() && m.is_for(&limit.spec.name))
+        {
             if let Some(r) = h.decision.reservation() {
                 taken = true;
                 match limit.apply(&h.key, Op::settle(r, m.charged())).await {
@@ -866,65 +1044,45 @@ struct Held {
     decision: Decision,
 }
 
-async fn decide<St: Store<Vec<u8>>, B: From<String>>(
-    compiled: &Compiled<St>,
+async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    compiled: &Compiled<St, C>,
     options: &RulesOptions,
     parts: &Parts,
 ) -> Verdict<B> {
     let path = parts.uri.path();
     let mut held: Vec<Held> = Vec::new();
     let mut shadows: Vec<usize> = Vec::new();
+    let mut queues: Vec<usize> = Vec::new();
+    let mut wait = Duration::ZERO;
     for (index, limit) in compiled.limits.iter().enumerate() {
         if !limit.spec.matches(&parts.method, path) {
             continue;
         }
         if limit.spec.shadow {
             shadows.push(index);
-            continue;
+        } else if limit.spec.queue.is_some() {
+            // Shaping queues last: a slot is never given back, so it is only reserved once every
+            // other limit has admitted the request.
+            queues.push(index);
+        } else if let Err(answer) = enforce(compiled, options, parts, index, &mut held).await {
+            return Verdict::Answer(answer);
         }
-        let key = match limit.key(parts, options) {
-            Ok(k) => k,
-            Err(_) if limit.missing_global => limit.global_key(),
-            Err(error) => {
-                limit.metrics.no_key.increment(1);
-                rollback(compiled, &held).await;
-                tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
-                return Verdict::Answer(DefaultRejection.on_refused(Refusal::NoKey {
-                    status: StatusCode::BAD_REQUEST,
-                    error: &error,
-                }));
-            }
-        };
-        limit.convert(&key).await;
-        match limit.apply(&key, Op::Check(limit.spec.cost)).await {
-            Ok(d) if d.is_allowed() => held.push(Held {
-                index,
-                key,
-                decision: d,
-            }),
-            Ok(d) => {
-                limit.metrics.rejected.increment(1);
-                tracing::debug!(limit = %limit.spec.name, "rejected");
-                rollback(compiled, &held).await;
-                let mut res: Response<B> = DefaultRejection.on_rejected(&d);
-                write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
-                return Verdict::Answer(res);
-            }
-            Err(e) => {
-                limit.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
-                if options.failure == FailurePolicy::FailClosed {
-                    limit.metrics.fail_closed.increment(1);
-                    rollback(compiled, &held).await;
-                    return Verdict::Answer(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+    }
+    for index in queues {
+        match enforce(compiled, options, parts, index, &mut held).await {
+            Err(answer) => return Verdict::Answer(answer),
+            Ok(Some(d)) => {
+                if let Some(limit) = compiled.limits.get(index) {
+                    wait = wait.max(limit.queue_wait(&d));
                 }
-                limit.metrics.fail_open.increment(1);
             }
+            Ok(None) => {}
         }
     }
     for h in &held {
         if let Some(limit) = compiled.limits.get(h.index) {
-            limit.metrics.allowed.increment(1);
+            // Units are counted once settled.
+            limit.metrics.decided(&h.decision, 0);
         }
     }
     let allowed = held;
@@ -933,13 +1091,7 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
         let Some(limit) = compiled.limits.get(index) else {
             continue;
         };
-        let Ok(key) = limit.key(parts, options).or_else(|e| {
-            if limit.missing_global {
-                Ok(limit.global_key())
-            } else {
-                Err(e)
-            }
-        }) else {
+        let Ok(key) = limit.key_or_global(parts, options) else {
             limit.metrics.no_key.increment(1);
             continue;
         };
@@ -966,15 +1118,86 @@ async fn decide<St: Store<Vec<u8>>, B: From<String>>(
             }
         }
     }
-    Verdict::Forward { allowed, shadow }
+    Verdict::Forward {
+        allowed,
+        shadow,
+        wait,
+    }
 }
 
-/// Gives back what the limits before a rejection reserved (settled to 0).
-async fn rollback<St: Store<Vec<u8>>>(compiled: &Compiled<St>, held: &[Held]) {
+/// Checks the enforced limit at `index`: `Ok(Some(decision))` when it admitted the request (held
+/// in `held`), `Ok(None)` when it did not apply or its store failed open, `Err(answer)` when the
+/// request is answered now (400, 429, 503), what the limits before it reserved given back.
+async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    compiled: &Compiled<St, C>,
+    options: &RulesOptions,
+    parts: &Parts,
+    index: usize,
+    held: &mut Vec<Held>,
+) -> Result<Option<Decision>, Response<B>> {
+    let Some(limit) = compiled.limits.get(index) else {
+        return Ok(None);
+    };
+    let key = match limit.key(parts, options) {
+        Ok(k) => k,
+        Err(_) if limit.missing_global => limit.global_key(),
+        Err(error) => {
+            limit.metrics.no_key.increment(1);
+            rollback(compiled, held).await;
+            tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+            return Err(DefaultRejection.on_refused(Refusal::NoKey {
+                status: StatusCode::BAD_REQUEST,
+                error: &error,
+            }));
+        }
+    };
+    limit.convert(&key).await;
+    match limit.apply(&key, Op::Check(limit.spec.cost)).await {
+        Ok(d) if d.is_allowed() => {
+            held.push(Held {
+                index,
+                key,
+                decision: d,
+            });
+            Ok(Some(d))
+        }
+        Ok(d) => {
+            limit.metrics.decided(&d, 0);
+            tracing::debug!(limit = %limit.spec.name, "rejected");
+            rollback(compiled, held).await;
+            let mut res: Response<B> = DefaultRejection.on_rejected(&d);
+            write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
+            res.extensions_mut().insert(RejectedBy {
+                limit: Arc::clone(&limit.headers.policy_name),
+                decision: d,
+            });
+            Err(res)
+        }
+        Err(e) => {
+            limit.metrics.store_errors.increment(1);
+            tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+            if options.failure == FailurePolicy::FailClosed {
+                limit.metrics.fail_closed.increment(1);
+                rollback(compiled, held).await;
+                return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+            }
+            limit.metrics.fail_open.increment(1);
+            Ok(None)
+        }
+    }
+}
+
+/// Gives back what the limits before a rejection reserved (settled to 0), except a shaping
+/// queue's slot: giving it back would put two waiters in one departure, so it stays a gap
+/// (under-admission, never over-admission).
+async fn rollback<St: Store<Vec<u8>>, C: Clock>(compiled: &Compiled<St, C>, held: &[Held]) {
     for h in held {
         let Some(limit) = compiled.limits.get(h.index) else {
             continue;
         };
+        if limit.spec.queue.is_some() {
+            continue;
+        }
         if let Some(r) = h.decision.reservation() {
             if let Err(e) = limit.apply(&h.key, Op::settle(r, 0)).await {
                 limit.metrics.store_errors.increment(1);
@@ -989,14 +1212,15 @@ static SHADOW_REMAINING: http::HeaderName =
     http::HeaderName::from_static("x-ratelimit-shadow-remaining");
 static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-shadow-reset");
 
-fn write_success_headers<St>(
-    compiled: &Compiled<St>,
+fn write_success_headers<St, C>(
+    compiled: &Compiled<St, C>,
     options: &RulesOptions,
     allowed: &[Held],
     shadow: Option<(usize, Decision)>,
     headers: &mut HeaderMap,
 ) where
     St: Store<Vec<u8>>,
+    C: Clock,
 {
     let mut below: Option<Reported> = None;
     for h in allowed {

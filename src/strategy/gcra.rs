@@ -78,6 +78,18 @@ impl Gcra {
         }
     }
 
+    /// Steps the last reservation back: when TAT is still `end` (the reservation's end, so no
+    /// reservation came after it), TAT moves back by `cost * T`, never below now. Otherwise the
+    /// gap stays.
+    pub(crate) fn step_back(&mut self, p: &Params, now: u64, end: u64, cost: u64) {
+        if self.tat == end {
+            self.tat = self
+                .tat
+                .saturating_sub(cost.saturating_mul(p.emission))
+                .max(now.min(self.tat));
+        }
+    }
+
     /// When the state becomes equivalent to a new key's.
     #[inline]
     pub(crate) fn fresh_at(&self) -> u64 {
@@ -153,6 +165,37 @@ mod tests {
             assert_eq!(v.outcome, Outcome::Rejected);
             assert!(v.retry_after > 0 && v.retry_after <= p.tau());
         }
+    }
+
+    #[test]
+    fn only_the_last_reservation_steps_back() {
+        // A queue: 1 per second, 5 places; three reservations at t leave at t, t+1 s, t+2 s.
+        let p = Params::bucket(1, S, 5);
+        let t = 100 * S;
+        let mut g = Gcra::default();
+        let ends: Vec<u64> = (0..3)
+            .map(|_| t + hit(&mut g, &p, t, 1).reset_after)
+            .collect();
+        assert_eq!(ends, [t + S, t + 2 * S, t + 3 * S]);
+        // The middle one is not the last: nothing moves.
+        g.step_back(&p, t, ends[1], 1);
+        assert_eq!(g.tat(), t + 3 * S);
+        // The last one gives its slot back; the one before it is the last now.
+        g.step_back(&p, t, ends[2], 1);
+        assert_eq!(g.tat(), t + 2 * S);
+        g.step_back(&p, t, ends[2], 1);
+        assert_eq!(g.tat(), t + 2 * S, "a step back happens once");
+        // The next arrival takes the freed slot.
+        assert_eq!(hit(&mut g, &p, t, 1).reset_after, 3 * S);
+    }
+
+    #[test]
+    fn a_step_back_never_goes_before_now() {
+        let p = Params::bucket(1, S, 5);
+        let mut g = Gcra::default();
+        let end = 100 * S + hit(&mut g, &p, 100 * S, 3).reset_after;
+        g.step_back(&p, 102 * S, end, 3);
+        assert_eq!(g.tat(), 102 * S);
     }
 
     #[test]

@@ -340,6 +340,19 @@ pub enum Op {
     },
     /// Forget the key's state.
     Reset,
+    /// Gives a shaping queue's last reservation back (its waiter left before departure): if the
+    /// key's state still ends at `end` (the reservation's end, in nanoseconds since the Unix
+    /// epoch: its decision's [`time`](crate::Decision::time) plus
+    /// [`reset_after`](crate::Decision::reset_after)), no reservation came after it and the state
+    /// steps back by `cost` (never before now). Otherwise nothing changes: the gap stays, and the
+    /// later waiters keep their departures. For the bucket strategies only (the window strategies
+    /// ignore it); answers like a peek.
+    StepBack {
+        /// The cost the reservation admitted.
+        cost: u32,
+        /// The reservation's end, nanoseconds since the Unix epoch.
+        end: u64,
+    },
 }
 
 impl Op {
@@ -378,6 +391,14 @@ pub(crate) fn apply(
         Op::Reset => {
             for s in states.iter_mut() {
                 *s = QuotaState::new(strategy);
+            }
+            0
+        }
+        Op::StepBack { cost, end } => {
+            for (s, p) in states.iter_mut().zip(params) {
+                if let QuotaState::Gcra(g) = s {
+                    g.step_back(p, now, end, u64::from(cost));
+                }
             }
             0
         }

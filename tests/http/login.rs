@@ -41,12 +41,25 @@ impl Login {
 
     /// A sign-in from `ip` (forwarded by the trusted proxy 127.0.0.1).
     async fn sign_in(&self, ip: &str, user: &str, password: &str) -> Resp {
+        self.sign_in_with(ip, user, password, &[]).await
+    }
+
+    /// [`Login::sign_in`] with extra request headers.
+    async fn sign_in_with(
+        &self,
+        ip: &str,
+        user: &str,
+        password: &str,
+        headers: &[(&str, &str)],
+    ) -> Resp {
         let body = format!("username={user}&password={}", password.replace(' ', "+"));
-        let req = Request::post(self.server.url("/login"))
+        let mut req = Request::post(self.server.url("/login"))
             .header("content-type", "application/x-www-form-urlencoded")
-            .header("x-forwarded-for", ip)
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
+            .header("x-forwarded-for", ip);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(Bytes::from(body))).unwrap();
         self.client.send(req).await
     }
 }
@@ -220,6 +233,52 @@ async fn no_enumeration_and_no_victim_lockout() {
         StatusCode::OK
     );
     app.server.stop().await;
+}
+
+/// The per-IP and per-IP + username limits (the rules file) count only failures: successes
+/// spend nothing from the IP's daily 100, the IP's refusal is the network page, and a client
+/// cannot pick the username key with the internal header.
+#[tokio::test]
+async fn the_two_ip_limits_are_all_or_nothing_and_count_only_failures() {
+    let clock = ManualClock::new(T0);
+    let app = Login::start(&clock).await;
+    let ip = "198.51.100.50";
+    for u in 0..99 {
+        let res = app.sign_in(ip, &format!("user{u}"), "guess").await;
+        assert_eq!(res.status, StatusCode::UNAUTHORIZED);
+    }
+    for _ in 0..10 {
+        let res = app.sign_in(ip, "bob", login::PASSWORD).await;
+        assert_eq!(res.status, StatusCode::OK, "{}", res.body);
+    }
+    let res = app.sign_in(ip, "alice", "guess").await;
+    assert_eq!(res.status, StatusCode::UNAUTHORIZED, "the 100th failure");
+    assert!(res.body.contains("4 attempts left"), "{}", res.body);
+    let res = app.sign_in(ip, "alice", "guess").await;
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.body.contains("from your network"), "{}", res.body);
+    // On a fresh server: once carol is blocked from this address, she stays blocked whatever
+    // username key the client sends itself.
+    let other = Login::start(&clock).await;
+    for left in [4, 3, 2, 1, 0] {
+        let res = other.sign_in(ip, "carol", "guess").await;
+        assert!(
+            res.body.contains(&format!("{left} attempt")),
+            "{}",
+            res.body
+        );
+    }
+    let res = other
+        .sign_in_with(ip, "carol", "guess", &[("x-login-user", "00")])
+        .await;
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        res.body.contains("for this username from your address"),
+        "{}",
+        res.body
+    );
+    app.server.stop().await;
+    other.server.stop().await;
 }
 
 fn form(ip: &str, user: &str, password: &str) -> Request<axum::body::Body> {

@@ -21,6 +21,7 @@ mod ietf_draft_examples;
 mod ietf_fields;
 mod keys_spoofing;
 mod layer_future;
+mod layer_metrics;
 mod layer_misconfig;
 mod layer_service;
 mod login;

@@ -1,5 +1,5 @@
 //! One responder for every answer the layer makes on its own: RFC 9457 problem+json for the 429,
-//! the 400 without a key and the 503 when failing closed.
+//! the 400 without a key and the 503 when failing closed, and for the concurrency cap's 429.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tollgate::key::{GlobalKey, HeaderKey};
-use tollgate::layer::{ProblemJson, RateLimitLayer};
+use tollgate::layer::{ConcurrencyLayer, ConcurrencyLimit, ProblemJson, RateLimitLayer};
 use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{Decision, ManualClock, Op, RateLimiter, Stats, StoreError, StoreErrorKind};
 use tower::{Layer, ServiceExt, service_fn};
@@ -112,4 +112,56 @@ async fn failing_closed_answers_a_problem_document() {
     let (status, body) = problem(res).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("\"status\":503"), "{body}");
+}
+
+#[tokio::test]
+async fn the_concurrency_caps_refusals_go_through_the_same_hook() {
+    // A handler that holds its request until told: one in flight per key, the next is refused.
+    let (release, held) = tokio::sync::oneshot::channel::<()>();
+    let held = std::sync::Arc::new(tokio::sync::Mutex::new(Some(held)));
+    let entered = std::sync::Arc::new(tokio::sync::Notify::new());
+    let inside = std::sync::Arc::clone(&entered);
+    let slow = service_fn(move |_req: Request<Body>| {
+        let (held, inside) = (std::sync::Arc::clone(&held), std::sync::Arc::clone(&inside));
+        async move {
+            if let Some(rx) = held.lock().await.take() {
+                inside.notify_one();
+                let _ = rx.await;
+            }
+            Ok::<_, Infallible>(Response::new(Body::default()))
+        }
+    });
+    let limit = ConcurrencyLimit::memory(std::num::NonZeroU32::new(1).unwrap());
+    let svc = ConcurrencyLayer::new(limit, HeaderKey::new("x-api-key"))
+        .on_rejected(ProblemJson)
+        .layer(slow);
+    let keyed = || {
+        Request::get("/")
+            .header("x-api-key", "k")
+            .body(Body::default())
+            .unwrap()
+    };
+    let first = tokio::spawn(svc.clone().oneshot(keyed()));
+    // The first request holds the key's only slot while it is in the handler.
+    entered.notified().await;
+    let res = svc.clone().oneshot(keyed()).await.unwrap();
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+    let (status, body) = problem(res).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        body.contains("quota-exceeded")
+            && body.contains("at most 1 request in flight per client")
+            && body.contains("\"retry_after\":1"),
+        "{body}"
+    );
+    let res = svc
+        .clone()
+        .oneshot(Request::get("/").body(Body::default()).unwrap())
+        .await
+        .unwrap();
+    let (status, body) = problem(res).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    release.send(()).unwrap();
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
 }

@@ -736,3 +736,205 @@ async fn the_example_rules_file_loads_and_limits_logins_by_ip_and_username() {
     );
     server.stop().await;
 }
+
+/// Seconds from Unix time `now` to the end of its day in the time zone `offset` seconds east of
+/// UTC.
+fn to_day_end(now: Duration, offset: i64) -> u64 {
+    let local = (now.as_secs() as i64 + offset).rem_euclid(86_400);
+    (86_400 - local) as u64
+}
+
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_server_applies_a_rules_files_window_offsets_and_shaping_queue() {
+    let file = TempFile::new(
+        "offset-queue",
+        r#"
+[[limit]]
+name = "east"
+path = "/east"
+strategy = "fixed-window"
+quotas = "1/day"
+window_offset = "8h"
+
+[[limit]]
+name = "west"
+path = "/west"
+strategy = "sliding-window"
+quotas = "1/day"
+window_offset = "-05:00"
+
+[[limit]]
+name = "queue"
+path = "/queue"
+key = "global"
+strategy = "leaky-bucket"
+quotas = "1/second"
+queue_ms = 1000
+"#,
+    );
+    let server = Running::start(&["--addr", "127.0.0.1:0", "--rules", file.path()]).await;
+    let c = TestClient::new();
+    // A day's window ends at midnight in the limit's time zone, not at midnight UTC.
+    for (path, offset) in [("/east", 8 * 3600), ("/west", -5 * 3600)] {
+        let before = unix_now();
+        let res = c.get(&server.url(path)).await;
+        let after = unix_now();
+        assert_eq!(res.status, StatusCode::OK, "{path}");
+        let reset = res.num("x-ratelimit-reset");
+        assert!(
+            to_day_end(after, offset).saturating_sub(1) <= reset
+                && reset <= to_day_end(before, offset) + 1,
+            "{path}: reset in {reset} s, the day ends at offset {offset} s in {} s",
+            to_day_end(before, offset)
+        );
+        let res = c.get(&server.url(path)).await;
+        assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS, "{path}");
+    }
+    // The queue: 1 per second, at most 1 s of wait: the first leaves at once, the second a
+    // second later, the others are refused at once.
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (c, url) = (c.clone(), server.url("/queue"));
+        tasks.push(tokio::spawn(async move { c.get(&url).await }));
+    }
+    let mut statuses = Vec::new();
+    for t in tasks {
+        let res = t.await.unwrap();
+        if res.status == StatusCode::OK {
+            assert_eq!(res.num("x-ratelimit-limit"), 2, "the queue's depth");
+        }
+        statuses.push(res.status);
+    }
+    let ok = statuses.iter().filter(|&&s| s == StatusCode::OK).count();
+    let refused = statuses
+        .iter()
+        .filter(|&&s| s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((ok, refused), (2, 2), "{statuses:?}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(500),
+        "the second request waited for its departure: {:?}",
+        start.elapsed()
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_window_offset_or_queue_in_a_rules_file_exits_2_with_its_line_and_column() {
+    for (text, at, needle) in [
+        (
+            "[[limit]]\nname = \"a\"\nquotas = \"1/day\"\nwindow_offset = \"+25:00\"\n",
+            "line 4, column 17",
+            "window offset",
+        ),
+        (
+            "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nqueue_ms = 500\n",
+            "line 4, column 12",
+            "leaky-bucket",
+        ),
+    ] {
+        let file = TempFile::new("bad-offset-queue", text);
+        let out = run(&["--rules", file.path()]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(at) && stderr.contains(needle), "{stderr}");
+    }
+}
+
+/// Bug: a reload that added back a limit removed by an earlier one failed with `DuplicateName`
+/// while a request started on the older rules was still in flight (it holds the removed
+/// limiter, whose name stays taken on a shared store).
+#[tokio::test]
+async fn a_limit_removed_and_added_back_while_requests_are_in_flight_reloads_and_frees_its_name() {
+    use tollgate::store::{Answer, LimiterNames, MemoryStore, Scope, Store};
+
+    /// One memory store shared by every limit, as one Redis store is.
+    #[derive(Clone, Default)]
+    struct SharedMemory(Arc<MemoryStore<Vec<u8>>>);
+
+    impl Store<Vec<u8>> for SharedMemory {
+        type Future = <MemoryStore<Vec<u8>> as Store<Vec<u8>>>::Future;
+
+        fn apply(
+            &self,
+            key: &Vec<u8>,
+            scope: Scope<'_>,
+            op: tollgate::Op,
+            now: u64,
+        ) -> Answer<Self::Future> {
+            self.0.apply(key, scope, op, now)
+        }
+
+        fn names(&self) -> &LimiterNames {
+            Store::<Vec<u8>>::names(&*self.0)
+        }
+
+        fn stats(&self) -> tollgate::Stats {
+            Store::<Vec<u8>>::stats(&*self.0)
+        }
+    }
+
+    let store = SharedMemory::default();
+    let shared = store.clone();
+    let a = "[[limit]]\nname = \"a\"\nkey = \"global\"\nquotas = \"5/hour\"\n";
+    let b = "[[limit]]\nname = \"b\"\nkey = \"global\"\nquotas = \"5/hour\"\n";
+    let rules = Rules::new(a, RulesOptions::default(), move || shared.clone()).unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let app = Router::new()
+        .route(
+            "/slow",
+            axum::routing::get({
+                let (gate, entered) = (Arc::clone(&gate), Arc::clone(&entered));
+                move || async move {
+                    entered.notify_one();
+                    gate.notified().await;
+                    "slow"
+                }
+            }),
+        )
+        .fallback(|| async { "ok" })
+        .layer(rules.layer());
+    let server = TestServer::start(app).await;
+    let c = TestClient::new();
+    let slow = tokio::spawn({
+        let (c, url) = (c.clone(), server.url("/slow"));
+        async move { c.get(&url).await }
+    });
+    entered.notified().await;
+    // The request in flight holds the rules with "a": renamed away, then back, then away again.
+    rules.reload_text(b).expect("a removed");
+    let report = rules.reload_text(a).expect("a added back").unwrap();
+    assert_eq!(report.added, ["a"]);
+    assert_eq!(
+        c.get(&server.url("/fast")).await.status,
+        StatusCode::OK,
+        "the added-back limit decides"
+    );
+    rules
+        .reload_text(&format!("{b}\n# a renamed away again\n"))
+        .expect("a removed again");
+    assert!(store.names().contains("a"), "the slow request holds it");
+    gate.notify_one();
+    assert_eq!(slow.await.unwrap().status, StatusCode::OK);
+    // Once no request holds the older rules, the name is free on the store.
+    for _ in 0..100 {
+        if !store.names().contains("a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !store.names().contains("a"),
+        "the removed limit's name is released"
+    );
+    assert!(store.names().contains("b"));
+    server.stop().await;
+}

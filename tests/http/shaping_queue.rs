@@ -1,7 +1,7 @@
 //! The shaping queue (leaky bucket in delay mode) on a paused clock: requests leave in arrival
 //! order, `T` apart with no initial burst, none waits longer than the maximum wait, those that
 //! would are answered 429 at once, headers are computed at departure, and a waiter that goes
-//! away keeps its slot.
+//! away keeps its slot unless it held the last reservation.
 
 use std::convert::Infallible;
 use std::future::ready;
@@ -128,6 +128,40 @@ async fn a_cancelled_waiter_leaves_a_gap_and_the_others_keep_their_departures() 
         log[1],
         (2, start + Duration::from_millis(200)),
         "the gap stays"
+    );
+    assert_eq!(layer.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_last_waiter_gives_its_slot_to_the_next_arrival() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(limiter(Strategy::LeakyBucket, "10/second"), GlobalKey)
+        .queue(Duration::from_secs(1))
+        .unwrap();
+    let svc = layer.clone().layer(recorder(Arc::clone(&log)));
+    let start = Instant::now();
+    let first = tokio::spawn(svc.clone().oneshot(get(0)));
+    let second = tokio::spawn(svc.clone().oneshot(get(1)));
+    let gone = tokio::spawn(svc.clone().oneshot(get(2)));
+    tokio::task::yield_now().await;
+    assert_eq!(layer.waiting(), 2);
+    // The last reservation (departure at 200 ms) goes away: its slot is free again.
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    assert_eq!(layer.waiting(), 1);
+    let next = tokio::spawn(svc.clone().oneshot(get(3)));
+    for t in [first, second, next] {
+        assert_eq!(t.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (0, start),
+            (1, start + Duration::from_millis(100)),
+            (3, start + Duration::from_millis(200)),
+        ],
+        "the next arrival takes the departure the cancelled waiter gave back"
     );
     assert_eq!(layer.waiting(), 0);
 }

@@ -86,3 +86,37 @@ async fn the_outer_limiter_reports_when_it_has_fewer_left() {
     assert_eq!(res.headers()["x-ratelimit-limit"], "2");
     assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
 }
+
+#[tokio::test]
+async fn stacked_limiters_sharing_a_name_get_unique_item_names() {
+    // Three limiters named "api" (each on its own store): the inner one keeps the name, the
+    // others take the first free suffix; a `qu` holding a comma does not confuse the names.
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(limiter("api", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Ietf);
+    let middle = RateLimitLayer::new(limiter("api", "100/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Ietf)
+        .quota_unit("a, \"b\"");
+    let outer = RateLimitLayer::new(
+        limiter("api", "10/second; 1000/hour; 5000/day", &clock),
+        GlobalKey,
+    )
+    .header_style(HeaderStyle::Ietf);
+    let svc = outer.layer(middle.layer(inner.layer(ok())));
+    for _ in 0..2 {
+        // The same names on every response.
+        let res = svc.clone().oneshot(get()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(
+            res.headers()["ratelimit-policy"],
+            "\"api\";q=3;w=60, \"api-2\";q=100;qu=\"a, \\\"b\\\"\";w=60, \
+             \"api-2-0\";q=10;w=1, \"api-2-1\";q=1000;w=3600, \"api-2-2\";q=5000;w=86400"
+        );
+        let rate = res.headers()["ratelimit"].to_str().unwrap().to_owned();
+        let names: Vec<&str> = rate
+            .split(", ")
+            .map(|item| item.split(';').next().unwrap())
+            .collect();
+        assert_eq!(names, ["\"api\"", "\"api-2\"", "\"api-2-0\""]);
+    }
+}

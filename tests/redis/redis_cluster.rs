@@ -124,7 +124,7 @@ fn cluster_spreads_keys_and_stays_exact() {
 }
 
 /// The Cluster slot of a Redis key (hash tag rules).
-fn slot_of(key: &str) -> u16 {
+pub(crate) fn slot_of(key: &str) -> u16 {
     let b = key.as_bytes();
     let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
         let rest = &b[open + 1..];

@@ -183,3 +183,79 @@ fn an_open_breaker_answers_a_dead_redis_without_a_timeout_per_call() {
         server.resume();
     });
 }
+
+/// The layer's metrics during an outage: the local fallback's decisions under their own outcomes,
+/// and `tollgate_breaker_open` 1 once the breaker opened (published by `publish_stats`).
+#[test]
+fn the_layer_counts_local_decisions_and_publishes_the_open_breaker() {
+    use tollgate::RateLimiter;
+    use tollgate::key::GlobalKey;
+    use tollgate::layer::RateLimitLayer;
+    use tower::{Layer, ServiceExt};
+
+    let _g = crate::redis_faults::serial();
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::builder(server.url())
+            .local_fallback(1)
+            .circuit_breaker(2, Duration::from_secs(60))
+            .timeout(TIMEOUT)
+            .build()
+            .await
+            .unwrap();
+        let limiter = RateLimiter::<()>::builder()
+            .name("api")
+            .quotas("3/hour")
+            .unwrap()
+            .store(store.clone())
+            .build()
+            .unwrap();
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let page = recorder.handle();
+        // The handles are resolved when the layer is built: with this test's own recorder.
+        let layer =
+            metrics::with_local_recorder(&recorder, || RateLimitLayer::new(limiter, GlobalKey));
+        let svc = layer
+            .clone()
+            .layer(tower::service_fn(|_req: http::Request<String>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            }));
+        let call = || svc.clone().oneshot(http::Request::new(String::new()));
+        assert_eq!(call().await.unwrap().status(), http::StatusCode::OK);
+        server.kill9();
+        let mut during = 0;
+        while !store.counters().breaker_open {
+            call().await.unwrap();
+            during += 1;
+            assert!(
+                during < 100,
+                "the breaker never opened: {:?}",
+                store.counters()
+            );
+        }
+        layer.publish_stats();
+        let page = page.render();
+        let value = |series: &str| {
+            page.lines()
+                .find(|l| l.starts_with(series))
+                .and_then(|l| l.rsplit(' ').next())
+                .map_or(0.0, |v| v.parse::<f64>().unwrap())
+        };
+        let outcome = |o: &str| {
+            value(&format!(
+                "tollgate_requests_total{{limit=\"api\",outcome=\"{o}\"}}"
+            ))
+        };
+        assert_eq!(outcome("allowed"), 1.0, "Redis decided while up: {page}");
+        assert_eq!(
+            outcome("local_allowed") + outcome("local_rejected"),
+            f64::from(during),
+            "every decision during the outage was local: {page}"
+        );
+        assert!(outcome("local_allowed") >= 1.0, "{page}");
+        assert_eq!(outcome("fail_open"), 0.0, "{page}");
+        assert_eq!(value("tollgate_breaker_open{limit=\"api\"}"), 1.0, "{page}");
+    });
+}

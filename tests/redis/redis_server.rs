@@ -245,6 +245,27 @@ async fn server_fail_mode_local_limits_with_its_share_while_redis_is_down() {
             .all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
         "{statuses:?}"
     );
+    // The metrics tell the local decisions apart.
+    let page = client.get(&format!("{base}/metrics")).await.body;
+    let value = |series: &str| {
+        page.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse::<f64>().unwrap())
+    };
+    let outcome = |o: &str| {
+        value(&format!(
+            "tollgate_requests_total{{limit=\"default\",outcome=\"{o}\"}}"
+        ))
+    };
+    assert_eq!(outcome("local_allowed"), Some(5.0), "{page}");
+    assert_eq!(outcome("local_rejected"), Some(3.0), "{page}");
+    assert_eq!(outcome("allowed").unwrap_or(0.0), 0.0, "{page}");
+    assert_eq!(
+        value("tollgate_breaker_open{limit=\"default\"}"),
+        Some(0.0),
+        "never connected: no outage counted, the breaker stays closed: {page}"
+    );
     let _ = server.kill().await;
 }
 

@@ -4,13 +4,14 @@
 
 use crate::redis_support;
 
+use std::error::Error as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use redis_support::RedisServer;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Scope, Store};
-use tollgate::{Op, Rule, StoreErrorKind, Strategy};
+use tollgate::{BuildError, ConfigError, Op, Rule, Strategy, TlsFileProblem};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -34,9 +35,10 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA, in a
-/// fresh directory; `None` when `openssl` is missing (outside CI).
-fn certificates() -> Option<PathBuf> {
+/// A CA, a server certificate for 127.0.0.1 and a client certificate (P-256 keys: quick to make),
+/// all signed by the CA, in a
+/// fresh directory of its own (tests run in parallel); `None` when `openssl` is missing (outside CI).
+pub(crate) fn certificates() -> Option<PathBuf> {
     let have = Command::new("openssl")
         .arg("version")
         .stdout(Stdio::null())
@@ -50,7 +52,9 @@ fn certificates() -> Option<PathBuf> {
         eprintln!("openssl is missing: skipping the TLS test (set CI=true to fail)");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("tollgate-tls-{}", std::process::id()));
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("server.ext"),
@@ -64,7 +68,9 @@ fn certificates() -> Option<PathBuf> {
             "req",
             "-x509",
             "-newkey",
-            "rsa:2048",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
             "-nodes",
             "-days",
             "2",
@@ -88,7 +94,9 @@ fn certificates() -> Option<PathBuf> {
             &[
                 "req",
                 "-newkey",
-                "rsa:2048",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
                 "-nodes",
                 "-subj",
                 "/CN=127.0.0.1",
@@ -181,9 +189,16 @@ fn rediss_with_a_private_ca_decides_exactly_and_an_unknown_ca_is_refused_at_star
             .await
             .expect_err("an unknown CA fails the build");
         eprintln!("unknown CA: {e}");
+        let BuildError::Store(e) = e else {
+            panic!("a refused handshake is a store error: {e}")
+        };
         assert!(
             e.message().to_ascii_lowercase().contains("certificate"),
             "{e}"
+        );
+        assert!(
+            e.source().is_some_and(|c| c.is::<redis::RedisError>()),
+            "the handshake's Redis error is the cause: {e:?}"
         );
         // TLS options with a plain URL are a configuration error.
         let e = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
@@ -191,13 +206,26 @@ fn rediss_with_a_private_ca_decides_exactly_and_an_unknown_ca_is_refused_at_star
             .build()
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), StoreErrorKind::Other, "{e}");
+        assert!(
+            matches!(e, BuildError::Config(ConfigError::TlsNeedsTlsUrl(_))),
+            "{e}"
+        );
         let e = RedisStore::builder(&url)
             .tls_ca_file(dir.join("server.ext"))
             .build()
             .await
             .unwrap_err();
-        assert!(e.message().contains("not a PEM file"), "{e}");
+        assert!(
+            matches!(
+                e,
+                BuildError::Config(ConfigError::TlsFile {
+                    problem: TlsFileProblem::NotPem,
+                    ..
+                })
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("not a PEM file"), "{e}");
     });
 }
 

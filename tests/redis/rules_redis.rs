@@ -137,3 +137,72 @@ async fn a_reload_on_redis_keeps_unchanged_limits_and_converts_changed_quotas() 
     );
     server.stop().await;
 }
+
+/// Bug: on one Redis store shared by every limit, a reload that added back a limit removed by an
+/// earlier reload failed with `DuplicateName` while a request on the older rules was in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_removed_and_added_back_on_redis_reloads_and_frees_its_name() {
+    use tollgate::store::Store;
+
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::builder(redis.url())
+        .prefix("rules-names:")
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let a = "[[limit]]\nname = \"a\"\nkey = \"global\"\nquotas = \"5/hour\"\n";
+    let b = "[[limit]]\nname = \"b\"\nkey = \"global\"\nquotas = \"5/hour\"\n";
+    let shared = store.clone();
+    let rules = Rules::new(a, RulesOptions::default(), move || shared.clone()).unwrap();
+    let (gate, entered) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let slow = {
+        let (gate, entered) = (Arc::clone(&gate), Arc::clone(&entered));
+        move || async move {
+            entered.notify_one();
+            gate.notified().await;
+            "slow"
+        }
+    };
+    let server = TestServer::start(
+        Router::new()
+            .route("/slow", axum::routing::get(slow))
+            .fallback(|| async { "ok" })
+            .layer(rules.layer()),
+    )
+    .await;
+    let c = TestClient::new();
+    let in_flight = tokio::spawn({
+        let (c, url) = (c.clone(), server.url("/slow"));
+        async move { c.get(&url).await }
+    });
+    entered.notified().await;
+    rules.reload_text(b).expect("a removed");
+    rules
+        .reload_text(a)
+        .expect("a added back on the shared store");
+    let res = c.get(&server.url("/fast")).await;
+    assert_eq!(res.status, StatusCode::OK);
+    assert_eq!(
+        res.num("x-ratelimit-remaining"),
+        3,
+        "the same state on Redis"
+    );
+    rules.reload_text(b).expect("a removed again");
+    gate.notify_one();
+    assert_eq!(in_flight.await.unwrap().status, StatusCode::OK);
+    let taken = |name: &str| Store::<Vec<u8>>::names(&store).contains(name);
+    for _ in 0..100 {
+        if !taken("a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!taken("a"), "the removed limit's name is released");
+    server.stop().await;
+}

@@ -213,7 +213,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Cluster of three masters without replicas (node timeout 2000 ms).
+/// A Cluster of three masters, without replicas (node timeout 2000 ms) or with one each.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
@@ -222,10 +222,37 @@ impl RedisCluster {
     /// Starts three nodes and creates the Cluster; returns when every node reports
     /// `cluster_state:ok`. `None` when Redis is not installed.
     pub fn start() -> Option<Self> {
+        Self::start_nodes(0, 2000)
+    }
+
+    /// Three masters with one replica each (six nodes; `nodes[0..3]` are the masters at first),
+    /// the node timeout `node_timeout_ms` (how long a dead master goes unnoticed before its replica
+    /// takes over); returns when the Cluster is ok and every replica is in sync.
+    pub fn start_with_replicas(node_timeout_ms: u64) -> Option<Self> {
+        let c = Self::start_nodes(1, node_timeout_ms)?;
+        let start = Instant::now();
+        for m in 0..3 {
+            let r = c.replica_of(m);
+            while !c.nodes[r]
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+            {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "replica {r} of master {m} never synced"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Some(c)
+    }
+
+    fn start_nodes(replicas: usize, node_timeout_ms: u64) -> Option<Self> {
         if !available() {
             return None;
         }
-        let nodes: Vec<RedisServer> = (0..3)
+        let timeout = node_timeout_ms.to_string();
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 let port = free_port();
                 let conf = format!("nodes-{port}.conf");
@@ -237,7 +264,7 @@ impl RedisCluster {
                         "--cluster-config-file",
                         &conf,
                         "--cluster-node-timeout",
-                        "2000",
+                        &timeout,
                     ],
                 )
             })
@@ -248,7 +275,8 @@ impl RedisCluster {
             .collect();
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         args.extend(addrs.iter().map(String::as_str));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = replicas.to_string();
+        args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
         let out = Command::new("redis-cli")
             .args(&args)
             .stdin(Stdio::null())
@@ -279,6 +307,33 @@ impl RedisCluster {
             assert!(start.elapsed() < within, "cluster not ok within {within:?}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The node replicating `master` (by `CLUSTER NODES`: a `slave` line naming its id).
+    pub fn replica_of(&self, master: usize) -> usize {
+        let id = self.nodes[master].cli(&["CLUSTER", "MYID"]);
+        let nodes = self.nodes[master].cli(&["CLUSTER", "NODES"]);
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(2).is_some_and(|flags| flags.contains("slave"))
+                && f.get(3) == Some(&id.as_str())
+            {
+                let port = f
+                    .get(1)
+                    .and_then(|a| a.split('@').next())
+                    .and_then(|a| a.rsplit(':').next())
+                    .and_then(|p| p.parse::<u16>().ok());
+                if let Some(i) = self.nodes.iter().position(|n| Some(n.port) == port) {
+                    return i;
+                }
+            }
+        }
+        panic!("master {master} has no replica");
+    }
+
+    /// Whether `node` is a master now (`ROLE`).
+    pub fn is_master(&self, node: usize) -> bool {
+        self.nodes[node].cli(&["ROLE"]).lines().next() == Some("master")
     }
 
     /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3`.
@@ -428,6 +483,16 @@ impl RedisSentinel {
     /// Starts a sentinel (quorum 1, the primary deemed down after `down_after_ms`) and waits until
     /// it names the primary.
     pub fn start(service: &str, primary_port: u16, down_after_ms: u64) -> Self {
+        Self::start_with(service, primary_port, down_after_ms, &[])
+    }
+
+    /// [`start`](Self::start) with extra configuration lines (e.g. `tls-port 1234`).
+    pub fn start_with(
+        service: &str,
+        primary_port: u16,
+        down_after_ms: u64,
+        extra: &[String],
+    ) -> Self {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("tollgate-sentinel-{}-{port}", std::process::id()));
@@ -439,8 +504,9 @@ impl RedisSentinel {
                 "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
                  sentinel monitor {service} 127.0.0.1 {primary_port} 1\n\
                  sentinel down-after-milliseconds {service} {down_after_ms}\n\
-                 sentinel failover-timeout {service} 2000\n",
-                dir.display()
+                 sentinel failover-timeout {service} 2000\n{}\n",
+                dir.display(),
+                extra.join("\n"),
             ),
         )
         .expect("sentinel.conf");
@@ -474,6 +540,11 @@ impl RedisSentinel {
             std::thread::sleep(Duration::from_millis(20));
         }
         s
+    }
+
+    /// Runs `redis-cli -p <port> args...` against the sentinel's plain port.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
     }
 
     /// The port of the primary the sentinel names now.

@@ -209,7 +209,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     /// Applies `op` to `key` under `rule` (unscoped: the rule's own tag), at `now` in nanoseconds.
-    /// For the crate's tests and oracles: not part of the API.
+    /// Test hook (feature `test-util`): for the crate's tests and oracles, not part of the API.
+    #[cfg(any(test, feature = "test-util"))]
     #[doc(hidden)]
     pub fn decide(&self, key: &K, rule: &Rule, op: Op, now: u64) -> Decision {
         self.decide_in(key, rule, rule.tag(), op, now)
@@ -627,6 +628,7 @@ pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: 
         time: now_ticks.saturating_mul(tick_nanos),
         quota: u16::try_from(index).unwrap_or(u16::MAX),
         cost: 0,
+        local: false,
     }
 }
 

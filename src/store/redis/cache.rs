@@ -156,6 +156,7 @@ mod tests {
             time: 1_000_000_000,
             quota: 0,
             cost: 0,
+            local: false,
         }
     }
 

@@ -331,6 +331,8 @@ impl Lease {
             time: self.at.saturating_add(elapsed),
             quota: self.quota,
             cost: u32::try_from(cost).unwrap_or(u32::MAX),
+            // A lease's answer counts as its verdict, not as the outage fallback's.
+            local: false,
         })
     }
 

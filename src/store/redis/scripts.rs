@@ -8,11 +8,11 @@
 //!
 //! Calling convention, shared by all scripts:
 //! - `KEYS`: the hash holding the key's state (fixed, sliding, GCRA), or one list per quota (moving).
-//! - `ARGV`: `op` (0 check, 1 peek, 2 settle, 3 reset), `cost`, `now_us` (0: use the server's `TIME`),
+//! - `ARGV`: `op` (0 check, 1 peek, 2 settle, 3 reset, 4 a queue's step back), `cost`, `now_us` (0: use the server's `TIME`),
 //!   `ttl_ms`, `aligned` (fixed window: 1 for clock-aligned), `n`, then `limit, window, emission, burst`
 //!   per quota (in µs), then `at_us` (settle: the time of the check whose reservation is settled, so
-//!   only its own window or bucket changes), then `actual` (settle: the cost to charge; `cost` is
-//!   the reservation's).
+//!   only its own window or bucket changes; step back: the reservation's end, which the bucket's
+//!   TAT must still be), then `actual` (settle: the cost to charge; `cost` is the reservation's).
 //! - Reply: `now_us`, then `outcome, limit, remaining, reset_after, retry_after` per quota (outcome 0
 //!   allowed, 1 rejected, 2 never admissible); integers only.
 

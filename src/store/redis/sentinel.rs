@@ -1,8 +1,15 @@
 //! Redis Sentinel: `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and
 //! `rediss+sentinel://...` (TLS to the sentinels and the primary). The sentinels name the current
 //! primary; the store talks to it through a connection manager, and asks the sentinels again
-//! whenever the connection fails or the server answers `READONLY` (a demoted primary), so a
-//! failover is followed without a restart.
+//! whenever the connection fails or the server answers `READONLY` (a demoted primary), and every
+//! [`WATCH_EVERY`] (the address the sentinels name, compared with the current one), so a failover is
+//! followed without a restart, also when the old primary stays up and keeps accepting writes.
+//!
+//! Why the watch: after a failover of a live primary (`SENTINEL FAILOVER`, a partition), the
+//! sentinels reconfigure the old primary as a replica only after their next `INFO` of it (up to
+//! 10 s later). Until then it answers writes, which are lost when it resyncs: the first version of
+//! this store, relying on errors alone, kept deciding there for 13.6 s after a `SENTINEL FAILOVER`
+//! and lost 276 admissions (`redis_sentinel::rediss_sentinel_follows_a_failover_with_tls_everywhere`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +22,9 @@ use parking_lot::RwLock;
 
 /// The least time between two questions to the sentinels.
 const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
+/// How often the store asks a sentinel which primary it names, to leave a demoted primary that
+/// still answers. The writes a live old primary takes in this time after a failover are lost.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
 
 /// A parsed Sentinel URL.
 #[derive(Debug, PartialEq, Eq)]
@@ -99,6 +109,9 @@ fn parse_rest(secure: bool, rest: &str) -> Result<Target, String> {
 pub(super) struct SentinelConn {
     client: tokio::sync::Mutex<SentinelClient>,
     current: RwLock<Option<ConnectionManager>>,
+    /// The address of `current`'s primary, as the sentinels named it.
+    current_addr: RwLock<Option<(String, u16)>>,
+    service: String,
     config: ConnectionManagerConfig,
     resolving: AtomicBool,
     within: Duration,
@@ -146,20 +159,25 @@ impl SentinelConn {
         let conn = Arc::new(Self {
             client: tokio::sync::Mutex::new(b.build()?),
             current: RwLock::new(None),
+            current_addr: RwLock::new(None),
+            service: target.service.clone(),
             config,
             resolving: AtomicBool::new(false),
             within,
         });
         conn.resolve().await?;
+        watch(Arc::downgrade(&conn));
         Ok(conn)
     }
 
     async fn resolve(&self) -> Result<(), RedisError> {
         let work = async {
             let client = self.client.lock().await.async_get_client().await?;
-            ConnectionManager::new_with_config(client, self.config.clone()).await
+            let addr = host_port(&client.get_connection_info().addr);
+            let manager = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+            Ok::<_, RedisError>((manager, addr))
         };
-        let manager = tokio::time::timeout(self.within, work)
+        let (manager, addr) = tokio::time::timeout(self.within, work)
             .await
             .map_err(|_| {
                 RedisError::from(std::io::Error::new(
@@ -168,7 +186,26 @@ impl SentinelConn {
                 ))
             })??;
         *self.current.write() = Some(manager);
+        *self.current_addr.write() = addr;
         Ok(())
+    }
+
+    /// The primary a sentinel names now, over `conn` (a connection to one sentinel).
+    async fn named(
+        &self,
+        conn: &mut ::redis::aio::MultiplexedConnection,
+    ) -> Result<Option<(String, u16)>, RedisError> {
+        let mut cmd = ::redis::cmd("SENTINEL");
+        cmd.arg("get-master-addr-by-name").arg(&self.service);
+        let named: Option<(String, u16)> = tokio::time::timeout(self.within, cmd.query_async(conn))
+            .await
+            .map_err(|_| {
+                RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer from the sentinel in time",
+                ))
+            })??;
+        Ok(named)
     }
 
     /// Asks the sentinels again in the background (one question at a time).
@@ -211,6 +248,65 @@ impl SentinelConn {
         }
         r
     }
+}
+
+/// `(host, port)` of a TCP address.
+fn host_port(addr: &ConnectionAddr) -> Option<(String, u16)> {
+    match addr {
+        ConnectionAddr::Tcp(h, p)
+        | ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => Some((h.clone(), *p)),
+        _ => None,
+    }
+}
+
+/// Every [`WATCH_EVERY`], asks a sentinel which primary it names, and switches when that is not the
+/// current one. Ends when the store is dropped.
+fn watch(conn: std::sync::Weak<SentinelConn>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        let mut sentinel: Option<::redis::aio::MultiplexedConnection> = None;
+        loop {
+            tokio::time::sleep(WATCH_EVERY).await;
+            let Some(me) = conn.upgrade() else {
+                return;
+            };
+            if sentinel.is_none() {
+                let opened = async {
+                    let client = me.client.lock().await.async_get_sentinel_client().await?;
+                    client.get_multiplexed_async_connection().await
+                };
+                sentinel = tokio::time::timeout(me.within, opened)
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+            }
+            let Some(c) = sentinel.as_mut() else {
+                continue;
+            };
+            match me.named(c).await {
+                Ok(Some(named)) => {
+                    if me.current_addr.read().as_ref() != Some(&named) {
+                        tracing::info!(
+                            primary = %format!("{}:{}", named.0, named.1),
+                            "the sentinels name another primary; switching to it"
+                        );
+                        if let Err(e) = me.resolve().await {
+                            tracing::debug!(error = %e, "asking the sentinels for the primary");
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching the sentinel");
+                    sentinel = None;
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -28,3 +28,8 @@ local function settle(st, q, now, reserved, act)
     st.t = min(max(st.t, now) + (act - reserved) * q.T, max(now + tau, st.t))
   end
 end
+-- A queue's last reservation steps back: only while TAT is still its end `at` (no reservation
+-- came after it), by c * T, not back below now.
+step_back = function(st, q, now, c, at)
+  if st.t == at then st.t = max(st.t - c * q.T, min(now, st.t)) end
+end

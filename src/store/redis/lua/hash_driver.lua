@@ -20,6 +20,8 @@ if op == 3 then
   for i = 1, n do for _, f in ipairs(FIELDS) do S[i][f] = 0 end end
 elseif op == 2 then
   for i = 1, n do settle(S[i], Q[i], now, arg_cost, actual) end
+elseif op == 4 and step_back then
+  for i = 1, n do step_back(S[i], Q[i], now, arg_cost, at) end
 end
 local out = {now}
 local all = true

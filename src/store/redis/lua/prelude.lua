@@ -33,6 +33,8 @@ end
 local function div(a, b) local q = divmod(a, b); return q end
 local function mod(a, b) local _, r = divmod(a, b); return r end
 local max, min = math.max, math.min
+-- Op 4 (a queue's step back): defined by the bucket script only; the others leave the state alone.
+local step_back = nil
 
 local op = tonumber(ARGV[1])
 local arg_cost = tonumber(ARGV[2])

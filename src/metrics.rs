@@ -1,0 +1,134 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade (feature `metrics`, on with
+//! `rules`): the [`RateLimitLayer`](crate::layer::RateLimitLayer) and the rules file's layer record
+//! them for whatever recorder the application installs (none installed: they cost a branch each).
+//! Handles are resolved when a layer (or a rules file's limit) is built, so a request costs one
+//! atomic add per metric it touches; install the recorder before building the layers. The key is
+//! never a label; a layer's `limit` label is its limiter's [name](crate::Builder::name).
+//!
+//! | Metric | Kind | Labels | What |
+//! | --- | --- | --- | --- |
+//! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key` |
+//! | `tollgate_units_total` | counter | `limit` | units admitted (the plain layer counts each admitted request's cost; the rules file's layer counts settled units) |
+//! | `tollgate_store_errors_total` | counter | `limit` | store calls that failed |
+//! | `tollgate_store_latency_seconds` | histogram | `limit` | the time of a decision that was not ready at once (remote stores only; buckets: [`STORE_LATENCY_BUCKETS`]) |
+//! | `tollgate_keys` | gauge | `limit` | keys the memory store holds, set by `publish_stats` |
+//! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted, set by `publish_stats` |
+//! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
+//! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
+//!
+//! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
+//! or `Rules::publish_stats` (feature `rules`): call it before a scrape.
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+/// The metric names this crate records (pinned: dashboards rely on them).
+pub const METRIC_NAMES: [&str; 8] = [
+    "tollgate_requests_total",
+    "tollgate_units_total",
+    "tollgate_store_errors_total",
+    "tollgate_store_latency_seconds",
+    "tollgate_keys",
+    "tollgate_evictions_total",
+    "tollgate_breaker_open",
+    "tollgate_rules_reloads_total",
+];
+
+/// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's
+/// buckets are the exporter's setting: give these to it (the `server` example does, with
+/// `metrics-exporter-prometheus`'s `set_buckets_for_metric`).
+pub const STORE_LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0,
+];
+
+/// One limit's handles (a limiter of a layer, or a limit of a rules file).
+pub(crate) struct LimitMetrics {
+    pub(crate) allowed: Counter,
+    pub(crate) rejected: Counter,
+    /// Rules file only (shadow limits).
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    pub(crate) shadow_rejected: Counter,
+    pub(crate) fail_open: Counter,
+    pub(crate) fail_closed: Counter,
+    pub(crate) no_key: Counter,
+    /// The Redis store's local fallback decided (outage).
+    pub(crate) local_allowed: Counter,
+    pub(crate) local_rejected: Counter,
+    pub(crate) units: Counter,
+    pub(crate) store_errors: Counter,
+    /// Remote stores only: the time of a decision that was not ready at once.
+    pub(crate) store_latency: Histogram,
+    /// Memory store only (published by `publish_stats`).
+    pub(crate) keys: Gauge,
+    pub(crate) evictions: Counter,
+    /// 1 while the store's circuit breaker is open (published by `publish_stats`).
+    pub(crate) breaker_open: Gauge,
+}
+
+impl LimitMetrics {
+    pub(crate) fn new(limit: &str) -> Self {
+        let outcome = |o: &'static str| counter!("tollgate_requests_total", "limit" => limit.to_owned(), "outcome" => o);
+        Self {
+            allowed: outcome("allowed"),
+            rejected: outcome("rejected"),
+            shadow_rejected: outcome("shadow_rejected"),
+            fail_open: outcome("fail_open"),
+            fail_closed: outcome("fail_closed"),
+            no_key: outcome("no_key"),
+            local_allowed: outcome("local_allowed"),
+            local_rejected: outcome("local_rejected"),
+            units: counter!("tollgate_units_total", "limit" => limit.to_owned()),
+            store_errors: counter!("tollgate_store_errors_total", "limit" => limit.to_owned()),
+            store_latency: histogram!("tollgate_store_latency_seconds", "limit" => limit.to_owned()),
+            keys: gauge!("tollgate_keys", "limit" => limit.to_owned()),
+            evictions: counter!("tollgate_evictions_total", "limit" => limit.to_owned()),
+            breaker_open: gauge!("tollgate_breaker_open", "limit" => limit.to_owned()),
+        }
+    }
+
+    /// Counts a decision of the store: allowed or rejected, by the store or its local fallback,
+    /// and the units an admitted one spends.
+    #[inline]
+    pub(crate) fn decided(&self, d: &crate::Decision, units: u32) {
+        match (d.is_allowed(), d.decided_locally()) {
+            (true, false) => self.allowed.increment(1),
+            (true, true) => self.local_allowed.increment(1),
+            (false, false) => self.rejected.increment(1),
+            (false, true) => self.local_rejected.increment(1),
+        }
+        if d.is_allowed() && units > 0 {
+            self.units.increment(u64::from(units));
+        }
+    }
+
+    /// Publishes what the store counts: keys held and evictions (memory store), the circuit
+    /// breaker's state (Redis store).
+    pub(crate) fn publish(&self, stats: &crate::Stats) {
+        self.keys.set(stats.keys as f64);
+        self.evictions.absolute(stats.evictions);
+        self.breaker_open
+            .set(if stats.breaker_open { 1.0 } else { 0.0 });
+    }
+}
+
+impl std::fmt::Debug for LimitMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimitMetrics").finish_non_exhaustive()
+    }
+}
+
+/// `tollgate_rules_reloads_total{result}` (the initial load is not counted).
+#[cfg(feature = "rules")]
+pub(crate) struct ReloadMetrics {
+    pub(crate) ok: Counter,
+    pub(crate) error: Counter,
+}
+
+#[cfg(feature = "rules")]
+impl ReloadMetrics {
+    pub(crate) fn new() -> Self {
+        Self {
+            ok: counter!("tollgate_rules_reloads_total", "result" => "ok"),
+            error: counter!("tollgate_rules_reloads_total", "result" => "error"),
+        }
+    }
+}
