@@ -8,11 +8,18 @@
 //!   rejection. One fetch per key is in flight per process: concurrent checks wait for it.
 //! - **Life**: a lease dies at the end of the window (fixed window) or bucket (sliding window
 //!   counter) it was drawn from, and `grant x T` after it was drawn for the token bucket. Its
-//!   deadline is the life Redis computed, counted on the limiter's clock from the moment the call
-//!   was sent, so it ends no later than Redis's own window does.
+//!   deadline is the life Redis computed, counted from the moment the call was sent on both the
+//!   limiter's clock and the process's monotonic clock (whichever ends it first), so it ends no
+//!   later than Redis's own window does even when the limiter's clock lags real time.
 //! - **Return**: a lease unused for the idle time, or replaced while units were left, gives them
 //!   back through the store's settlement arithmetic (reserved = the slice, actual = the units
-//!   used, at the lease's time). An expired lease needs no return: its window or bucket is over.
+//!   used, at the lease's time). A dead window lease needs no return: its window or bucket is
+//!   over. A dead token-bucket lease's units are still counted in the bucket, so they go back too
+//!   (when it is replaced or swept; the settlement never moves the bucket below now).
+//! - **Reset**: a `Reset` drops this instance's lease of the key (its units count as expired) and
+//!   keeps the key's slot, so a fetch in flight still lands. Other instances' leases are not
+//!   reached: see the bound under [`Leasing`].
+//! - **Counters**: `granted = leased + returned + expired + units_held` ([`LeaseCounters`]).
 //! - **Size**: the key's demand on this instance over the horizon (units asked since the last
 //!   fetch, scaled to the horizon), at most four times the previous lease, at most `limit /
 //!   max_share`; in Redis also at most `room / shrink`, so leases shrink as the key nears its limit.
@@ -65,8 +72,17 @@ const LEASE_DRIVER: &str = include_str!("lua/lease_driver.lua");
 ///   (the bucket's `B + d / T`, plus one lease).
 /// - **Under-admission**: units leased by other instances and not yet used: at most
 ///   `(I - 1) x L` at once (and at most `room / shrink` per lease near the limit). They come back
-///   when their instance returns them (after `idle_return` without use, at the latest) or when the
-///   lease dies; a dead instance's lease is lost until it dies.
+///   when their instance returns them (after `idle_return` without use, at the latest, and a dead
+///   token-bucket lease when it is replaced or swept) or, for the windows, when the window ends; a
+///   dead instance's lease is lost until its window ends (`L x T` for the bucket).
+/// - **Reset**: a `Reset` reaches only the resetting instance's lease. Each other instance's lease
+///   keeps admitting until it is spent or dies, and its later return lowers the count Redis
+///   started afresh: each unit it held at the reset is either admitted unseen or given back and
+///   subtracted, so at most the units held (under `2 x L`: leases of one window merge) more than
+///   the limit per other instance in the window of the reset.
+/// - **Clock**: a lease dies at its life on the limiter's clock or on the process's monotonic
+///   clock, whichever comes first: a limiter clock that lags real time (a frozen
+///   [`ManualClock`](crate::ManualClock), a coarse clock) cannot stretch it past Redis's window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leasing {
     max_share: u32,
