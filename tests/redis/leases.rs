@@ -857,3 +857,42 @@ fn a_window_lease_dies_on_the_monotonic_clock_when_the_limiters_clock_stands_sti
         assert_eq!(after.leased, before.leased + 1, "the new lease admitted it");
     });
 }
+
+#[test]
+fn return_leases_gives_back_a_lease_whose_key_has_a_fetch_in_flight() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let a = limiter(
+            store(&server, kept(), false).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let key = "in-flight".to_owned();
+        // Leases of 1, 4, then 16 units: 15 left in hand.
+        for _ in 0..6 {
+            assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let c = a.store().lease_counters();
+        assert_eq!((c.fetches, c.units_held), (3, 15), "{c:?}");
+        // Redis paused: a check of 16 units starts a fetch that stays in flight.
+        server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+        let checker = a.clone();
+        let k = key.clone();
+        let check = tokio::spawn(async move { checker.check(&k, 16).await });
+        while a.store().lease_counters().fetches < 4 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The lease in hand goes back (its return waits for Redis like the fetch).
+        assert_eq!(a.store().return_leases().await.expect("return"), 15);
+        assert!(check.await.expect("task").expect("decision").is_allowed());
+        a.store().return_leases().await.expect("return");
+        let c = a.store().lease_counters();
+        assert_eq!(c.held, 0, "{c:?}");
+        assert_counters_add_up(&a, "after both returns");
+        assert_eq!(redis_count(&server, &a, &key), 6 + 16);
+    });
+}
