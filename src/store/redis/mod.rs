@@ -1325,38 +1325,16 @@ impl RedisStore {
         // since moved on are left alone).
         let refund: Option<send::Refund> = match op {
             Op::Check(c) => {
-                let rule = rule.clone();
-                let (store, sha, keys) = (self.clone(), sha.clone(), redis_keys.clone());
-                Some(Box::new(move |conn: Conn, v: Value, shed: bool| {
-                    Box::pin(async move {
-                        let inner = &store.inner;
-                        let Some(d) = decode(&v, quotas).ok().filter(Decision::is_allowed) else {
-                            return;
-                        };
-                        inner.late_admitted.add(1);
-                        if !shed {
-                            return;
-                        }
-                        let settle = Op::Settle {
-                            reserved: c,
-                            actual: 0,
-                            at: d.time,
-                        };
-                        let Ok(args) = script_args(&rule, &params, settle, 0) else {
-                            return;
-                        };
-                        let mut cmd = ::redis::cmd("EVALSHA");
-                        cmd.arg(&*sha).arg(keys.len()).arg(&keys).arg(args);
-                        // No caller waits for a refund: it gets the connection's own patience
-                        // (at 50 ms, 255 of 304 refunds after a 400 ms `CLIENT PAUSE` were lost:
-                        // `redis_many_keys`). The slot is held meanwhile, so refunds add no load
-                        // past the gate.
-                        let patience = inner.timeout.saturating_add(LATE_GRACE);
-                        let sent = tokio::time::timeout(patience, conn.query(&cmd));
-                        if matches!(sent.await, Ok(Ok(_))) {
-                            inner.late_refunded.add(1);
-                        }
-                    }) as Pin<Box<dyn Future<Output = ()> + Send>>
+                let (rule, store) = (rule.clone(), self.clone());
+                Some(Box::new(move |v: &Value, shed: bool| {
+                    let d = decode(v, quotas).ok().filter(Decision::is_allowed)?;
+                    store.inner.late_admitted.add(1);
+                    let settle = Op::Settle {
+                        reserved: c,
+                        actual: 0,
+                        at: d.time,
+                    };
+                    script_args(&rule, &params, settle, 0).ok().filter(|_| shed)
                 }))
             }
             _ => None,
