@@ -562,3 +562,337 @@ async fn the_server_with_redis_lease_admits_the_limit_on_a_lease_and_refuses_the
         "{stderr}"
     );
 }
+
+#[test]
+fn idle_token_bucket_leases_die_before_the_bucket_refills_so_a_burst_stays_within_one_lease() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE));
+        // B = 100, T = 10 ms, leases of at most 25 units, each taking all the room it may.
+        let leasing = kept().max_share(4).shrink(1);
+        let holders = [
+            limiter(
+                store(&server, leasing, false).await,
+                Strategy::TokenBucket,
+                "100/second",
+                &clock,
+            ),
+            limiter(
+                store(&server, leasing, false).await,
+                Strategy::TokenBucket,
+                "100/second",
+                &clock,
+            ),
+        ];
+        // Each holder spends 21 units on growing leases and ends holding 24 of a 25-unit lease.
+        for h in &holders {
+            for _ in 0..22 {
+                assert!(
+                    h.check(&"k".to_owned(), 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                );
+            }
+        }
+        let held: u64 = holders
+            .iter()
+            .map(|h| h.store().lease_counters().units_held)
+            .sum();
+        assert_eq!(held, 48, "both holders hold most of a lease");
+        // A second later the bucket is full again in Redis: another instance takes all of it.
+        clock.advance(Duration::from_secs(1));
+        let drain = RateLimiter::builder()
+            .name("leased")
+            .strategy(Strategy::TokenBucket)
+            .quotas("100/second")
+            .expect("quotas")
+            .clock(clock.clone())
+            .store(
+                RedisStore::builder(server.url())
+                    .timeout(Duration::from_secs(2))
+                    .use_client_time(true)
+                    .block_cache(0)
+                    .build()
+                    .await
+                    .expect("connect"),
+            )
+            .build()
+            .expect("limiter");
+        let mut burst = 0;
+        for _ in 0..150 {
+            if drain
+                .check(&"k".to_owned(), 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+            {
+                burst += 1;
+            }
+        }
+        assert_eq!(burst, 100, "the bucket refilled");
+        // The holders' leases died 25 x T after they were drawn: nothing more in this instant.
+        for h in &holders {
+            for _ in 0..30 {
+                if h.check(&"k".to_owned(), 1)
+                    .await
+                    .expect("decision")
+                    .is_allowed()
+                {
+                    burst += 1;
+                }
+            }
+        }
+        assert!(
+            burst <= 100 + 25,
+            "{burst} admitted in one instant: more than B + one lease"
+        );
+    });
+}
+
+#[test]
+fn a_window_lease_dies_with_its_window_and_admits_nothing_in_the_next() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        for (strategy, name) in [
+            (Strategy::FixedWindow, "fixed"),
+            (Strategy::SlidingWindow, "sliding"),
+        ] {
+            // One second before a window (or bucket) ends, `a` grows a lease and keeps some of it.
+            let clock = ManualClock::new(Duration::from_nanos(BASE + 59 * S));
+            let a = limiter(
+                store(&server, kept().max_share(4), false).await,
+                strategy,
+                "100/minute",
+                &clock,
+            );
+            let key = format!("edge-{name}");
+            for _ in 0..10 {
+                assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+            }
+            assert!(a.store().lease_counters().units_held > 0, "{name}");
+            // The next window: another instance takes all it may; `a`'s lease is dead.
+            clock.advance(Duration::from_secs(1));
+            let b = limiter(
+                store(&server, kept(), false).await,
+                strategy,
+                "100/minute",
+                &clock,
+            );
+            let mut by_b = 0;
+            for _ in 0..120 {
+                if b.check(&key, 1).await.expect("decision").is_allowed() {
+                    by_b += 1;
+                }
+            }
+            assert!(by_b > 0, "{name}");
+            for _ in 0..30 {
+                assert!(
+                    !a.check(&key, 1).await.expect("decision").is_allowed(),
+                    "{name}: a lease of the last window admitted in the next"
+                );
+            }
+        }
+    });
+}
+
+/// `granted = leased + returned + expired + units_held`, for every way a lease ends.
+fn assert_counters_add_up(l: &Limiter, when: &str) {
+    let c = l.store().lease_counters();
+    assert_eq!(
+        c.granted,
+        c.leased + c.returned + c.expired + c.units_held,
+        "{when}: {c:?}"
+    );
+}
+
+#[test]
+fn a_dead_token_bucket_lease_gives_its_units_back_and_the_lease_counters_add_up() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE));
+        // B = 100, T = 10 ms, leases of at most 25 units, each taking all the room it may.
+        let holder = limiter(
+            store(&server, kept().max_share(4).shrink(1), false).await,
+            Strategy::TokenBucket,
+            "100/second",
+            &clock,
+        );
+        let key = "given-back".to_owned();
+        // Leases of 1, 4, 16, then 25 units: 46 counted in Redis, 22 used, 24 held.
+        for _ in 0..22 {
+            assert!(holder.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let c = holder.store().lease_counters();
+        assert_eq!((c.granted, c.leased, c.units_held), (46, 22, 24), "{c:?}");
+        assert_counters_add_up(&holder, "holding a lease");
+        // 300 ms later the 25-unit lease (life 25 x T = 250 ms) is dead, and the bucket's TAT
+        // still counts its 24 unused units (46 x T = 460 ms from the start). The next check
+        // fetches a new lease (1 unit: the key was quiet), and the dead one's units go back.
+        clock.advance(Duration::from_millis(300));
+        assert!(holder.check(&key, 1).await.expect("decision").is_allowed());
+        // The return follows the fetch on its task: wait for it (bounded).
+        for _ in 0..200 {
+            let c = holder.store().lease_counters();
+            if c.returned + c.expired >= 24 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let c = holder.store().lease_counters();
+        assert_eq!((c.returned, c.expired), (24, 0), "{c:?}");
+        assert_counters_add_up(&holder, "after a dead lease was replaced");
+        assert_eq!(holder.store().return_leases().await.expect("return"), 0);
+        let c = holder.store().lease_counters();
+        assert_eq!(
+            (c.granted, c.leased, c.returned, c.held),
+            (47, 23, 24, 0),
+            "{c:?}"
+        );
+        assert_counters_add_up(&holder, "after the return");
+        // Without the dead lease's return, 17 units would still be counted: 83 of 150 admitted.
+        let drain = limiter(
+            store(&server, Leasing::default(), false).await,
+            Strategy::TokenBucket,
+            "100/second",
+            &clock,
+        );
+        let drained = admissions(&drain, &key, 150).await;
+        assert_eq!(
+            drained, 100,
+            "the dead lease's units came back to the bucket"
+        );
+    });
+}
+
+/// How many of `n` checks on `key` through `l` are admitted (its leases returned after).
+async fn admissions(l: &Limiter, key: &String, n: usize) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..n {
+        if l.check(key, 1).await.expect("decision").is_allowed() {
+            admitted += 1;
+        }
+    }
+    l.store().return_leases().await.expect("return");
+    admitted
+}
+
+#[test]
+fn a_reset_drops_this_instances_lease_and_the_counters_still_add_up() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let a = limiter(
+            store(&server, kept().max_share(4), false).await,
+            Strategy::FixedWindow,
+            "100/minute",
+            &clock,
+        );
+        let key = "reset".to_owned();
+        for _ in 0..10 {
+            assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let before = a.store().lease_counters();
+        assert!(before.units_held > 0, "{before:?}");
+        a.reset(&key).await.expect("reset");
+        let after = a.store().lease_counters();
+        assert_eq!(after.held, 0, "the reset dropped the lease: {after:?}");
+        assert_eq!(after.expired, before.expired + before.units_held);
+        assert_counters_add_up(&a, "after a reset");
+        assert_eq!(redis_count(&server, &a, &key), 0, "Redis forgot the key");
+        // The key leases again from the reset count.
+        for _ in 0..100 {
+            assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        a.store().return_leases().await.expect("return");
+        assert!(!a.check(&key, 1).await.expect("decision").is_allowed());
+        assert_eq!(redis_count(&server, &a, &key), 100);
+        assert_counters_add_up(&a, "after the window was spent");
+    });
+}
+
+#[test]
+fn a_window_lease_dies_on_the_monotonic_clock_when_the_limiters_clock_stands_still() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        // Redis's own clock, and a limiter clock that never moves.
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let frozen = limiter(
+            RedisStore::builder(server.url())
+                .timeout(Duration::from_secs(2))
+                .block_cache(0)
+                .leases(kept())
+                .build()
+                .await
+                .expect("connect"),
+            Strategy::FixedWindow,
+            "1000/200ms",
+            &clock,
+        );
+        let key = "frozen".to_owned();
+        for _ in 0..10 {
+            assert!(frozen.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let before = frozen.store().lease_counters();
+        assert!(before.units_held > 0, "{before:?}");
+        // Redis's window (200 ms, clock-aligned) has rolled: the lease drawn in it is dead.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(frozen.check(&key, 1).await.expect("decision").is_allowed());
+        let after = frozen.store().lease_counters();
+        assert_eq!(
+            after.fetches,
+            before.fetches + 1,
+            "a lease outlived Redis's window on a frozen limiter clock: {after:?}"
+        );
+        assert_eq!(after.leased, before.leased + 1, "the new lease admitted it");
+    });
+}
+
+#[test]
+fn return_leases_gives_back_a_lease_whose_key_has_a_fetch_in_flight() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let a = limiter(
+            store(&server, kept(), false).await,
+            Strategy::FixedWindow,
+            "1000/minute",
+            &clock,
+        );
+        let key = "in-flight".to_owned();
+        // Leases of 1, 4, then 16 units: 15 left in hand.
+        for _ in 0..6 {
+            assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let c = a.store().lease_counters();
+        assert_eq!((c.fetches, c.units_held), (3, 15), "{c:?}");
+        // Redis paused: a check of 16 units starts a fetch that stays in flight.
+        server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+        let checker = a.clone();
+        let k = key.clone();
+        let check = tokio::spawn(async move { checker.check(&k, 16).await });
+        while a.store().lease_counters().fetches < 4 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The lease in hand goes back (its return waits for Redis like the fetch).
+        assert_eq!(a.store().return_leases().await.expect("return"), 15);
+        assert!(check.await.expect("task").expect("decision").is_allowed());
+        a.store().return_leases().await.expect("return");
+        let c = a.store().lease_counters();
+        assert_eq!(c.held, 0, "{c:?}");
+        assert_counters_add_up(&a, "after both returns");
+        assert_eq!(redis_count(&server, &a, &key), 6 + 16);
+    });
+}

@@ -132,8 +132,9 @@ impl BlockCache {
         self.insert_locked(&mut map, key, decision, now);
     }
 
-    /// Caches a rejection of cost 1 received at `now`.
-    pub(super) fn insert(&self, key: u64, decision: Decision, now: Instant) {
+    /// Caches a rejection of cost 1 received at `now` (the tests' shorthand).
+    #[cfg(test)]
+    fn insert(&self, key: u64, decision: Decision, now: Instant) {
         let mut map = self.map.lock();
         self.insert_locked(&mut map, key, decision, now);
     }
@@ -215,7 +216,10 @@ mod tests {
         let seen = c.removals();
         c.remove(1);
         c.insert_unless_removed(1, rejected(100), t0, seen);
-        assert!(c.get(1, t0).is_none(), "the rejection may predate the settlement");
+        assert!(
+            c.get(1, t0).is_none(),
+            "the rejection may predate the settlement"
+        );
         // A check sent after the settlement is cached as usual.
         let seen = c.removals();
         c.insert_unless_removed(1, rejected(100), t0, seen);

@@ -57,6 +57,7 @@ mod leases;
 mod quota_lease;
 mod rebuild;
 mod scripts;
+mod send;
 mod sentinel;
 
 use std::fmt;
@@ -68,7 +69,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::Semaphore;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClient;
@@ -256,6 +257,10 @@ impl fmt::Debug for RedisStore {
             .field(
                 "local_fallback",
                 &self.inner.local.as_ref().map(Local::instances),
+            )
+            .field(
+                "leases",
+                &self.inner.leases.as_ref().map(quota_lease::Leases::cfg),
             )
             .finish_non_exhaustive()
     }
@@ -1029,10 +1034,6 @@ impl RedisStore {
     }
 }
 
-fn ready(r: Result<Decision, StoreError>) -> RedisFuture {
-    Box::pin(std::future::ready(r))
-}
-
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -1308,35 +1309,6 @@ impl RedisStore {
                 _ => {}
             }
         }
-        let inner = &self.inner;
-        // Degraded mode needs the key and rule once Redis has failed; cloned only then.
-        let fallback = |e: StoreError| self.outage(&base, cache_key, (rule, tag), op, now, e);
-        let pass = inner.breaker.pass();
-        if pass == Pass::Refuse {
-            return ready(fallback(StoreError::new(
-                StoreErrorKind::Connection,
-                "the circuit breaker is open (Redis failed repeatedly); probing again shortly",
-            )));
-        }
-        let probe = pass == Pass::Probe;
-        let Some(conn) = inner.conn.read().clone() else {
-            if probe {
-                inner.breaker.release_probe();
-            }
-            return ready(fallback(StoreError::new(
-                StoreErrorKind::Connection,
-                "not connected to Redis yet (connecting in the background)",
-            )));
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            if probe {
-                inner.breaker.release_probe();
-            }
-            return ready(fallback(StoreError::new(
-                StoreErrorKind::Other,
-                "the Redis store needs a Tokio runtime",
-            )));
-        };
         let fam = family(rule.strategy());
         let (sha, src) = match Family::ALL.iter().position(|f| *f == fam) {
             Some(i) => match self.inner.scripts.get(i) {
@@ -1346,199 +1318,48 @@ impl RedisStore {
             None => return self.fail(bad_reply("no script")),
         };
         let quotas = params.len();
-        let local = inner.local.as_ref().map(|_| (base, rule.clone()));
+        let local = self.inner.local.as_ref().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
-        // For giving back what a reply that came too late admitted.
-        let late_rule = rule.clone();
+        // A late reply: counted if Redis admitted the check; admitted by Redis after the check was
+        // answered "shed" (a 429): the quota is given back, at the check's own time (windows
+        // since moved on are left alone).
+        let refund: Option<send::Refund> = match op {
+            Op::Check(c) => {
+                let (rule, store) = (rule.clone(), self.clone());
+                Some(Box::new(move |v: &Value, shed: bool| {
+                    let d = decode(v, quotas).ok().filter(Decision::is_allowed)?;
+                    store.inner.late_admitted.add(1);
+                    let settle = Op::Settle {
+                        reserved: c,
+                        actual: 0,
+                        at: d.time,
+                    };
+                    script_args(&rule, &params, settle, 0).ok().filter(|_| shed)
+                }))
+            }
+            _ => None,
+        };
         let store = self.clone();
-        let deadline = tokio::time::Instant::now() + inner.timeout;
-        let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
+        let deadline = tokio::time::Instant::now() + self.inner.timeout;
+        let script = send::Script {
+            keys: redis_keys,
+            args,
+            sha,
+            src,
+        };
+        let sheddable = matches!(op, Op::Check(_));
+        let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
             let outage = |e: StoreError| match &local {
                 Some((base, rule)) => store.outage(base, cache_key, (rule, tag), op, now, e),
                 None => store.outage_error(e),
             };
-            // A slot among the calls in flight, waiting at most until the deadline: past it, the
-            // check would not be answered in time anyway. No room in time: shed (429) if Redis is
-            // answering others (overload), else the failure policy (an outage).
-            let waited_from = inner.clock();
-            let permit = match Arc::clone(&inner.gate).try_acquire_owned() {
-                Ok(p) => p,
-                Err(_) => {
-                    let gate = Arc::clone(&inner.gate);
-                    match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
-                        Ok(Ok(p)) => p,
-                        _ => {
-                            if probe {
-                                inner.breaker.release_probe();
-                            }
-                            let is_check = matches!(op, Op::Check(_));
-                            if is_check
-                                && inner.replied_since(waited_from.saturating_sub(nanos(SILENCE)))
-                            {
-                                return Ok(store.shed(limit, now));
-                            }
-                            return outage(StoreError::new(
-                                StoreErrorKind::Timeout,
-                                format!(
-                                    "{} calls in flight and no reply within {:?}",
-                                    inner.max_in_flight, inner.timeout
-                                ),
-                            ));
-                        }
-                    }
-                }
-            };
-            let (tx, rx) = oneshot::channel();
-            let sent_at = inner.clock();
-            let late_rule = late_rule;
-            // Set when this caller answers "shed" (a rejection) after giving up on the reply.
-            let shed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let was_shed = Arc::clone(&shed_flag);
-            let sender = store.clone();
-            // The call runs on its own task holding its in-flight slot until the reply comes (or
-            // the connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does
-            // not free the slot of a call still queued in front of Redis.
-            rt.spawn(async move {
-                // Held through a refund too: everything sent to Redis counts against the gate.
-                let _slot = permit;
-                let inner = &sender.inner;
-                let call = |name: &str, body: &str| {
-                    let mut c = ::redis::cmd(name);
-                    c.arg(body)
-                        .arg(redis_keys.len())
-                        .arg(&redis_keys)
-                        .arg(&args);
-                    c
-                };
-                let reply = match conn.query(&call("EVALSHA", &sha)).await {
-                    Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                        conn.query(&call("EVAL", &src)).await
-                    }
-                    r => r,
-                };
-                let answered = match &reply {
-                    Ok(_) => true,
-                    Err(e) => !matches!(
-                        error_kind(e),
-                        StoreErrorKind::Connection | StoreErrorKind::Timeout
-                    ),
-                };
-                if answered {
-                    inner.replied();
-                } else if reply
-                    .as_ref()
-                    .is_err_and(|e| map_error(e).kind() == StoreErrorKind::Connection)
-                {
-                    // Only a failed connection is "broken". A reply slower than the connection's
-                    // own timeout is not: under a flood that made Redis a second behind, it turned
-                    // overload into an outage, and fail-open let 23,456 requests past a limit of
-                    // 1000 (moving window, two `server` instances, scripts/redis_http_flood.sh).
-                    // Silence (no reply for 2 s) still makes a hung Redis an outage.
-                    inner.broken();
-                }
-                if let Err(unseen) = tx.send(reply) {
-                    inner.late_replies.add(1);
-                    if answered {
-                        inner.breaker.success();
-                    }
-                    if let (Op::Check(c), Ok(v)) = (op, &unseen) {
-                        let decided = decode(v, quotas).ok().filter(Decision::is_allowed);
-                        if decided.is_some() {
-                            inner.late_admitted.add(1);
-                        }
-                        // Admitted by Redis, answered 429 here: give the quota back, at the
-                        // check's own time (windows since moved on are left alone).
-                        if let Some(d) = decided.filter(|_| was_shed.load(Ordering::Acquire)) {
-                            let refund = script_args(
-                                &late_rule,
-                                &params,
-                                Op::Settle {
-                                    reserved: c,
-                                    actual: 0,
-                                    at: d.time,
-                                },
-                                0,
-                            );
-                            if let Ok(refund) = refund {
-                                let mut cmd = ::redis::cmd("EVALSHA");
-                                cmd.arg(&*sha)
-                                    .arg(redis_keys.len())
-                                    .arg(&redis_keys)
-                                    .arg(refund);
-                                // No caller waits for a refund: it gets the connection's own
-                                // patience (at 50 ms, 255 of 304 refunds after a 400 ms
-                                // `CLIENT PAUSE` were lost: `redis_many_keys`). The slot is
-                                // held meanwhile, so refunds add no load past the gate.
-                                let patience = inner.timeout.saturating_add(LATE_GRACE);
-                                let sent = tokio::time::timeout(patience, conn.query(&cmd));
-                                if matches!(sent.await, Ok(Ok(_))) {
-                                    inner.late_refunded.add(1);
-                                }
-                            }
-                        }
-                    }
-                }
-            });
-            let reply = match tokio::time::timeout_at(deadline, rx).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(_)) => {
-                    if probe {
-                        inner.breaker.release_probe();
-                    }
-                    return outage(StoreError::new(
-                        StoreErrorKind::Other,
-                        "the Redis call's task ended without a reply",
-                    ));
-                }
-                Err(_) => {
-                    inner.timed_out.add(1);
-                    let is_check = matches!(op, Op::Check(_));
-                    // This task itself woke a whole timeout late: the process is starved (the
-                    // reply reader with it), so Redis's silence proves nothing.
-                    let starved = tokio::time::Instant::now().saturating_duration_since(deadline)
-                        > inner.timeout;
-                    if is_check
-                        && (starved || inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))))
-                    {
-                        // Redis answered calls lately: overload (or this process is starved), not
-                        // an outage. Never admitted, never a 5xx.
-                        if probe {
-                            inner.breaker.release_probe();
-                        }
-                        shed_flag.store(true, Ordering::Release);
-                        return Ok(store.shed(limit, now));
-                    }
-                    inner.breaker.failure(probe);
-                    if probe {
-                        rebuild::after_failed_probe(&store.inner);
-                    }
-                    return outage(StoreError::new(
-                        StoreErrorKind::Timeout,
-                        format!("no reply within {:?}", inner.timeout),
-                    ));
-                }
-            };
-            let v = match reply {
+            let v = match store.send_script(script, deadline, sheddable, refund).await {
                 Ok(v) => v,
-                Err(e) => {
-                    let e = map_error(e);
-                    if matches!(
-                        e.kind(),
-                        StoreErrorKind::Connection | StoreErrorKind::Timeout
-                    ) {
-                        inner.breaker.failure(probe);
-                        if probe {
-                            rebuild::after_failed_probe(&store.inner);
-                        }
-                    } else {
-                        inner.breaker.success();
-                    }
-                    return outage(e);
-                }
+                Err(send::NoReply::Overload) => return Ok(store.shed(limit, now)),
+                Err(send::NoReply::Outage(e)) => return outage(e),
             };
-            inner.breaker.success();
             let d = match decode(&v, quotas) {
                 Ok(d) => d.answering(op),
                 Err(e) => return outage(e),

@@ -8,11 +8,18 @@
 //!   rejection. One fetch per key is in flight per process: concurrent checks wait for it.
 //! - **Life**: a lease dies at the end of the window (fixed window) or bucket (sliding window
 //!   counter) it was drawn from, and `grant x T` after it was drawn for the token bucket. Its
-//!   deadline is the life Redis computed, counted on the limiter's clock from the moment the call
-//!   was sent, so it ends no later than Redis's own window does.
+//!   deadline is the life Redis computed, counted from the moment the call was sent on both the
+//!   limiter's clock and the process's monotonic clock (whichever ends it first), so it ends no
+//!   later than Redis's own window does even when the limiter's clock lags real time.
 //! - **Return**: a lease unused for the idle time, or replaced while units were left, gives them
 //!   back through the store's settlement arithmetic (reserved = the slice, actual = the units
-//!   used, at the lease's time). An expired lease needs no return: its window or bucket is over.
+//!   used, at the lease's time). A dead window lease needs no return: its window or bucket is
+//!   over. A dead token-bucket lease's units are still counted in the bucket, so they go back too
+//!   (when it is replaced or swept; the settlement never moves the bucket below now).
+//! - **Reset**: a `Reset` drops this instance's lease of the key (its units count as expired) and
+//!   keeps the key's slot, so a fetch in flight still lands. Other instances' leases are not
+//!   reached: see the bound under [`Leasing`].
+//! - **Counters**: `granted = leased + returned + expired + units_held` ([`LeaseCounters`]).
 //! - **Size**: the key's demand on this instance over the horizon (units asked since the last
 //!   fetch, scaled to the horizon), at most four times the previous lease, at most `limit /
 //!   max_share`; in Redis also at most `room / shrink`, so leases shrink as the key nears its limit.
@@ -20,14 +27,15 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use ::redis::{ErrorKind, Value};
+use ::redis::Value;
 use dashmap::DashMap;
 use tokio::sync::watch;
 
 use super::scripts::{FIXED, GCRA, PRELUDE, SLIDING};
+use super::send::{NoReply, Script};
 use super::{
-    Inner, LATE_GRACE, Pass, RedisFuture, RedisStore, SILENCE, TICK_NANOS, decode, keys, limit_of,
-    map_error, nanos, redis_keys, script_args,
+    Inner, LATE_GRACE, RedisFuture, RedisStore, SILENCE, TICK_NANOS, decode, keys, limit_of, nanos,
+    redis_keys, script_args,
 };
 use crate::decision::{Decision, Outcome};
 use crate::error::{ConfigError, StoreError, StoreErrorKind};
@@ -64,8 +72,17 @@ const LEASE_DRIVER: &str = include_str!("lua/lease_driver.lua");
 ///   (the bucket's `B + d / T`, plus one lease).
 /// - **Under-admission**: units leased by other instances and not yet used: at most
 ///   `(I - 1) x L` at once (and at most `room / shrink` per lease near the limit). They come back
-///   when their instance returns them (after `idle_return` without use, at the latest) or when the
-///   lease dies; a dead instance's lease is lost until it dies.
+///   when their instance returns them (after `idle_return` without use, at the latest, and a dead
+///   token-bucket lease when it is replaced or swept) or, for the windows, when the window ends; a
+///   dead instance's lease is lost until its window ends (`L x T` for the bucket).
+/// - **Reset**: a `Reset` reaches only the resetting instance's lease. Each other instance's lease
+///   keeps admitting until it is spent or dies, and its later return lowers the count Redis
+///   started afresh: each unit it held at the reset is either admitted unseen or given back and
+///   subtracted, so at most the units held (under `2 x L`: leases of one window merge) more than
+///   the limit per other instance in the window of the reset.
+/// - **Clock**: a lease dies at its life on the limiter's clock or on the process's monotonic
+///   clock, whichever comes first: a limiter clock that lags real time (a frozen
+///   [`ManualClock`](crate::ManualClock), a coarse clock) cannot stretch it past Redis's window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leasing {
     max_share: u32,
@@ -138,18 +155,24 @@ impl Leasing {
 }
 
 /// What the leases of a [`RedisStore`](super::RedisStore) did ([`RedisStore::lease_counters`]).
+///
+/// Every granted unit is used, given back, dead or held: `granted = leased + returned + expired +
+/// units_held` (while no fetch or return is in flight).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseCounters {
-    /// Lease calls sent to Redis.
+    /// Lease calls made (sent to Redis, or answered by the breaker or the overload policy).
     pub fetches: u64,
     /// Units granted by them.
     pub granted: u64,
-    /// Checks admitted from a lease without a call of their own.
+    /// Units admitted from leases (each admitted check's cost, the check that fetched the lease
+    /// included).
     pub leased: u64,
-    /// Unused units given back to Redis.
+    /// Unused units given back to Redis (idle, replaced, dead token-bucket leases, and
+    /// [`RedisStore::return_leases`]).
     pub returned: u64,
-    /// Unused units of leases that died in hand (their window or bucket ended).
+    /// Unused units that were never given back: window leases that died with their window, leases
+    /// dropped by a `Reset` of their key, and returns that failed.
     pub expired: u64,
     /// Leases held now.
     pub held: u64,
@@ -189,6 +212,11 @@ impl Leases {
             returned: Counter::default(),
             expired: Counter::default(),
         }
+    }
+
+    /// The leasing settings.
+    pub(super) fn cfg(&self) -> &Leasing {
+        &self.cfg
     }
 
     fn script(&self, strategy: Strategy) -> Option<&(String, Arc<str>)> {
@@ -303,6 +331,9 @@ struct Lease {
     /// The limiter's time when the call was sent, and when the lease dies.
     sent: u64,
     until: u64,
+    /// When the lease dies on the process's monotonic clock (the call's sending + its life): a
+    /// limiter clock that lags real time cannot stretch a lease past Redis's window.
+    until_i: Instant,
     /// Redis's time when the lease dies (ns): leases of one window end together and merge.
     end: u64,
     bucket: bool,
@@ -314,8 +345,13 @@ struct Lease {
 }
 
 impl Lease {
-    fn take(&mut self, cost: u64, now: u64) -> Option<Decision> {
-        if now >= self.until || self.left < cost {
+    /// Whether the lease is still alive at the limiter's `now` and the monotonic `now_i`.
+    fn alive(&self, now: u64, now_i: Instant) -> bool {
+        now < self.until && now_i < self.until_i
+    }
+
+    fn take(&mut self, cost: u64, now: u64, now_i: Instant) -> Option<Decision> {
+        if !self.alive(now, now_i) || self.left < cost {
             return None;
         }
         self.left -= cost;
@@ -348,6 +384,8 @@ impl Lease {
 
 /// One step of a leased check.
 enum Step {
+    /// Admitted from the key's lease.
+    Leased(Decision),
     /// Decided here (counted as a decision).
     Done(Decision),
     /// Answered as shed (counted by `shed`).
@@ -388,24 +426,30 @@ impl RedisStore {
         let cost = match op {
             Op::Check(c) if c > 0 && refusal(rule.strategy()).is_none() => c,
             Op::Reset => {
-                // Redis forgets the key, units leased included.
-                leases.slots.remove(&slot_id(&base, tag));
+                // Redis forgets the key, units leased included: this instance's lease goes (its
+                // units counted as expired), the slot stays, so a fetch in flight still lands.
+                if let Some(mut slot) = leases.slots.get_mut(&slot_id(&base, tag)) {
+                    if let Some(l) = slot.lease.take() {
+                        leases.expired.add(l.left);
+                    }
+                }
                 return Answer::later(self.apply_base(base, rule, tag, op, now));
             }
             _ => return Answer::later(self.apply_base(base, rule, tag, op, now)),
         };
         let id = slot_id(&base, tag);
         if let Some(mut slot) = leases.slots.get_mut(&id) {
+            let now_i = Instant::now();
             slot.asked = slot.asked.saturating_add(u64::from(cost));
-            slot.used_at = Instant::now();
+            slot.used_at = now_i;
             slot.now_seen = now;
             if let Some(d) = slot
                 .lease
                 .as_mut()
-                .and_then(|l| l.take(u64::from(cost), now))
+                .and_then(|l| l.take(u64::from(cost), now, now_i))
             {
                 drop(slot);
-                leases.leased.add(1);
+                leases.leased.add(u64::from(cost));
                 self.inner.allowed.add(1);
                 return Answer::now(Ok(d));
             }
@@ -460,7 +504,8 @@ impl RedisStore {
     }
 
     /// Gives every unused leased unit back to Redis now (before a graceful shutdown, or to see
-    /// the exact global state). Leases in flight are left alone. Returns the units given back.
+    /// the exact global state), also on keys with a fetch in flight (a lease still in flight is
+    /// not in hand yet). Returns the units given back.
     ///
     /// # Errors
     /// The first failed return; the other leases are still returned.
@@ -468,7 +513,8 @@ impl RedisStore {
         self.sweep_leases(true).await
     }
 
-    /// Drops dead leases, and gives back those unused for the idle time (all with `all`).
+    /// Drops dead window leases, gives back dead bucket leases and those unused for the idle time
+    /// (all with `all`).
     async fn sweep_leases(&self, all: bool) -> Result<u64, StoreError> {
         let Some(leases) = &self.inner.leases else {
             return Ok(0);
@@ -477,22 +523,22 @@ impl RedisStore {
         let idle = leases.cfg.idle;
         let mut back = Vec::new();
         leases.slots.retain(|_, slot| {
-            if slot.fetching.is_some() {
-                return true;
-            }
             let quiet = now_i.saturating_duration_since(slot.used_at);
             // The limiter's time now, as far as this task can tell (never before a check's).
             let now = slot.now_seen.saturating_add(nanos(quiet));
             if let Some(lease) = slot.lease {
-                if now >= lease.until {
+                let dead = !lease.alive(now, now_i);
+                if dead && !lease.bucket {
+                    // Its window or bucket is over in Redis too: nothing to give back.
                     leases.expired.add(lease.left);
                     slot.lease = None;
-                } else if all || quiet >= idle {
+                } else if dead || all || quiet >= idle {
+                    // A dead bucket lease's units are still counted in the bucket's TAT.
                     slot.lease = None;
                     back.push((Arc::clone(&slot.back), lease, now));
                 }
             }
-            slot.lease.is_some() || quiet < idle.saturating_mul(4)
+            slot.fetching.is_some() || slot.lease.is_some() || quiet < idle.saturating_mul(4)
         });
         let mut first_error = None;
         let mut returned = 0;
@@ -510,17 +556,22 @@ impl RedisStore {
         }
     }
 
-    /// Settles `lease`'s unused units in Redis: the units it gave back.
+    /// Settles `lease`'s unused units in Redis: the units it gave back. Units whose return
+    /// failed count as expired (they stay counted in Redis until their window or bucket ends).
     async fn give_back(&self, key: &Back, lease: &Lease, now: u64) -> Result<u64, StoreError> {
         let Some(op) = lease.give_back() else {
             return Ok(0);
         };
-        self.apply_base(key.base.clone(), &key.rule, key.tag, op, now)
-            .await?;
+        let settled = self
+            .apply_base(key.base.clone(), &key.rule, key.tag, op, now)
+            .await;
         if let Some(l) = &self.inner.leases {
-            l.returned.add(lease.left);
+            match settled {
+                Ok(_) => l.returned.add(lease.left),
+                Err(_) => l.expired.add(lease.left),
+            }
         }
-        Ok(lease.left)
+        settled.map(|_| lease.left)
     }
 
     /// A check that found no units in hand: waits for the key's fetch in flight, or starts one.
@@ -612,9 +663,9 @@ impl RedisStore {
                 if let Some(d) = slot
                     .lease
                     .as_mut()
-                    .and_then(|l| l.take(u64::from(cost), now))
+                    .and_then(|l| l.take(u64::from(cost), now, Instant::now()))
                 {
-                    Step::Done(d)
+                    Step::Leased(d)
                 } else if let Some(rx) = &slot.fetching {
                     seen = Some(slot.done);
                     Step::Wait(rx.clone())
@@ -640,9 +691,13 @@ impl RedisStore {
                 }
             };
             let mut rx = match step {
+                Step::Leased(d) => {
+                    leases.leased.add(u64::from(cost));
+                    inner.allowed.add(1);
+                    return Ok(d);
+                }
                 Step::Done(d) => {
                     if d.is_allowed() {
-                        leases.leased.add(1);
                         inner.allowed.add(1);
                     } else {
                         inner.rejected.add(1);
@@ -705,7 +760,14 @@ impl RedisStore {
             return;
         };
         let mut replaced = None;
-        if let Some(mut slot) = leases.slots.get_mut(&call.id) {
+        let slot = leases.slots.get_mut(&call.id);
+        if slot.is_none() {
+            // No slot to hold the grant (the key was dropped meanwhile): its units die unused.
+            if let Ok(lease) = &fetched {
+                leases.expired.add(lease.left);
+            }
+        }
+        if let Some(mut slot) = slot {
             slot.fetching = None;
             slot.done += 1;
             slot.last = match fetched {
@@ -719,9 +781,16 @@ impl RedisStore {
                             slot.lease = Some(old);
                         }
                         old => {
-                            replaced = old
-                                .filter(|o| o.left > 0 && call.now < o.until)
-                                .map(|o| (Arc::clone(&slot.back), o));
+                            // A live lease's units, and a dead bucket lease's (still counted in
+                            // the bucket), go back; a dead window lease's died with its window.
+                            let now_i = Instant::now();
+                            match old.filter(|o| o.left > 0) {
+                                Some(o) if o.bucket || o.alive(call.now, now_i) => {
+                                    replaced = Some((Arc::clone(&slot.back), o));
+                                }
+                                Some(o) => leases.expired.add(o.left),
+                                None => {}
+                            }
                             slot.lease = Some(lease);
                         }
                     }
@@ -738,8 +807,10 @@ impl RedisStore {
         }
     }
 
-    /// The lease call itself, under the store's overload and outage policies: a slot among the
-    /// calls in flight, the circuit breaker, `NOSCRIPT` answered with `EVAL` once.
+    /// The lease call itself, under the store's overload and outage policies
+    /// ([`RedisStore::send_script`], shared with calls without a lease). It waits the timeout and
+    /// the connection's grace: the checks waiting for it give up at the timeout, and a late grant
+    /// still becomes this instance's lease.
     async fn fetch_call(
         &self,
         call: &Call,
@@ -747,94 +818,29 @@ impl RedisStore {
         cache_key: Option<u64>,
     ) -> Result<Lease, Fetched> {
         let inner = &self.inner;
-        let failed = |kind, m: &str| Err(Fetched::Failed(StoreError::new(kind, m)));
-        let pass = inner.breaker.pass();
-        if pass == Pass::Refuse {
-            return failed(
-                StoreErrorKind::Connection,
-                "the circuit breaker is open (Redis failed repeatedly); probing again shortly",
-            );
-        }
-        let probe = pass == Pass::Probe;
-        let release = || {
-            if probe {
-                inner.breaker.release_probe();
-            }
-        };
-        let Some(conn) = inner.conn.read().clone() else {
-            release();
-            return failed(
-                StoreErrorKind::Connection,
-                "not connected to Redis yet (connecting in the background)",
-            );
-        };
-        let waited_from = inner.clock();
-        let gate = Arc::clone(&inner.gate);
-        let permit = match tokio::time::timeout(inner.timeout, gate.acquire_owned()).await {
-            Ok(Ok(p)) => p,
-            _ => {
-                release();
-                if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
-                    return Err(Fetched::Shed);
-                }
-                return failed(
-                    StoreErrorKind::Timeout,
-                    "no room among the calls in flight for a lease",
-                );
-            }
-        };
         if let Some(l) = &inner.leases {
             l.fetches.add(1);
         }
-        let query = |verb: &str, body: &str| {
-            let mut c = ::redis::cmd(verb);
-            c.arg(body)
-                .arg(call.redis_keys.len())
-                .arg(&call.redis_keys)
-                .arg(&call.args);
-            c
+        let script = Script {
+            keys: call.redis_keys.clone(),
+            args: call.args.clone(),
+            sha: call.sha.clone(),
+            src: Arc::clone(&call.src),
         };
-        let sent = async {
-            match conn.query(&query("EVALSHA", &call.sha)).await {
-                Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                    conn.query(&query("EVAL", &call.src)).await
-                }
-                r => r,
-            }
-        };
-        let reply = tokio::time::timeout(inner.timeout.saturating_add(LATE_GRACE), sent).await;
-        drop(permit);
-        let v = match reply {
-            Ok(Ok(v)) => {
-                inner.replied();
-                inner.breaker.success();
-                v
-            }
-            Ok(Err(e)) => {
-                let e = map_error(&e);
-                if matches!(
-                    e.kind(),
-                    StoreErrorKind::Connection | StoreErrorKind::Timeout
-                ) {
-                    inner.broken();
-                    inner.breaker.failure(probe);
-                } else {
-                    inner.replied();
-                    inner.breaker.success();
-                }
-                return Err(Fetched::Failed(e));
-            }
-            Err(_) => {
-                inner.breaker.failure(probe);
-                return failed(StoreErrorKind::Timeout, "no reply to a lease call");
-            }
+        let deadline = tokio::time::Instant::now() + inner.timeout.saturating_add(LATE_GRACE);
+        let sent_i = Instant::now();
+        let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
+        let v = match self.send_script(script, deadline, true, None).await {
+            Ok(v) => v,
+            Err(NoReply::Overload) => return Err(Fetched::Shed),
+            Err(NoReply::Outage(e)) => return Err(Fetched::Failed(e)),
         };
         let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
         if grant == 0 {
             let d = d.answering(Op::Check(cost));
             if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
                 if cost == 1 && d.outcome() == Outcome::Rejected {
-                    cache.insert(ck, d, Instant::now());
+                    cache.insert_unless_removed(ck, d, Instant::now(), removals);
                 }
             }
             return Err(Fetched::Rejected(d, cost));
@@ -848,6 +854,9 @@ impl RedisStore {
             at: d.time,
             sent: call.now,
             until: call.now.saturating_add(life),
+            until_i: sent_i
+                .checked_add(Duration::from_nanos(life))
+                .unwrap_or(sent_i),
             end: d.time.saturating_add(life),
             bucket: call.bucket,
             limit: d.limit,
@@ -972,6 +981,7 @@ mod tests {
             at: 7_000,
             sent: 100,
             until: 1_100,
+            until_i: Instant::now() + Duration::from_secs(60),
             end: 8_000,
             bucket: false,
             limit: 10,
@@ -979,12 +989,19 @@ mod tests {
             reset_after: 1_000,
             quota: 0,
         };
-        let d = lease.take(2, 600).unwrap();
+        let i = Instant::now();
+        let d = lease.take(2, 600, i).unwrap();
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), 6);
         assert_eq!(d.time, 7_500, "the time inside the lease's window");
-        assert!(lease.take(2, 700).is_none(), "one unit left");
-        assert!(lease.take(1, 1_100).is_none(), "dead at its end");
+        assert!(lease.take(2, 700, i).is_none(), "one unit left");
+        assert!(lease.take(1, 1_100, i).is_none(), "dead at its end");
+        let mut stale = lease;
+        stale.until_i = i;
+        assert!(
+            stale.take(1, 700, i).is_none(),
+            "dead at its monotonic end, whatever the limiter's clock says"
+        );
         assert_eq!(
             lease.give_back(),
             Some(Op::Settle {
