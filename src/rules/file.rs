@@ -316,6 +316,32 @@ impl PathPattern {
     }
 }
 
+impl PathPattern {
+    /// Whether some request path matches both patterns (exact: each segment pair must admit a
+    /// common value, and the lengths must fit, a `/*` pattern taking any longer path).
+    pub(crate) fn overlaps(&self, other: &Self) -> bool {
+        let common = self
+            .segments
+            .iter()
+            .zip(other.segments.iter())
+            .all(|pair| match pair {
+                (Segment::Literal(a), Segment::Literal(b)) => a == b,
+                (Segment::Literal(l), Segment::Param) | (Segment::Param, Segment::Literal(l)) => {
+                    !l.is_empty()
+                }
+                (Segment::Param, Segment::Param) => true,
+            });
+        let (a, b) = (self.segments.len(), other.segments.len());
+        let lengths = match (self.prefix, other.prefix) {
+            (false, false) => a == b,
+            (false, true) => a > b,
+            (true, false) => b > a,
+            (true, true) => true,
+        };
+        common && lengths
+    }
+}
+
 /// One limit of a rules file, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitSpec {
@@ -346,6 +372,14 @@ impl LimitSpec {
     #[inline]
     pub fn matches(&self, method: &Method, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.contains(method)) && self.path.matches(path)
+    }
+
+    /// Whether some request could match both limits (its method and path).
+    fn overlaps(&self, other: &Self) -> bool {
+        let methods = self.methods.is_empty()
+            || other.methods.is_empty()
+            || self.methods.iter().any(|m| other.methods.contains(m));
+        methods && self.path.overlaps(&other.path)
     }
 }
 
@@ -474,7 +508,7 @@ impl RulesFile {
                 }
                 rule = rule.with_window_offset(offset);
             }
-            limits.push(LimitSpec {
+            let spec = LimitSpec {
                 name,
                 path,
                 methods,
@@ -484,7 +518,30 @@ impl RulesFile {
                 cost: l.cost.unwrap_or(1),
                 shadow,
                 queue,
-            });
+            };
+            if let Some(q) = &l.queue_ms {
+                // A request leaves once, at one departure: under two queues it would take the
+                // later one, and another request could leave with it under the other queue.
+                let other = limits
+                    .iter()
+                    .find(|o| o.queue.is_some() && o.overlaps(&spec));
+                if let Some(o) = other {
+                    return Err(err(
+                        q.span(),
+                        format!(
+                            "queue_ms: limit {:?} (path {:?}) and limit {:?} (path {:?}) have \
+                             queues that can apply to the same request; a request may wait in \
+                             one shaping queue at most (give them paths or methods no request \
+                             matches both of)",
+                            spec.name,
+                            spec.path.as_str(),
+                            o.name,
+                            o.path.as_str()
+                        ),
+                    ));
+                }
+            }
+            limits.push(spec);
         }
         Ok(Self { limits })
     }
