@@ -475,3 +475,20 @@ where
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_interval_in_store_ticks_matches_what_redis_counts() {
+        let quota: crate::Quota = "3/second".parse().unwrap();
+        let (_, emission) = queue_quota(&quota, Duration::from_secs(1)).unwrap();
+        assert_eq!(emission, 333_333_334);
+        // Redis: T = ceil(1_000_000 us / 3) = 333_334 us, so an empty queue's reset is exactly one
+        // slot and its wait zero.
+        assert_eq!(in_ticks(emission, Duration::from_micros(1)), 333_334_000);
+        assert_eq!(in_ticks(emission, Duration::from_nanos(1)), emission);
+        assert_eq!(in_ticks(emission, Duration::ZERO), emission);
+    }
+}

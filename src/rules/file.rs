@@ -801,4 +801,64 @@ mod tests {
         let e = error(&big);
         assert!(e.message().contains("bytes"), "{e}");
     }
+
+    #[test]
+    fn path_patterns_overlap_when_some_path_matches_both() {
+        let overlap = |a: &str, b: &str| {
+            let (a, b) = (PathPattern::parse(a).unwrap(), PathPattern::parse(b).unwrap());
+            assert_eq!(a.overlaps(&b), b.overlaps(&a), "{a:?} {b:?}: symmetric");
+            a.overlaps(&b)
+        };
+        for (a, b) in [
+            ("/a", "/a"),
+            ("/a", "/{x}"),
+            ("/a/b", "/a/*"),
+            ("/a/*", "/*"),
+            ("/a/*", "/{x}/b/*"),
+            ("/a/", "/a/*"),
+            ("/{x}/b", "/a/{y}"),
+        ] {
+            assert!(overlap(a, b), "{a} and {b}");
+        }
+        for (a, b) in [
+            ("/a", "/b"),
+            ("/a", "/a/*"),
+            ("/a/b", "/a"),
+            ("/a/*", "/b/*"),
+            ("/a//b", "/a/{x}/b"),
+            ("/{x}", "/a/b"),
+        ] {
+            assert!(!overlap(a, b), "{a} and {b}");
+        }
+    }
+
+    #[test]
+    fn two_queues_that_can_apply_to_one_request_are_refused_where_the_second_is_written() {
+        let two = |first: &str, second: &str| {
+            format!(
+                "[[limit]]\nname = \"a\"\nstrategy = \"leaky-bucket\"\nquotas = \"2/second\"\n\
+                 {first}\nqueue_ms = 1000\n\n\
+                 [[limit]]\nname = \"b\"\nstrategy = \"leaky-bucket\"\nquotas = \"5/second\"\n\
+                 {second}\nqueue_ms = 1000\n"
+            )
+        };
+        let e = error(&two("path = \"/api/*\"", "path = \"/api/{v}/upload\""));
+        assert_eq!(e.position(), Some((13, 12)), "{e}");
+        assert!(e.message().contains("one shaping queue at most"), "{e}");
+        let e = error(&two(
+            "path = \"/a\"\nmethods = [\"GET\", \"POST\"]",
+            "methods = [\"post\"]",
+        ));
+        assert_eq!(e.position(), Some((14, 12)), "{e}");
+        // Disjoint paths or methods, or one of them not a queue: accepted.
+        for (first, second) in [
+            ("path = \"/a\"", "path = \"/b\""),
+            ("path = \"/a\"", "path = \"/a/*\""),
+            ("methods = [\"GET\"]", "methods = [\"POST\"]"),
+        ] {
+            RulesFile::parse(&two(first, second)).unwrap();
+        }
+        let plain = two("path = \"/a\"", "").replace("queue_ms = 1000\n\n", "\n");
+        RulesFile::parse(&plain).unwrap();
+    }
 }
