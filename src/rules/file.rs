@@ -320,17 +320,16 @@ impl PathPattern {
     /// Whether some request path matches both patterns (exact: each segment pair must admit a
     /// common value, and the lengths must fit, a `/*` pattern taking any longer path).
     pub(crate) fn overlaps(&self, other: &Self) -> bool {
-        let common = self
-            .segments
-            .iter()
-            .zip(other.segments.iter())
-            .all(|pair| match pair {
-                (Segment::Literal(a), Segment::Literal(b)) => a == b,
-                (Segment::Literal(l), Segment::Param) | (Segment::Param, Segment::Literal(l)) => {
-                    !l.is_empty()
-                }
-                (Segment::Param, Segment::Param) => true,
-            });
+        let common =
+            self.segments
+                .iter()
+                .zip(other.segments.iter())
+                .all(|pair| match pair {
+                    (Segment::Literal(a), Segment::Literal(b)) => a == b,
+                    (Segment::Literal(l), Segment::Param)
+                    | (Segment::Param, Segment::Literal(l)) => !l.is_empty(),
+                    (Segment::Param, Segment::Param) => true,
+                });
         let (a, b) = (self.segments.len(), other.segments.len());
         let lengths = match (self.prefix, other.prefix) {
             (false, false) => a == b,
@@ -805,7 +804,10 @@ mod tests {
     #[test]
     fn path_patterns_overlap_when_some_path_matches_both() {
         let overlap = |a: &str, b: &str| {
-            let (a, b) = (PathPattern::parse(a).unwrap(), PathPattern::parse(b).unwrap());
+            let (a, b) = (
+                PathPattern::parse(a).unwrap(),
+                PathPattern::parse(b).unwrap(),
+            );
             assert_eq!(a.overlaps(&b), b.overlaps(&a), "{a:?} {b:?}: symmetric");
             a.overlaps(&b)
         };

@@ -23,7 +23,11 @@
 //! each request gets its departure when it arrives and waits for it (tokio's timer) before it is
 //! forwarded. Queues are checked after every other enforced limit of the request admitted it, and
 //! their slots are never given back (not on a later rejection, not by a [`Settle`] marker): a gap
-//! under-admits, a slot given back would let two waiters leave together.
+//! under-admits, a slot given back would let two waiters leave together. A request waits in one
+//! queue at most: two `queue_ms` limits that one request can match (their methods intersect and
+//! some path matches both patterns, e.g. `/api/*` and `/api/{v}/upload`) are refused at load with
+//! the second one's `line L, column C`. While a request waits, the inner service's readiness is
+//! given back (e.g. a concurrency permit) and asked for again at departure.
 //!
 //! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
 //! limits are checked in the file's order, each reserving its cost; when one rejects, the

@@ -53,7 +53,8 @@ pub trait Store<K>: Send + Sync + 'static {
     }
 
     /// The resolution of the store's clock: its decisions' times and waits are whole ticks (one
-    /// microsecond on Redis). The default is one nanosecond, the limiter's clock unit.
+    /// microsecond on Redis). The default is one nanosecond, the limiter's clock unit; a store
+    /// that wraps another forwards it (a shaping queue derives its waits from it).
     fn tick(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(1)
     }

@@ -44,9 +44,8 @@ async fn a_request_without_a_queue_does_not_wait_behind_a_queued_one_for_the_inn
         "[[limit]]\nname = \"q\"\npath = \"/q\"\nkey = \"global\"\nstrategy = \"leaky-bucket\"\n\
          quotas = \"1/second\"\nqueue_ms = 2000\n",
     );
-    let handler = service_fn(|_: Request<Body>| {
-        ready(Ok::<_, Infallible>(Response::new(Body::default())))
-    });
+    let handler =
+        service_fn(|_: Request<Body>| ready(Ok::<_, Infallible>(Response::new(Body::default()))));
     let svc = rules
         .layer()
         .layer(tower::limit::ConcurrencyLimitLayer::new(1).layer(handler));
@@ -82,9 +81,8 @@ async fn a_reset_after_a_quota_change_is_not_undone_by_the_conversion() {
         )
     };
     let rules = rules(&file("2/hour"));
-    let handler = service_fn(|_: Request<Body>| {
-        ready(Ok::<_, Infallible>(Response::new(Body::default())))
-    });
+    let handler =
+        service_fn(|_: Request<Body>| ready(Ok::<_, Infallible>(Response::new(Body::default()))));
     let svc = rules.layer().layer(handler);
     let status = || async {
         let res = svc.clone().oneshot(request(Method::POST, "/login")).await;
@@ -98,7 +96,11 @@ async fn a_reset_after_a_quota_change_is_not_undone_by_the_conversion() {
     let (parts, ()) = Request::post("/login").body(()).unwrap().into_parts();
     rules.reset("login", &parts).await.unwrap().unwrap();
     for i in 0..3 {
-        assert_eq!(status().await, StatusCode::OK, "request {i} after the reset");
+        assert_eq!(
+            status().await,
+            StatusCode::OK,
+            "request {i} after the reset"
+        );
     }
     assert_eq!(status().await, StatusCode::TOO_MANY_REQUESTS);
 }
