@@ -60,8 +60,10 @@ pub(crate) struct Ctx<K, St, C, R> {
     rule: Option<Arc<Rule>>,
     /// In pacing mode, how long the request has waited for its slot.
     waiter: Waiter,
-    /// In queue mode: the request's departure was reserved and it waits for it (or has left).
-    departed: bool,
+    /// In queue mode, once the request's departure was reserved (it waits for it, or has left):
+    /// the check that reserved it, forwarded with the request when the state cannot be read again
+    /// at departure.
+    reserved: Option<Decision>,
     /// Marks the request as counted when it is forwarded.
     id: CountId,
     /// When the store was asked, for a decision not ready at once (timed in the metrics).
@@ -82,7 +84,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             cost,
             rule,
             waiter: Waiter::default(),
-            departed: false,
+            reserved: None,
             id,
             asked: None,
         }
@@ -124,7 +126,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
     fn queue_wait(&self, d: &Decision) -> Duration {
         match (&self.core.options.pacing, &self.rule) {
             (Some(Pacing::Queue { rule, emission }), Some(mine))
-                if !self.departed && d.is_allowed() && Arc::ptr_eq(rule, mine) =>
+                if self.reserved.is_none() && d.is_allowed() && Arc::ptr_eq(rule, mine) =>
             {
                 let slot = u64::from(self.cost).saturating_mul(*emission);
                 Duration::from_nanos(d.reset_after.saturating_sub(slot))
@@ -476,7 +478,7 @@ where
                         return broken("a state without its request, context or answer");
                     };
                     // A queued request has its slot: at departure only the headers are left.
-                    let check = if ctx.departed {
+                    let check = if ctx.reserved.is_some() {
                         ctx.peek()
                     } else {
                         ctx.check()
@@ -572,6 +574,24 @@ where
     C: Clock,
     R: OnRejected<ResponseBody<ResB>>,
 {
+    if let Some(reserved) = ctx.reserved {
+        // A queued request holds its slot (counted when reserved): the departure's peek only
+        // refreshes the headers, and a failed or refusing one leaves the reservation's.
+        let d = match result {
+            Ok(d) if d.is_allowed() => d,
+            Ok(_) => reserved,
+            Err(e) => {
+                ctx.core.options.count_store_error();
+                tracing::debug!(error = %e, "queue: the state at departure could not be read");
+                reserved
+            }
+        };
+        p.request.extensions_mut().insert(d);
+        return State::Readying {
+            pending: Some(p),
+            decision: Some(d),
+        };
+    }
     let d = match result {
         Ok(d) => d,
         Err(e) => {
@@ -600,7 +620,7 @@ where
         Outcome::Allowed if !ctx.queue_wait(&d).is_zero() => {
             ctx.core.options.count_decided(&d, ctx.cost);
             let wait = ctx.queue_wait(&d);
-            ctx.departed = true;
+            ctx.reserved = Some(d);
             p.unready();
             let guard = WaitGuard::new(&ctx.core.options.waiting).on_cancel(ctx.step_back(&d));
             State::Pacing {
@@ -610,10 +630,7 @@ where
             }
         }
         Outcome::Allowed => {
-            if !ctx.departed {
-                // A queued request was counted when its departure was reserved.
-                ctx.core.options.count_decided(&d, ctx.cost);
-            }
+            ctx.core.options.count_decided(&d, ctx.cost);
             p.request.extensions_mut().insert(d);
             State::Readying {
                 pending: Some(p),

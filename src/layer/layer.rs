@@ -77,6 +77,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
             ))
         })?;
         let queue_rule = Rule::new(crate::Strategy::LeakyBucket, [queued])?;
+        let emission = in_ticks(emission, self.core.options.limiter.store().tick());
         self.core.options.pacing = Some(Pacing::Queue {
             rule: Arc::new(queue_rule),
             emission,
@@ -105,6 +106,14 @@ pub(crate) fn queue_quota(
     let depth = u32::try_from(slots.saturating_add(1)).unwrap_or(u32::MAX);
     let depth = std::num::NonZeroU32::new(depth).unwrap_or(std::num::NonZeroU32::MIN);
     Ok((quota.with_burst(depth), emission))
+}
+
+/// `nanos` rounded up to whole ticks of a store's clock: a queue's interval as the store counts it
+/// (Redis: `T = ceil(period / limit)` in microseconds), so that the wait it derives from a
+/// decision is zero on an empty queue.
+pub(crate) fn in_ticks(nanos: u64, tick: Duration) -> u64 {
+    let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+    nanos.div_ceil(tick).saturating_mul(tick)
 }
 
 /// Applies a [`RateLimiter`] to every request of the services it wraps. See the
@@ -464,5 +473,22 @@ where
             Arc::new(self.core.clone()),
             Arc::new(self.hooks.clone()),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_interval_in_store_ticks_matches_what_redis_counts() {
+        let quota: crate::Quota = "3/second".parse().unwrap();
+        let (_, emission) = queue_quota(&quota, Duration::from_secs(1)).unwrap();
+        assert_eq!(emission, 333_333_334);
+        // Redis: T = ceil(1_000_000 us / 3) = 333_334 us, so an empty queue's reset is exactly one
+        // slot and its wait zero.
+        assert_eq!(in_ticks(emission, Duration::from_micros(1)), 333_334_000);
+        assert_eq!(in_ticks(emission, Duration::from_nanos(1)), emission);
+        assert_eq!(in_ticks(emission, Duration::ZERO), emission);
     }
 }

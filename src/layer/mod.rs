@@ -128,7 +128,7 @@ pub use future::ResponseFuture;
 pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
 pub use layer::RateLimitLayer;
 #[cfg(feature = "rules")]
-pub(crate) use layer::queue_quota;
+pub(crate) use layer::{in_ticks, queue_quota};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,

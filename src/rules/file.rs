@@ -316,6 +316,31 @@ impl PathPattern {
     }
 }
 
+impl PathPattern {
+    /// Whether some request path matches both patterns (exact: each segment pair must admit a
+    /// common value, and the lengths must fit, a `/*` pattern taking any longer path).
+    pub(crate) fn overlaps(&self, other: &Self) -> bool {
+        let common =
+            self.segments
+                .iter()
+                .zip(other.segments.iter())
+                .all(|pair| match pair {
+                    (Segment::Literal(a), Segment::Literal(b)) => a == b,
+                    (Segment::Literal(l), Segment::Param)
+                    | (Segment::Param, Segment::Literal(l)) => !l.is_empty(),
+                    (Segment::Param, Segment::Param) => true,
+                });
+        let (a, b) = (self.segments.len(), other.segments.len());
+        let lengths = match (self.prefix, other.prefix) {
+            (false, false) => a == b,
+            (false, true) => a > b,
+            (true, false) => b > a,
+            (true, true) => true,
+        };
+        common && lengths
+    }
+}
+
 /// One limit of a rules file, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitSpec {
@@ -346,6 +371,14 @@ impl LimitSpec {
     #[inline]
     pub fn matches(&self, method: &Method, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.contains(method)) && self.path.matches(path)
+    }
+
+    /// Whether some request could match both limits (its method and path).
+    fn overlaps(&self, other: &Self) -> bool {
+        let methods = self.methods.is_empty()
+            || other.methods.is_empty()
+            || self.methods.iter().any(|m| other.methods.contains(m));
+        methods && self.path.overlaps(&other.path)
     }
 }
 
@@ -474,7 +507,7 @@ impl RulesFile {
                 }
                 rule = rule.with_window_offset(offset);
             }
-            limits.push(LimitSpec {
+            let spec = LimitSpec {
                 name,
                 path,
                 methods,
@@ -484,7 +517,30 @@ impl RulesFile {
                 cost: l.cost.unwrap_or(1),
                 shadow,
                 queue,
-            });
+            };
+            if let Some(q) = &l.queue_ms {
+                // A request leaves once, at one departure: under two queues it would take the
+                // later one, and another request could leave with it under the other queue.
+                let other = limits
+                    .iter()
+                    .find(|o| o.queue.is_some() && o.overlaps(&spec));
+                if let Some(o) = other {
+                    return Err(err(
+                        q.span(),
+                        format!(
+                            "queue_ms: limit {:?} (path {:?}) and limit {:?} (path {:?}) have \
+                             queues that can apply to the same request; a request may wait in \
+                             one shaping queue at most (give them paths or methods no request \
+                             matches both of)",
+                            spec.name,
+                            spec.path.as_str(),
+                            o.name,
+                            o.path.as_str()
+                        ),
+                    ));
+                }
+            }
+            limits.push(spec);
         }
         Ok(Self { limits })
     }
@@ -743,5 +799,68 @@ mod tests {
         let big = "#".repeat(MAX_RULES_FILE_BYTES + 1);
         let e = error(&big);
         assert!(e.message().contains("bytes"), "{e}");
+    }
+
+    #[test]
+    fn path_patterns_overlap_when_some_path_matches_both() {
+        let overlap = |a: &str, b: &str| {
+            let (a, b) = (
+                PathPattern::parse(a).unwrap(),
+                PathPattern::parse(b).unwrap(),
+            );
+            assert_eq!(a.overlaps(&b), b.overlaps(&a), "{a:?} {b:?}: symmetric");
+            a.overlaps(&b)
+        };
+        for (a, b) in [
+            ("/a", "/a"),
+            ("/a", "/{x}"),
+            ("/a/b", "/a/*"),
+            ("/a/*", "/*"),
+            ("/a/*", "/{x}/b/*"),
+            ("/a/", "/a/*"),
+            ("/{x}/b", "/a/{y}"),
+        ] {
+            assert!(overlap(a, b), "{a} and {b}");
+        }
+        for (a, b) in [
+            ("/a", "/b"),
+            ("/a", "/a/*"),
+            ("/a/b", "/a"),
+            ("/a/*", "/b/*"),
+            ("/a//b", "/a/{x}/b"),
+            ("/{x}", "/a/b"),
+        ] {
+            assert!(!overlap(a, b), "{a} and {b}");
+        }
+    }
+
+    #[test]
+    fn two_queues_that_can_apply_to_one_request_are_refused_where_the_second_is_written() {
+        let two = |first: &str, second: &str| {
+            format!(
+                "[[limit]]\nname = \"a\"\nstrategy = \"leaky-bucket\"\nquotas = \"2/second\"\n\
+                 {first}\nqueue_ms = 1000\n\n\
+                 [[limit]]\nname = \"b\"\nstrategy = \"leaky-bucket\"\nquotas = \"5/second\"\n\
+                 {second}\nqueue_ms = 1000\n"
+            )
+        };
+        let e = error(&two("path = \"/api/*\"", "path = \"/api/{v}/upload\""));
+        assert_eq!(e.position(), Some((13, 12)), "{e}");
+        assert!(e.message().contains("one shaping queue at most"), "{e}");
+        let e = error(&two(
+            "path = \"/a\"\nmethods = [\"GET\", \"POST\"]",
+            "methods = [\"post\"]",
+        ));
+        assert_eq!(e.position(), Some((14, 12)), "{e}");
+        // Disjoint paths or methods, or one of them not a queue: accepted.
+        for (first, second) in [
+            ("path = \"/a\"", "path = \"/b\""),
+            ("path = \"/a\"", "path = \"/a/*\""),
+            ("methods = [\"GET\"]", "methods = [\"POST\"]"),
+        ] {
+            RulesFile::parse(&two(first, second)).unwrap();
+        }
+        let plain = two("path = \"/a\"", "").replace("queue_ms = 1000\n\n", "\n");
+        RulesFile::parse(&plain).unwrap();
     }
 }

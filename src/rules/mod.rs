@@ -23,7 +23,11 @@
 //! each request gets its departure when it arrives and waits for it (tokio's timer) before it is
 //! forwarded. Queues are checked after every other enforced limit of the request admitted it, and
 //! their slots are never given back (not on a later rejection, not by a [`Settle`] marker): a gap
-//! under-admits, a slot given back would let two waiters leave together.
+//! under-admits, a slot given back would let two waiters leave together. A request waits in one
+//! queue at most: two `queue_ms` limits that one request can match (their methods intersect and
+//! some path matches both patterns, e.g. `/api/*` and `/api/{v}/upload`) are refused at load with
+//! the second one's `line L, column C`. While a request waits, the inner service's readiness is
+//! given back (e.g. a concurrency permit) and asked for again at departure.
 //!
 //! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
 //! limits are checked in the file's order, each reserving its cost; when one rejects, the
@@ -382,13 +386,23 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     }
 
     /// Forgets the state of `request`'s key under the limit named `limit` (e.g. a successful login
-    /// clears the failures counted for its IP and username). `None` as for [`Rules::peek`].
+    /// clears the failures counted for its IP and username), and its state under the limit's rule
+    /// before a reload that changed its quotas, which the next request would otherwise convert
+    /// back. `None` as for [`Rules::peek`].
     pub async fn reset(
         &self,
         limit: &str,
         request: &Parts,
     ) -> Option<Result<Decision, StoreError>> {
-        self.apply_to(limit, request, Op::Reset).await
+        let current = self.shared.current.load_full();
+        let limit = current.limits.iter().find(|l| l.spec.name == limit)?;
+        let key = limit.key_or_global(request, &self.shared.options).ok()?;
+        if let Some(p) = limit.previous_live() {
+            if let Err(e) = limit.limiter.apply(&key, Some(&p.rule), Op::Reset).await {
+                return Some(Err(e));
+            }
+        }
+        Some(limit.apply(&key, Op::Reset).await)
     }
 
     async fn apply_to(
@@ -728,6 +742,13 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
         }
     }
 
+    /// The rule before a quota change, while a key may still hold state under it.
+    fn previous_live(&self) -> Option<&Previous> {
+        self.previous
+            .as_ref()
+            .filter(|p| self.limiter.clock().now() < p.until)
+    }
+
     /// Converts `key`'s state under the rule before a quota change to the current rule, once:
     /// the units spent in the old rule's reported quota are charged to the new rule (at most its
     /// smallest limit, so a counter is never stuck above a limit) if the new rule has a quota of
@@ -735,10 +756,9 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
     /// are rounded toward the stricter state: the spent count is `limit - remaining` of the old
     /// state now. Nothing happens once the old rule's horizon has passed since the change.
     async fn convert(&self, key: &Vec<u8>) {
-        let Some(p) = &self.previous else { return };
-        if self.limiter.clock().now() >= p.until {
+        let Some(p) = self.previous_live() else {
             return;
-        }
+        };
         let Ok(old) = self.limiter.apply(key, Some(&p.rule), Op::Peek).await else {
             return;
         };
@@ -784,6 +804,7 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
             .period_nanos()
             .div_ceil(u64::from(quota.limit()))
             .max(1);
+        let emission = crate::layer::in_ticks(emission, self.limiter.store().tick());
         let slot = u64::from(self.spec.cost).saturating_mul(emission);
         Duration::from_nanos(d.reset_after.saturating_sub(slot))
     }
@@ -934,7 +955,12 @@ where
                     wait,
                 } => {
                     if !wait.is_zero() {
+                        // Give back what the ready service holds (e.g. a concurrency permit)
+                        // while the request waits for its departure; poll a clone ready after.
+                        let fresh = inner.clone();
+                        drop(std::mem::replace(&mut inner, fresh));
                         depart(&compiled, &mut allowed, wait).await;
+                        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     }
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
                     settle(&compiled, &mut allowed, res.extensions_mut()).await;
@@ -956,7 +982,7 @@ where
 enum Verdict<B> {
     /// Answer with this (429, 400, 503).
     Answer(Response<B>),
-    /// Forward after `wait` (the latest departure of the request's shaping queues); the enforced
+    /// Forward after `wait` (the departure its shaping queue reserved, at most one); the enforced
     /// decisions (by limit index) and the shadow decision to report.
     Forward {
         allowed: Vec<Held>,

@@ -52,6 +52,13 @@ pub trait Store<K>: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The resolution of the store's clock: its decisions' times and waits are whole ticks (one
+    /// microsecond on Redis). The default is one nanosecond, the limiter's clock unit; a store
+    /// that wraps another forwards it (a shaping queue derives its waits from it).
+    fn tick(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(1)
+    }
+
     /// The names of the limiters built on this store: a second limiter of a name already taken is
     /// a [`ConfigError::DuplicateName`].
     fn names(&self) -> &LimiterNames;

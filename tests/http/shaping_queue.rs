@@ -14,8 +14,10 @@ use http_body_util::Full;
 use tokio::time::Instant;
 use tollgate::key::GlobalKey;
 use tollgate::layer::RateLimitLayer;
-use tollgate::store::MemoryStore;
-use tollgate::{ConfigError, RateLimiter, Strategy, TokioClock};
+use tollgate::store::{Answer, LimiterNames, MemoryStore, Scope, Store};
+use tollgate::{
+    ConfigError, Op, RateLimiter, Stats, StoreError, StoreErrorKind, Strategy, TokioClock,
+};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 type Body = Full<Bytes>;
@@ -183,4 +185,63 @@ fn a_queue_needs_one_leaky_bucket_quota_and_a_wait_of_at_least_one_interval() {
         .queue(Duration::from_millis(99))
         .unwrap_err();
     assert!(e.to_string().contains("shorter than one interval"), "{e}");
+}
+
+/// A memory store whose peeks fail (a store that breaks while a request waits for its departure).
+#[derive(Debug, Default)]
+struct PeekFails(MemoryStore<()>);
+
+impl Store<()> for PeekFails {
+    type Future = <MemoryStore<()> as Store<()>>::Future;
+
+    fn apply(&self, key: &(), scope: Scope<'_>, op: Op, now: u64) -> Answer<Self::Future> {
+        if op == Op::Peek {
+            return Answer::now(Err(StoreError::new(StoreErrorKind::Connection, "down")));
+        }
+        self.0.apply(key, scope, op, now)
+    }
+
+    fn names(&self) -> &LimiterNames {
+        Store::<()>::names(&self.0)
+    }
+
+    fn stats(&self) -> Stats {
+        Store::<()>::stats(&self.0)
+    }
+}
+
+/// Regression: a queued request whose departure peek failed was answered 503 under fail-closed,
+/// though it held its slot (which was then wasted).
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_leaves_with_its_reservation_when_the_departure_peek_fails() {
+    let lim: RateLimiter<(), PeekFails, TokioClock> = RateLimiter::builder()
+        .strategy(Strategy::LeakyBucket)
+        .quotas("10/second")
+        .unwrap()
+        .store(PeekFails::default())
+        .clock(TokioClock::new())
+        .build()
+        .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::new(lim, GlobalKey)
+        .fail_closed()
+        .queue(Duration::from_secs(1))
+        .unwrap();
+    let svc = layer.clone().layer(recorder(Arc::clone(&log)));
+    let start = Instant::now();
+    let first = tokio::spawn(svc.clone().oneshot(get(0)));
+    let second = tokio::spawn(svc.clone().oneshot(get(1)));
+    let first = first.await.unwrap().unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::OK, "it held its slot");
+    // The reservation's decision: one place taken behind the first's.
+    assert_eq!(second.headers()["x-ratelimit-limit"], "11");
+    assert_eq!(second.headers()["x-ratelimit-remaining"], "9");
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        vec![(0, start), (1, start + Duration::from_millis(100))]
+    );
+    assert_eq!(layer.waiting(), 0);
 }

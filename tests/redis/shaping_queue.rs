@@ -174,3 +174,88 @@ async fn only_the_last_reservation_steps_back_in_the_script_as_in_memory() {
     let m = memory.apply_now(&(), None, step_back(&in_memory[2]));
     assert_eq!(m.remaining(), 3);
 }
+
+/// A Redis store that counts the peeks it is asked for.
+struct CountingPeeks {
+    redis: RedisStore,
+    peeks: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl tollgate::store::Store<()> for CountingPeeks {
+    type Future = <RedisStore as tollgate::store::Store<()>>::Future;
+
+    fn apply(
+        &self,
+        key: &(),
+        scope: tollgate::store::Scope<'_>,
+        op: tollgate::Op,
+        now: u64,
+    ) -> tollgate::store::Answer<Self::Future> {
+        if op == tollgate::Op::Peek {
+            self.peeks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.redis.apply(key, scope, op, now)
+    }
+
+    fn validate(&self, rule: &tollgate::Rule) -> Result<(), tollgate::ConfigError> {
+        tollgate::store::Store::<()>::validate(&self.redis, rule)
+    }
+
+    fn tick(&self) -> Duration {
+        tollgate::store::Store::<()>::tick(&self.redis)
+    }
+
+    fn names(&self) -> &tollgate::store::LimiterNames {
+        tollgate::store::Store::<()>::names(&self.redis)
+    }
+
+    fn stats(&self) -> tollgate::Stats {
+        tollgate::store::Store::<()>::stats(&self.redis)
+    }
+}
+
+/// Regression: the layer's interval (`ceil(period / limit)` in nanoseconds) was below Redis's
+/// (whole microseconds), so that even a request on an empty queue was paced for the difference
+/// and read the state again at departure.
+#[tokio::test]
+async fn a_request_on_an_empty_redis_queue_leaves_at_once_without_a_second_round_trip() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = RedisStore::builder(server.url())
+        .prefix("emptyqueue:")
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let peeks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let store = CountingPeeks {
+        redis,
+        peeks: Arc::clone(&peeks),
+    };
+    let limiter: RateLimiter<(), CountingPeeks> = RateLimiter::builder()
+        .strategy(Strategy::LeakyBucket)
+        .quotas("3/second")
+        .unwrap()
+        .store(store)
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(limiter, GlobalKey)
+        .queue(Duration::from_secs(1))
+        .unwrap();
+    let handler =
+        service_fn(|_: Request<Body>| ready(Ok::<_, Infallible>(Response::new(Body::default()))));
+    let svc = layer.clone().layer(handler);
+    let res = svc
+        .oneshot(Request::get("/").body(Body::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    assert_eq!(
+        peeks.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "not paced: no peek at a departure"
+    );
+    assert_eq!(layer.waiting(), 0);
+}

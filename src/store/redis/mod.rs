@@ -1252,6 +1252,10 @@ impl<K: StoreKey> Store<K> for RedisStore {
         self.validate_leasing(rule)
     }
 
+    fn tick(&self) -> Duration {
+        Duration::from_nanos(TICK_NANOS)
+    }
+
     fn names(&self) -> &LimiterNames {
         &self.inner.names
     }
