@@ -9,80 +9,19 @@
 //! without a restart of the store. `TOLLGATE_SCALE` multiplies the flood's tasks.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::redis_cluster::slot_of;
+use crate::redis_faults_flood::spawn_flood;
 use crate::redis_support::RedisCluster;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Scope, Store};
-use tollgate::{Op, Rule, StoreErrorKind, Strategy};
+use tollgate::{Op, Rule, Strategy};
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 const SLACK: Duration = Duration::from_secs(1);
 const LIMIT: u64 = 200;
-
-#[derive(Default)]
-struct Flood {
-    hot_admitted: AtomicU64,
-    calls: AtomicU64,
-    errors: AtomicU64,
-    slowest_us: AtomicU64,
-    bad_error: AtomicBool,
-}
-
-fn spawn_flood(
-    store: &RedisStore,
-    rule: &Rule,
-    stop: &Arc<AtomicBool>,
-    tasks: usize,
-) -> (Arc<Flood>, Vec<tokio::task::JoinHandle<()>>) {
-    let flood = Arc::new(Flood::default());
-    let handles = (0..tasks)
-        .map(|t| {
-            let (store, rule, stop, flood) = (
-                store.clone(),
-                rule.clone(),
-                Arc::clone(stop),
-                Arc::clone(&flood),
-            );
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    // Every other call on the hot key, the rest on fresh keys (every slot).
-                    let hot = n % 2 == 0;
-                    let key = if hot {
-                        "hot".to_string()
-                    } else {
-                        format!("fresh-{t}-{n}")
-                    };
-                    let start = Instant::now();
-                    let r = store
-                        .apply(&key, Scope::new("default", &rule), Op::Check(1), 0)
-                        .await;
-                    let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    flood.slowest_us.fetch_max(us, Ordering::Relaxed);
-                    flood.calls.fetch_add(1, Ordering::Relaxed);
-                    match r {
-                        Ok(d) if hot && d.is_allowed() => {
-                            flood.hot_admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            flood.errors.fetch_add(1, Ordering::Relaxed);
-                            if e.kind() == StoreErrorKind::Other {
-                                flood.bad_error.store(true, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    n += 1;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            })
-        })
-        .collect();
-    (flood, handles)
-}
 
 /// Waits (polling `redis-cli` off the runtime's workers) until `what` holds, within `within`.
 async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) -> Duration {
@@ -150,7 +89,8 @@ fn a_cluster_failover_under_a_flood_stays_bounded_and_recovers() {
         let master = cluster.node_of_slot(cluster.keyslot(&hot_name));
         let replica = cluster.replica_of(master);
         let stop = Arc::new(AtomicBool::new(false));
-        let (flood, tasks) = spawn_flood(&store, &rule, &stop, 48 * scale);
+        // Every other call on the hot key, the rest on fresh keys (every slot).
+        let (flood, tasks) = spawn_flood(&store, &rule, &stop, 48 * scale, (1, 2));
         until(
             "the hot key reaches its limit",
             Duration::from_secs(10),

@@ -18,21 +18,26 @@ const TIMEOUT: Duration = Duration::from_millis(50);
 const SLACK: Duration = Duration::from_secs(1);
 const LIMIT: u64 = 400;
 
+/// What a flood of checks saw (shared with the Cluster failover test).
 #[derive(Default)]
-struct Flood {
-    hot_admitted: AtomicU64,
-    calls: AtomicU64,
-    errors: AtomicU64,
-    slowest_us: AtomicU64,
-    bad_error: AtomicBool,
+pub(crate) struct Flood {
+    pub(crate) hot_admitted: AtomicU64,
+    pub(crate) calls: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) slowest_us: AtomicU64,
+    pub(crate) bad_error: AtomicBool,
 }
 
-fn spawn_flood(
+/// `tasks` tasks checking until `stop`, one call a millisecond each: `hot` of every `of` calls on
+/// the key "hot", the others on fresh keys of their own.
+pub(crate) fn spawn_flood(
     store: &RedisStore,
     rule: &Rule,
     stop: &Arc<AtomicBool>,
     tasks: usize,
+    (hot, of): (u64, u64),
 ) -> (Arc<Flood>, Vec<tokio::task::JoinHandle<()>>) {
+    let share = (hot, of);
     let flood = Arc::new(Flood::default());
     let handles = (0..tasks)
         .map(|t| {
@@ -45,8 +50,7 @@ fn spawn_flood(
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    // Three in four calls on the hot key, the rest on keys of their own.
-                    let hot = n % 4 != 3;
+                    let hot = n % share.1 < share.0;
                     let key = if hot {
                         "hot".to_string()
                     } else {
@@ -125,7 +129,7 @@ fn every_fault_under_a_flood_stays_bounded_and_recovers() {
         let store = RedisStore::connect(&server.url()).await.unwrap();
         let rule = Rule::parse(Strategy::SlidingWindow, &format!("{LIMIT}/hour")).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let (flood, tasks) = spawn_flood(&store, &rule, &stop, 100 * scale);
+        let (flood, tasks) = spawn_flood(&store, &rule, &stop, 100 * scale, (3, 4));
         let settle = Duration::from_millis(300);
         tokio::time::sleep(settle).await;
 
