@@ -30,33 +30,64 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 struct Owned(usize);
 
 impl Owned {
-    fn acquire() -> Self {
+    fn acquire() -> usize {
         if let Some(i) = FREE.lock().pop() {
-            return Self(i);
+            return i;
         }
         let next = NEXT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             (n < OWNED).then_some(n + 1)
         });
-        Self(next.unwrap_or(SHARED))
+        next.unwrap_or(SHARED)
     }
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        // Bumps after this (from other thread-local destructors) go to the shared stripe.
+        STRIPE.set(SHARED);
         if self.0 < OWNED {
             FREE.lock().push(self.0);
         }
     }
 }
 
+/// Not chosen yet.
+const UNSET: usize = usize::MAX;
+
 thread_local! {
-    static STRIPE: Owned = Owned::acquire();
+    /// The thread's stripe: a plain word with no destructor, so that a bump reads it with one load
+    /// (no lazy-initialisation or destructor-state check on the hot path).
+    static STRIPE: std::cell::Cell<usize> = const { std::cell::Cell::new(UNSET) };
+    /// Gives the stripe back when the thread ends (touched once per thread, when it is chosen).
+    static OWNER: std::cell::Cell<Option<Owned>> = const { std::cell::Cell::new(None) };
+}
+
+/// The calling thread's stripe, chosen on its first bump.
+#[cold]
+fn choose_stripe() -> usize {
+    let i = Owned::acquire();
+    // A thread whose locals are being torn down keeps no stripe: it uses the shared one.
+    match OWNER.try_with(|o| o.set(Some(Owned(i)))) {
+        Ok(()) => {
+            STRIPE.set(i);
+            i
+        }
+        Err(_) => {
+            if i < OWNED {
+                FREE.lock().push(i);
+            }
+            SHARED
+        }
+    }
 }
 
 impl Counter {
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        let i = STRIPE.try_with(|o| o.0).unwrap_or(SHARED);
+        let mut i = STRIPE.get();
+        if i == UNSET {
+            i = choose_stripe();
+        }
         match self.stripes.get(i) {
             // Only this thread writes stripe `i`: a load and a store cannot lose an update.
             Some(s) if i < OWNED => s.0.store(

@@ -31,21 +31,22 @@ impl Gcra {
         // Time never runs backwards for a key: before TAT - tau nothing about the state changes.
         let t = now.max(self.tat.saturating_sub(tau));
         let ahead = self.tat.saturating_sub(t);
-        let remaining_now = (tau - ahead.min(tau)) / p.emission;
+        // Computed where it is reported only: the admitted path divides once.
+        let remaining_now = move || ((tau - ahead.min(tau)) / p.emission).min(p.burst);
         if cost > p.burst {
-            return Verdict::exceeds(p.burst, remaining_now.min(p.burst), ahead);
+            return Verdict::exceeds(p.burst, remaining_now(), ahead);
         }
         let after = ahead.saturating_add(cost.saturating_mul(p.emission));
         if t.checked_add(after).is_none() {
             // The new TAT would pass the end of u64 time (year 2554): saturating it would let the
             // bucket refill for free. Never admit; report the bucket's depth as the wait.
-            return Verdict::rejected(p.burst, remaining_now.min(p.burst), ahead, tau);
+            return Verdict::rejected(p.burst, remaining_now(), ahead, tau);
         }
         if after <= tau {
             let remaining = ((tau - after) / p.emission).min(p.burst);
             return Verdict::allowed(p.burst, remaining, after);
         }
-        Verdict::rejected(p.burst, remaining_now.min(p.burst), ahead, after - tau)
+        Verdict::rejected(p.burst, remaining_now(), ahead, after - tau)
     }
 
     /// Moves TAT after a successful [`check`](Self::check) at the same `now`.

@@ -41,8 +41,9 @@ struct Slot {
 #[derive(Debug)]
 pub(super) struct BlockedCache {
     slots: Box<[Slot]>,
-    /// One bit per slot: set when it may hold a live rejection.
-    live: Box<[AtomicU64]>,
+    /// One bit per slot: set when it may hold a live rejection (in the struct: no pointer to
+    /// follow, no bounds to check).
+    live: [AtomicU64; SLOTS / 64],
     /// Whether any bit of `live` may be set (a refund on every request then clears nothing).
     any_live: AtomicBool,
     generation: AtomicU64,
@@ -58,7 +59,7 @@ impl Default for BlockedCache {
     fn default() -> Self {
         Self {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
-            live: (0..SLOTS / 64).map(|_| AtomicU64::new(0)).collect(),
+            live: std::array::from_fn(|_| AtomicU64::new(0)),
             any_live: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         }
