@@ -11,7 +11,7 @@ use crate::error::{ConfigError, StoreError};
 use crate::quota::{Quota, parse_quotas};
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
-use crate::store::{Answer, MemoryStore, MemoryStoreBuilder, NameClaim, Scope, Store};
+use crate::store::{Answer, MemoryStore, MemoryStoreBuilder, NameClaim, Scope, Store, TableHint};
 use crate::strategy::{Op, Strategy};
 use crate::wait::{Next, Waiter};
 
@@ -57,6 +57,8 @@ struct Inner<S, C> {
     store: S,
     clock: C,
     fail_open: Counter,
+    /// The memory store's packed table for `rule` (see [`MemoryStore`]'s `check_now`).
+    hint: TableHint,
 }
 
 impl<K, S, C> Clone for RateLimiter<K, S, C> {
@@ -112,6 +114,7 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
                 store,
                 clock,
                 fail_open: Counter::default(),
+                hint: TableHint::default(),
             }),
             _key: PhantomData,
         }
@@ -276,13 +279,21 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
     /// [`apply`](Self::apply), synchronously.
     #[inline]
     pub fn apply_now(&self, key: &K, rule: Option<&Rule>, op: Op) -> Decision {
-        let (rule, tag) = match rule {
-            None => (&self.inner.rule, self.inner.tag),
-            Some(r) => (r, Scope::hashed(self.name(), self.inner.name_hash, r).tag()),
-        };
-        self.inner
-            .store
-            .decide_in(key, rule, tag, op, self.inner.clock.now())
+        let inner = &*self.inner;
+        match rule {
+            None => inner.store.decide_hinted(
+                &inner.hint,
+                key,
+                &inner.rule,
+                inner.tag,
+                op,
+                inner.clock.now(),
+            ),
+            Some(r) => {
+                let tag = Scope::hashed(self.name(), inner.name_hash, r).tag();
+                inner.store.decide_in(key, r, tag, op, inner.clock.now())
+            }
+        }
     }
 }
 

@@ -76,9 +76,14 @@ impl BlockedCache {
     }
 
     /// The rejection of a request of cost 1 at `now` if the key is known to be blocked, with
-    /// `limit` as the reported limit; otherwise a miss to insert with.
+    /// `limit()` as the reported limit (asked on a hit only); otherwise a miss to insert with.
     #[inline]
-    pub(super) fn lookup(&self, fingerprint: u64, now: u64, limit: u64) -> Result<Verdict, Miss> {
+    pub(super) fn lookup(
+        &self,
+        fingerprint: u64,
+        now: u64,
+        limit: impl FnOnce() -> u64,
+    ) -> Result<Verdict, Miss> {
         // Read the generation before the state is read (by the caller, after a miss): a refund
         // that lands after this read bumps it, so an insert from this miss is never a hit.
         let generation = self.generation.load(Ordering::Acquire);
@@ -103,7 +108,7 @@ impl BlockedCache {
             return miss;
         }
         Ok(Verdict::rejected(
-            limit,
+            limit(),
             0,
             reset_at.saturating_sub(now),
             retry_at - now,
@@ -172,17 +177,17 @@ mod tests {
         let cache = BlockedCache::default();
         let v = Verdict::rejected(5, 0, 10, 10);
         let key = 0xabcd_0000_0000_0001;
-        let miss = cache.lookup(key, 100, 5).unwrap_err();
+        let miss = cache.lookup(key, 100, || 5).unwrap_err();
         cache.insert(key, miss, 100, &v);
-        assert_eq!(cache.lookup(key, 105, 5).unwrap().retry_after, 5);
+        assert_eq!(cache.lookup(key, 105, || 5).unwrap().retry_after, 5);
         // A key whose slot bit is clear misses without reading its slot.
-        assert!(cache.lookup(0x1234_0000_0000_0001, 105, 5).is_err());
+        assert!(cache.lookup(0x1234_0000_0000_0001, 105, || 5).is_err());
         cache.invalidate();
         assert!(cache.live.iter().all(|w| w.load(Ordering::Relaxed) == 0));
-        let miss = cache.lookup(key, 105, 5).unwrap_err();
+        let miss = cache.lookup(key, 105, || 5).unwrap_err();
         cache.insert(key, miss, 105, &v);
-        assert_eq!(cache.lookup(key, 106, 5).unwrap().retry_after, 9);
+        assert_eq!(cache.lookup(key, 106, || 5).unwrap().retry_after, 9);
         // Over at its retry time.
-        assert!(cache.lookup(key, 115, 5).is_err());
+        assert!(cache.lookup(key, 115, || 5).is_err());
     }
 }

@@ -17,7 +17,7 @@ mod table;
 use std::future::Ready;
 use std::hash::{BuildHasher, Hash};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::mapref::one::RefMut;
 use foldhash::fast::RandomState;
@@ -51,6 +51,15 @@ const ENTRIES_PER_EVICTION: usize = 4096;
 pub const DEFAULT_MAX_KEYS: usize = 8_000_000;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Which packed table of its store a limiter's own rule uses: 0 before the first call, `t + 1` for
+/// table `t`, [`TableHint::GENERAL`] for none (general entries).
+#[derive(Debug, Default)]
+pub(crate) struct TableHint(AtomicU8);
+
+impl TableHint {
+    const GENERAL: u8 = u8::MAX;
+}
 
 /// An in-process store on [`DashMap`](dashmap::DashMap), the default.
 ///
@@ -220,14 +229,72 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     /// fails.
     #[inline]
     pub(crate) fn decide_in(&self, key: &K, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
+        let table = if now < NOW_LIMIT {
+            self.packed_table(rule, tag)
+        } else {
+            None
+        };
+        self.decide_on(table, key, rule, tag, op, now)
+    }
+
+    /// [`decide_in`](Self::decide_in) for a limiter's own rule, whose packed table (or none) is
+    /// remembered in `hint` after the first call: later calls skip matching the rule to a table.
+    /// A table once claimed keeps its rule for the store's life, and a rule without one never
+    /// gets one, so the hint never goes stale.
+    #[inline]
+    pub(crate) fn decide_hinted(
+        &self,
+        hint: &TableHint,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+    ) -> Decision {
+        if now >= NOW_LIMIT {
+            return self.decide_on(None, key, rule, tag, op, now);
+        }
+        let t = hint.0.load(Ordering::Relaxed);
+        let slot = usize::from(t).wrapping_sub(1);
+        let table = match self.packed.get(slot).and_then(OnceLock::get) {
+            Some(table) => Some((slot, table)),
+            None if t == TableHint::GENERAL => None,
+            None => self.learn(hint, rule, tag),
+        };
+        self.decide_on(table, key, rule, tag, op, now)
+    }
+
+    /// Finds the packed table of `rule` (or none) and remembers it in `hint`.
+    #[cold]
+    fn learn(
+        &self,
+        hint: &TableHint,
+        rule: &Rule,
+        tag: u64,
+    ) -> Option<(usize, &Table<K, AtomicU64>)> {
+        let found = self.packed_table(rule, tag);
+        let t = found.map_or(TableHint::GENERAL, |(t, _)| (t + 1) as u8);
+        hint.0.store(t, Ordering::Relaxed);
+        found
+    }
+
+    /// Decides on the packed table `table` (claimed for `rule` and `tag`), or on general entries.
+    #[inline(always)]
+    fn decide_on(
+        &self,
+        table: Option<(usize, &Table<K, AtomicU64>)>,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+    ) -> Decision {
         self.tick(now);
         let hash = self.route.hash_one(key);
-        if now < NOW_LIMIT {
-            if let Some((t, table)) = self.packed_table(rule, tag) {
-                // The key's fingerprint in the blocked cache: its hash, told apart per table.
-                let fingerprint = hash ^ ((t as u64) << 58);
-                return self.decide_packed(table, hash, fingerprint, key, rule, tag, op, now);
-            }
+        if let Some((t, table)) = table {
+            // The key's fingerprint in the blocked cache: its hash, told apart per table.
+            let fingerprint = hash ^ ((t as u64) << 58);
+            return self.decide_packed(table, hash, fingerprint, key, rule, tag, op, now);
         }
         self.decide_general(hash, key, rule, tag, op, now)
     }
@@ -285,7 +352,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let miss = match op {
             Op::Check(1) => match self
                 .blocked
-                .lookup(fingerprint, now, packed.reported_limit())
+                .lookup(fingerprint, now, || packed.reported_limit())
             {
                 Ok(v) => return self.finish(0, v, now, op),
                 Err(miss) => Some(miss),
