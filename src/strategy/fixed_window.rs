@@ -29,7 +29,7 @@ impl FixedWindow {
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) -> Verdict {
         let t = now.max(self.start);
         if aligned {
-            let window_start = p.window_start(t);
+            let window_start = p.window_start_from(now, self.start);
             if window_start != self.start {
                 self.start = window_start;
                 self.count = 0;

@@ -158,6 +158,18 @@ impl Params {
         }
     }
 
+    /// The start of the clock-aligned window that holds `max(now, floor)`, computed from `now`
+    /// itself when it is the larger (the usual case): a caller that divides `now` by the window too
+    /// (a packed state's ring) then shares the division.
+    #[inline]
+    pub(crate) fn window_start_from(&self, now: u64, floor: u64) -> u64 {
+        if now >= floor {
+            self.window_start(now)
+        } else {
+            self.window_start(floor)
+        }
+    }
+
     /// The start of the clock-aligned window that holds `t`.
     #[inline]
     pub(crate) fn window_start(&self, t: u64) -> u64 {

@@ -15,6 +15,7 @@ pub(crate) struct SlidingWindow {
 }
 
 /// `floor(count * (w - e) / w)`: the previous bucket's share at `e` into the current bucket.
+#[inline]
 fn share(count: u64, w: u64, e: u64) -> u64 {
     let left = w - e.min(w);
     // In 64 bits when the product fits (any real quota): a 128-bit division is a library call.
@@ -25,6 +26,7 @@ fn share(count: u64, w: u64, e: u64) -> u64 {
 }
 
 /// The earliest offset `e` in a bucket at which `share(count, w, e) <= room`.
+#[inline]
 fn earliest_offset(count: u64, w: u64, room: u64) -> u64 {
     if count == 0 {
         return 0;
@@ -56,7 +58,7 @@ impl SlidingWindow {
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
         let t = now.max(self.bucket);
         let w = p.window;
-        let start = p.window_start(t);
+        let start = p.window_start_from(now, self.bucket);
         if start != self.bucket {
             self.prev = if start == self.bucket.saturating_add(w) {
                 self.cur
@@ -92,6 +94,7 @@ impl SlidingWindow {
     }
 
     /// Time until the weighted count reaches 0 if no more requests come.
+    #[inline]
     fn reset(w: u64, e: u64, cur: u64, prev: u64) -> u64 {
         if cur > 0 {
             (w - e) + earliest_offset(cur, w, 0)
