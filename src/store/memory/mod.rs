@@ -1045,6 +1045,29 @@ mod tests {
     }
 
     #[test]
+    fn a_hinted_call_decides_as_an_unhinted_one_on_packed_and_general_tables() {
+        // Five packable rules on one store: four get packed tables, the fifth general entries.
+        // Each rule's hint is learnt on its first call and answers like the matching search.
+        let rules: Vec<Rule> = (1..=5)
+            .map(|n| Rule::parse(Strategy::FixedWindow, &format!("{n}/s")).unwrap())
+            .collect();
+        let hinted = MemoryStore::<u64>::new();
+        let plain = MemoryStore::<u64>::new();
+        let hints: Vec<TableHint> = rules.iter().map(|_| TableHint::default()).collect();
+        for step in 0..40u64 {
+            for (rule, hint) in rules.iter().zip(&hints) {
+                let now = 100 * S + step * (S / 8);
+                let key = step % 3;
+                let a = hinted.decide_hinted(hint, &key, rule, rule.tag(), Op::Check(1), now);
+                let b = plain.decide(&key, rule, Op::Check(1), now);
+                assert_eq!(a, b, "{rule:?} step {step}");
+            }
+        }
+        let learnt: Vec<u8> = hints.iter().map(|h| h.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(learnt, [1, 2, 3, 4, TableHint::GENERAL]);
+    }
+
+    #[test]
     fn peeking_an_unknown_key_holds_nothing() {
         let store = MemoryStore::<u64>::new();
         let rule = Rule::parse(Strategy::TokenBucket, "10/s").unwrap();
