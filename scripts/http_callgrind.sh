@@ -5,6 +5,8 @@
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
+#   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the longer run
+#                                                # (KEEP/WORKLOAD-VARIANT.out, for callgrind_annotate)
 # Needs valgrind and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +20,12 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 count() { # variant workload requests -> instructions collected over the server's whole life
-  local variant=$1 workload=$2 n=$3
+  local variant=$1 workload=$2 n=$3 file=/dev/null
+  if [ -n "${KEEP:-}" ] && [ "$n" -gt "$WARM" ]; then
+    mkdir -p "$KEEP"; file=$KEEP/$workload-${variant//:/-}.out
+  fi
   : >"$out/addr"
-  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$file" \
     "$BIN" "$variant" "$workload" 127.0.0.1:0 >"$out/addr" 2>"$out/vg" &
   local pid=$!
   for _ in $(seq 1200); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done

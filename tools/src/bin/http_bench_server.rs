@@ -7,8 +7,10 @@
 //! ```text
 //! cargo run --release -p tollgate-tools --bin http_bench_server -- VARIANT WORKLOAD [ADDR]
 //!   VARIANT  none | identity | static429 | tower-governor | tower-governor-headers | tollgate:STRATEGY (e.g. tollgate:sliding-window)
-//!            | rules:STRATEGY (the same limit from a rules file) | code2:STRATEGY (per-IP and global
-//!            limits as two stacked layers) | rules2:STRATEGY (the same two limits from a rules file)
+//!            | metrics:STRATEGY (tollgate:STRATEGY with a metrics recorder installed: Prometheus's,
+//!            not served) | rules:STRATEGY (the same limit from a rules file) | code2:STRATEGY (per-IP
+//!            and global limits as two stacked layers) | rules2:STRATEGY (the same two limits from a
+//!            rules file)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```
 //!
@@ -115,9 +117,18 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 .layer(RateLimitLayer::new(per_ip, PeerIp::default()))
         }
         v => {
-            let name = v
-                .strip_prefix("tollgate:")
-                .ok_or_else(|| format!("unknown variant {v}"))?;
+            let name = match v.strip_prefix("metrics:") {
+                Some(name) => {
+                    // Installed before the layer is built: it resolves its metric handles then.
+                    metrics_exporter_prometheus::PrometheusBuilder::new()
+                        .install_recorder()
+                        .map_err(|e| format!("metrics recorder: {e}"))?;
+                    name
+                }
+                None => v
+                    .strip_prefix("tollgate:")
+                    .ok_or_else(|| format!("unknown variant {v}"))?,
+            };
             let strategy: Strategy = name.parse().map_err(|e| format!("{e}"))?;
             let quota = if reject { "1/day" } else { "1000000000/s" };
             let limiter = RateLimiter::builder()
