@@ -14,8 +14,10 @@ N=${N:-3000}
 WARM=${WARM:-500}
 ALLOW=${ALLOW-"none tollgate:token-bucket tollgate:sliding-window"}
 REJECT=${REJECT-"static429 tollgate:token-bucket tollgate:sliding-window"}
-cargo build --release -q -p tollgate-tools --bin http_bench_server
-BIN=${CARGO_TARGET_DIR:-target}/release/http_bench_server
+if [ -z "${BIN:-}" ]; then # BIN=path: measure that build of the server instead (before/after)
+  cargo build --release -q -p tollgate-tools --bin http_bench_server
+  BIN=${CARGO_TARGET_DIR:-target}/release/http_bench_server
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
