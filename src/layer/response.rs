@@ -178,11 +178,10 @@ fn render(n: u64) -> HeaderValue {
 }
 
 thread_local! {
-    static RECENT: std::cell::RefCell<Recent> = const {
-        std::cell::RefCell::new(Recent {
-            slots: [const { (0, 0, None) }; Recent::SLOTS],
-        })
-    };
+    static RECENT: std::cell::RefCell<Recent> = std::cell::RefCell::new(Recent {
+        slots: [const { (0, 0, None) }; Recent::SLOTS],
+        arena: bytes::BytesMut::new(),
+    });
 }
 
 /// Large numbers seen lately on this thread and their header values, like hyper's cached `Date`:
@@ -193,32 +192,52 @@ thread_local! {
 struct Recent {
     /// Per slot: the number last seen, how many times in a row, and its value once kept.
     slots: [(u64, u8, Option<HeaderValue>); Recent::SLOTS],
+    /// Where numbers that are not kept are rendered (a window's `remaining`, a new `reset`).
+    arena: bytes::BytesMut,
 }
 
 impl Recent {
     const SLOTS: usize = 8;
     const KEEP_AFTER: u8 = 4;
+    /// The size of an arena buffer: a few dozen numbers.
+    const ARENA: usize = 512;
 
     fn get(&mut self, n: u64) -> HeaderValue {
         // Fibonacci hashing: the top 3 bits of the product pick one of the 8 slots.
         let i = usize::try_from(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61).unwrap_or(0);
         let Some(slot) = self.slots.get_mut(i) else {
-            return render(n);
+            return self.render(n);
         };
         if slot.0 != n {
             *slot = (n, 1, None);
-            return render(n);
+            return self.render(n);
         }
         if let Some(v) = &slot.2 {
             return v.clone();
         }
         slot.1 += 1;
-        let v = render(n);
         if slot.1 >= Self::KEEP_AFTER {
-            // The clone moves the bytes to shared storage; later clones only count references.
+            // Its own allocation, not a piece of the arena (which it would keep alive); the clone
+            // moves the bytes to shared storage, and later clones only count references.
+            let v = render(n);
             slot.2 = Some(v.clone());
+            return v;
         }
-        v
+        self.render(n)
+    }
+
+    /// `n` rendered into the arena: a piece of a shared buffer (a reference count, no allocation
+    /// of its own). When the buffer is full, `reserve` takes it back if every piece was dropped
+    /// (the responses that carried them were sent), else starts another.
+    fn render(&mut self, n: u64) -> HeaderValue {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n).as_bytes();
+        if self.arena.capacity() < digits.len() {
+            self.arena.reserve(Self::ARENA);
+        }
+        self.arena.extend_from_slice(digits);
+        HeaderValue::from_maybe_shared(self.arena.split().freeze())
+            .unwrap_or_else(|_| HeaderValue::from_static("0"))
     }
 }
 
@@ -765,6 +784,22 @@ mod tests {
         assert_eq!(num(86_400), "86400", "after its slot was taken");
         let kept = RECENT.with_borrow(|r| r.slots.iter().filter(|s| s.2.is_some()).count());
         assert!(kept <= Recent::SLOTS);
+    }
+
+    #[test]
+    fn arena_values_stay_exact_across_buffers() {
+        // Held values outlive their buffer's turn; dropped ones let it be taken back.
+        let held: Vec<(u64, HeaderValue)> = (0..500u64)
+            .map(|i| 7_000_000 + i * 13)
+            .map(|n| (n, num(n)))
+            .collect();
+        for (n, v) in &held {
+            assert_eq!(v, n.to_string().as_str());
+        }
+        drop(held);
+        for n in (0..500u64).map(|i| u64::MAX - i) {
+            assert_eq!(num(n), n.to_string().as_str());
+        }
     }
 
     #[test]
