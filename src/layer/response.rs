@@ -1,5 +1,6 @@
 //! Rate-limit headers, the default responses (429, 400, 503), and the rejection hook.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -347,7 +348,7 @@ pub(crate) fn write_allowed_headers(
                 let taken = super::ietf::item_names(inner.as_bytes());
                 let n = rule.quotas().len();
                 let name = super::ietf::unique_name(&cfg.policy_name, &taken, |name| {
-                    let escaped = escape_sf_string(name);
+                    let escaped = escape_sf_string(name).into_owned();
                     match n {
                         1 => vec![escaped],
                         _ => (0..n).map(|i| format!("{escaped}-{i}")).collect(),
@@ -390,23 +391,31 @@ pub(crate) fn write_allowed_headers(
 }
 
 /// The IETF item name of quota `i` of `rule`: the policy name, or `NAME-i` with several quotas.
-pub(crate) fn item_name(cfg: &HeaderConfig, rule: &Rule, i: usize) -> String {
+/// Borrowed when the name needs no escaping and the rule has one quota (a rejection names it).
+pub(crate) fn item_name<'a>(cfg: &'a HeaderConfig, rule: &Rule, i: usize) -> Cow<'a, str> {
     let name = escape_sf_string(&cfg.policy_name);
     if rule.quotas().len() > 1 {
-        format!("{name}-{i}")
+        Cow::Owned(format!("{name}-{i}"))
     } else {
         name
     }
 }
 
-fn escape_sf_string(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii() && !c.is_ascii_control())
-        .flat_map(|c| match c {
-            '"' | '\\' => vec!['\\', c],
-            c => vec![c],
-        })
-        .collect()
+/// `s` as the content of a structured-field string: printable ASCII, `"` and `\` escaped (borrowed
+/// when nothing needs it, the usual case).
+fn escape_sf_string(s: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii() && !c.is_ascii_control() && c != '"' && c != '\\';
+    if s.chars().all(plain) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    for c in s.chars().filter(|c| c.is_ascii() && !c.is_ascii_control()) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    Cow::Owned(out)
 }
 
 /// Builds the response for a rejected request. The layer then adds the rate-limit headers,
