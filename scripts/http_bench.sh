@@ -23,7 +23,7 @@ fi
 pin_server=""; pin_wrk=""
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_wrk="taskset -c 1"; fi
 
-ALLOW=${ALLOW:-"none identity tollgate:sliding-window tollgate:token-bucket tollgate:fixed-window tower-governor tower-governor-headers"}
+ALLOW=${ALLOW:-"none identity tollgate:sliding-window tollgate:token-bucket tollgate:fixed-window metrics:token-bucket tower-governor tower-governor-headers"}
 REJECT=${REJECT:-"static429 tollgate:sliding-window tollgate:token-bucket tollgate:fixed-window tower-governor"}
 out=$(mktemp -d)
 
