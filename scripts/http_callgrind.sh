@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
 # Instructions per HTTP request (issue 5, BENCHMARKS.md "HTTP"): the bench server
 # (`tools/src/bin/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
-# (instructions after WARM + N requests - after WARM requests) / N. Deterministic, unlike wrk.
+# (instructions after WARM + N requests - after WARM requests) / N, and the ratio to identity (allow)
+# or static429 (reject) when measured in the same run. Deterministic, unlike wrk (timers move a
+# figure by up to about 200).
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
+#   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the longer run
+#                                                # (KEEP/WORKLOAD-VARIANT.out, for callgrind_annotate)
 # Needs valgrind and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-3000}
 WARM=${WARM:-500}
-ALLOW=${ALLOW-"none tollgate:token-bucket tollgate:sliding-window"}
+ALLOW=${ALLOW-"none identity tollgate:token-bucket metrics:token-bucket tollgate:sliding-window"}
 REJECT=${REJECT-"static429 tollgate:token-bucket tollgate:sliding-window"}
-cargo build --release -q -p tollgate-tools --bin http_bench_server
-BIN=${CARGO_TARGET_DIR:-target}/release/http_bench_server
+if [ -z "${BIN:-}" ]; then # BIN=path: measure that build of the server instead (before/after)
+  cargo build --release -q -p tollgate-tools --bin http_bench_server
+  BIN=${CARGO_TARGET_DIR:-target}/release/http_bench_server
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 count() { # variant workload requests -> instructions collected over the server's whole life
-  local variant=$1 workload=$2 n=$3
+  local variant=$1 workload=$2 n=$3 file=/dev/null
+  if [ -n "${KEEP:-}" ] && [ "$n" -gt "$WARM" ]; then
+    mkdir -p "$KEEP"; file=$KEEP/$workload-${variant//:/-}.out
+  fi
   : >"$out/addr"
-  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$file" \
     "$BIN" "$variant" "$workload" 127.0.0.1:0 >"$out/addr" 2>"$out/vg" &
   local pid=$!
   for _ in $(seq 1200); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done
@@ -40,12 +49,21 @@ PY
   sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out/vg"
 }
 
-printf '%-8s %-28s %14s\n' workload variant instr/request
+# ratio: the reference's instructions over the variant's (identity for allow, static429 for
+# reject, when measured in the same run; higher is faster, 1 = the reference)
+printf '%-8s %-28s %14s %8s\n' workload variant instr/request ratio
 for workload in allow reject; do
-  [ "$workload" = allow ] && variants=$ALLOW || variants=$REJECT
+  [ "$workload" = allow ] && variants=$ALLOW ref=identity || { variants=$REJECT; ref=static429; }
+  declare -A got=()
   for v in $variants; do
     a=$(count "$v" "$workload" "$WARM")
     b=$(count "$v" "$workload" $((WARM + N)))
-    printf '%-8s %-28s %14s\n' "$workload" "$v" $(((b - a) / N))
+    got[$v]=$(((b - a) / N))
   done
+  for v in $variants; do
+    ratio=-
+    [ -n "${got[$ref]:-}" ] && ratio=$(awk -v r="${got[$ref]}" -v x="${got[$v]}" 'BEGIN { printf "%.3f", r / x }')
+    printf '%-8s %-28s %14s %8s\n' "$workload" "$v" "${got[$v]}" "$ratio"
+  done
+  unset got
 done

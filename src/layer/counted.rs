@@ -15,9 +15,15 @@ pub(crate) struct Counted {
     len: usize,
 }
 
-/// Marks a request as counted under `id` before it is forwarded.
-pub(crate) fn mark_counted(extensions: &mut http::Extensions, id: CountId) {
-    match extensions.get_mut::<Counted>() {
+/// Marks a request as counted under `id` before it is forwarded. `marked`: whether it arrived
+/// marked by an enclosing layer (known from the layer's own look-up; unmarked, one insert).
+pub(crate) fn mark_counted(extensions: &mut http::Extensions, id: CountId, marked: bool) {
+    let existing = if marked {
+        extensions.get_mut::<Counted>()
+    } else {
+        None
+    };
+    match existing {
         Some(c) => c.push(id),
         None => {
             let mut c = Counted::default();

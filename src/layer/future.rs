@@ -68,6 +68,10 @@ pub(crate) struct Ctx<K, St, C, R> {
     id: CountId,
     /// When the store was asked, for a decision not ready at once (timed in the metrics).
     asked: Option<std::time::Instant>,
+    /// Whether an enclosing rate-limit layer counted the request (it arrived marked), and so
+    /// reads what this one reports on an allowed response ([`Reported`], in the response's
+    /// extensions). Alone, a layer inserts nothing into the response.
+    report: bool,
 }
 
 impl<K, St, C, R> Ctx<K, St, C, R> {
@@ -77,6 +81,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
         cost: u32,
         rule: Option<Arc<Rule>>,
         id: CountId,
+        report: bool,
     ) -> Self {
         Self {
             core,
@@ -87,6 +92,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             reserved: None,
             id,
             asked: None,
+            report,
         }
     }
 
@@ -392,7 +398,7 @@ where
         let state = match result {
             Ok(d) if d.is_allowed() && ctx.queue_wait(&d).is_zero() => {
                 ctx.core.options.count_decided(&d, ctx.cost);
-                mark_counted(request.extensions_mut(), ctx.id);
+                mark_counted(request.extensions_mut(), ctx.id, ctx.report);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
                     fut: inner.call(request),
@@ -494,7 +500,7 @@ where
                     let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
                         return broken("a state without its request, context or answer");
                     };
-                    mark_counted(p.request.extensions_mut(), ctx.id);
+                    mark_counted(p.request.extensions_mut(), ctx.id, ctx.report);
                     let mut inner = p.inner;
                     let fut = inner.call(p.request);
                     let decision = *decision;
@@ -683,6 +689,8 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
             &ctx.core.options.headers,
             pk.as_deref(),
         );
-        res.extensions_mut().insert(reported);
+        if ctx.report {
+            res.extensions_mut().insert(reported);
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Rate-limit headers, the default responses (429, 400, 503), and the rejection hook.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -178,11 +179,10 @@ fn render(n: u64) -> HeaderValue {
 }
 
 thread_local! {
-    static RECENT: std::cell::RefCell<Recent> = const {
-        std::cell::RefCell::new(Recent {
-            slots: [const { (0, 0, None) }; Recent::SLOTS],
-        })
-    };
+    static RECENT: std::cell::RefCell<Recent> = std::cell::RefCell::new(Recent {
+        slots: [const { (0, 0, None) }; Recent::SLOTS],
+        arena: bytes::BytesMut::new(),
+    });
 }
 
 /// Large numbers seen lately on this thread and their header values, like hyper's cached `Date`:
@@ -193,32 +193,52 @@ thread_local! {
 struct Recent {
     /// Per slot: the number last seen, how many times in a row, and its value once kept.
     slots: [(u64, u8, Option<HeaderValue>); Recent::SLOTS],
+    /// Where numbers that are not kept are rendered (a window's `remaining`, a new `reset`).
+    arena: bytes::BytesMut,
 }
 
 impl Recent {
     const SLOTS: usize = 8;
     const KEEP_AFTER: u8 = 4;
+    /// The size of an arena buffer: a few dozen numbers.
+    const ARENA: usize = 512;
 
     fn get(&mut self, n: u64) -> HeaderValue {
         // Fibonacci hashing: the top 3 bits of the product pick one of the 8 slots.
         let i = usize::try_from(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61).unwrap_or(0);
         let Some(slot) = self.slots.get_mut(i) else {
-            return render(n);
+            return self.render(n);
         };
         if slot.0 != n {
             *slot = (n, 1, None);
-            return render(n);
+            return self.render(n);
         }
         if let Some(v) = &slot.2 {
             return v.clone();
         }
         slot.1 += 1;
-        let v = render(n);
         if slot.1 >= Self::KEEP_AFTER {
-            // The clone moves the bytes to shared storage; later clones only count references.
+            // Its own allocation, not a piece of the arena (which it would keep alive); the clone
+            // moves the bytes to shared storage, and later clones only count references.
+            let v = render(n);
             slot.2 = Some(v.clone());
+            return v;
         }
-        v
+        self.render(n)
+    }
+
+    /// `n` rendered into the arena: a piece of a shared buffer (a reference count, no allocation
+    /// of its own). When the buffer is full, `reserve` takes it back if every piece was dropped
+    /// (the responses that carried them were sent), else starts another.
+    fn render(&mut self, n: u64) -> HeaderValue {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n).as_bytes();
+        if self.arena.capacity() < digits.len() {
+            self.arena.reserve(Self::ARENA);
+        }
+        self.arena.extend_from_slice(digits);
+        HeaderValue::from_maybe_shared(self.arena.split().freeze())
+            .unwrap_or_else(|_| HeaderValue::from_static("0"))
     }
 }
 
@@ -328,7 +348,7 @@ pub(crate) fn write_allowed_headers(
                 let taken = super::ietf::item_names(inner.as_bytes());
                 let n = rule.quotas().len();
                 let name = super::ietf::unique_name(&cfg.policy_name, &taken, |name| {
-                    let escaped = escape_sf_string(name);
+                    let escaped = escape_sf_string(name).into_owned();
                     match n {
                         1 => vec![escaped],
                         _ => (0..n).map(|i| format!("{escaped}-{i}")).collect(),
@@ -371,23 +391,31 @@ pub(crate) fn write_allowed_headers(
 }
 
 /// The IETF item name of quota `i` of `rule`: the policy name, or `NAME-i` with several quotas.
-pub(crate) fn item_name(cfg: &HeaderConfig, rule: &Rule, i: usize) -> String {
+/// Borrowed when the name needs no escaping and the rule has one quota (a rejection names it).
+pub(crate) fn item_name<'a>(cfg: &'a HeaderConfig, rule: &Rule, i: usize) -> Cow<'a, str> {
     let name = escape_sf_string(&cfg.policy_name);
     if rule.quotas().len() > 1 {
-        format!("{name}-{i}")
+        Cow::Owned(format!("{name}-{i}"))
     } else {
         name
     }
 }
 
-fn escape_sf_string(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii() && !c.is_ascii_control())
-        .flat_map(|c| match c {
-            '"' | '\\' => vec!['\\', c],
-            c => vec![c],
-        })
-        .collect()
+/// `s` as the content of a structured-field string: printable ASCII, `"` and `\` escaped (borrowed
+/// when nothing needs it, the usual case).
+fn escape_sf_string(s: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii() && !c.is_ascii_control() && c != '"' && c != '\\';
+    if s.chars().all(plain) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    for c in s.chars().filter(|c| c.is_ascii() && !c.is_ascii_control()) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    Cow::Owned(out)
 }
 
 /// Builds the response for a rejected request. The layer then adds the rate-limit headers,
@@ -765,6 +793,22 @@ mod tests {
         assert_eq!(num(86_400), "86400", "after its slot was taken");
         let kept = RECENT.with_borrow(|r| r.slots.iter().filter(|s| s.2.is_some()).count());
         assert!(kept <= Recent::SLOTS);
+    }
+
+    #[test]
+    fn arena_values_stay_exact_across_buffers() {
+        // Held values outlive their buffer's turn; dropped ones let it be taken back.
+        let held: Vec<(u64, HeaderValue)> = (0..500u64)
+            .map(|i| 7_000_000 + i * 13)
+            .map(|n| (n, num(n)))
+            .collect();
+        for (n, v) in &held {
+            assert_eq!(v, n.to_string().as_str());
+        }
+        drop(held);
+        for n in (0..500u64).map(|i| u64::MAX - i) {
+            assert_eq!(num(n), n.to_string().as_str());
+        }
     }
 
     #[test]

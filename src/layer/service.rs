@@ -172,11 +172,10 @@ where
             .as_deref()
             .unwrap_or_else(|| self.core.options.limiter.rule());
         let id = counted_id(&self.core.options.limiter, rule_ref, &key);
-        if parts
-            .extensions
-            .get::<Counted>()
-            .is_some_and(|c| c.contains(id))
-        {
+        let counted = parts.extensions.get::<Counted>();
+        // Marked: an enclosing layer counted it and reads what this one reports.
+        let report = counted.is_some();
+        if counted.is_some_and(|c| c.contains(id)) {
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }
@@ -190,7 +189,7 @@ where
             .options
             .limiter
             .apply(&key, rule.as_deref(), Op::Check(cost));
-        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id);
+        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id, report);
         // The store says whether it answered at once (the memory store always does).
         let check = match answer.into_now() {
             Ok(result) => {

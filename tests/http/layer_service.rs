@@ -89,6 +89,40 @@ async fn the_decision_reaches_handlers_and_rejections() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
+/// A layer alone adds nothing to an allowed response's extensions (what it reports for enclosing
+/// layers goes there only under one), and its headers still come; under an enclosing layer on
+/// another limiter, the fields are the budget that runs out first.
+#[tokio::test]
+async fn a_lone_layer_leaves_allowed_responses_extensions_empty() {
+    let clock = ManualClock::new(T0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let inner_limiter = limiter::<()>(Strategy::FixedWindow, "2/minute", &clock);
+    let svc = RateLimitLayer::new(inner_limiter.clone(), GlobalKey).layer(echo(calls.clone()));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.extensions().is_empty(), "{:?}", res.extensions());
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
+    let outer = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "5/minute", &clock),
+        GlobalKey,
+    )
+    .layer(svc);
+    let res = outer.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        (
+            &res.headers()["x-ratelimit-limit"],
+            &res.headers()["x-ratelimit-remaining"]
+        ),
+        (
+            &"2".parse::<http::HeaderValue>().unwrap(),
+            &"0".parse().unwrap()
+        ),
+        "the inner limiter has fewer left"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
 /// A cost above what the quota can ever admit: 429, the quota's fields, no Retry-After, a body
 /// that says so. Cost 0 is a peek.
 #[tokio::test]

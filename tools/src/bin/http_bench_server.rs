@@ -7,8 +7,10 @@
 //! ```text
 //! cargo run --release -p tollgate-tools --bin http_bench_server -- VARIANT WORKLOAD [ADDR]
 //!   VARIANT  none | identity | static429 | tower-governor | tower-governor-headers | tollgate:STRATEGY (e.g. tollgate:sliding-window)
-//!            | rules:STRATEGY (the same limit from a rules file) | code2:STRATEGY (per-IP and global
-//!            limits as two stacked layers) | rules2:STRATEGY (the same two limits from a rules file)
+//!            | metrics:STRATEGY (tollgate:STRATEGY with a metrics recorder installed: atomic
+//!            counters, as an exporter keeps them) | rules:STRATEGY (the same limit from a rules file) | code2:STRATEGY (per-IP
+//!            and global limits as two stacked layers) | rules2:STRATEGY (the same two limits from a
+//!            rules file)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```
 //!
@@ -17,6 +19,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use axum::Router;
@@ -45,6 +48,48 @@ async fn static_429() -> (StatusCode, [(&'static str, &'static str); 4], &'stati
         ],
         "Too Many Requests: retry after 86400 s\n",
     )
+}
+
+/// A metrics recorder that keeps every counter and gauge in an atomic (what an exporter's storage
+/// does per update: one atomic add behind the handle), histograms dropped, nothing served.
+/// Deterministic under callgrind, unlike an exporter whose clock calibrates at start.
+struct AtomicRecorder;
+
+impl metrics::Recorder for AtomicRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::from_arc(Arc::new(AtomicU64::new(0)))
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(Arc::new(AtomicU64::new(0)))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
 }
 
 /// tower_governor keyed by peer IP: one cell per ns with a burst of 10^9 (allow), or one cell per
@@ -115,9 +160,17 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 .layer(RateLimitLayer::new(per_ip, PeerIp::default()))
         }
         v => {
-            let name = v
-                .strip_prefix("tollgate:")
-                .ok_or_else(|| format!("unknown variant {v}"))?;
+            let name = match v.strip_prefix("metrics:") {
+                Some(name) => {
+                    // Installed before the layer is built: it resolves its metric handles then.
+                    metrics::set_global_recorder(AtomicRecorder)
+                        .map_err(|e| format!("metrics recorder: {e}"))?;
+                    name
+                }
+                None => v
+                    .strip_prefix("tollgate:")
+                    .ok_or_else(|| format!("unknown variant {v}"))?,
+            };
             let strategy: Strategy = name.parse().map_err(|e| format!("{e}"))?;
             let quota = if reject { "1/day" } else { "1000000000/s" };
             let limiter = RateLimiter::builder()
