@@ -91,7 +91,7 @@ use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, writ
 use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
-use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
+use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, SystemClock};
 use metrics::LimitMetrics;
 
@@ -1076,7 +1076,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     parts: &Parts,
 ) -> Verdict<B> {
     let path = parts.uri.path();
-    let mut held: Vec<Held> = Vec::new();
+    let mut enforced: Vec<(usize, Vec<u8>)> = Vec::new();
     let mut shadows: Vec<usize> = Vec::new();
     let mut queues: Vec<usize> = Vec::new();
     let mut wait = Duration::ZERO;
@@ -1090,10 +1090,17 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             // Shaping queues last: a slot is never given back, so it is only reserved once every
             // other limit has admitted the request.
             queues.push(index);
-        } else if let Err(answer) = enforce(compiled, options, parts, index, &mut held).await {
-            return Verdict::Answer(answer);
+        } else {
+            match key_of(limit, options, parts) {
+                Ok(key) => enforced.push((index, key)),
+                Err(answer) => return Verdict::Answer(answer),
+            }
         }
     }
+    let mut held = match enforce_all(compiled, options, &enforced).await {
+        Ok(held) => held,
+        Err(answer) => return Verdict::Answer(answer),
+    };
     for index in queues {
         match enforce(compiled, options, parts, index, &mut held).await {
             Err(answer) => return Verdict::Answer(answer),
@@ -1151,6 +1158,112 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     }
 }
 
+/// The request's key under `limit` (the global key when the limit counts requests without one
+/// there), or the `400` answering a request without it.
+fn key_of<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    limit: &Limit<St, C>,
+    options: &RulesOptions,
+    parts: &Parts,
+) -> Result<Vec<u8>, Response<B>> {
+    match limit.key(parts, options) {
+        Ok(k) => Ok(k),
+        Err(_) if limit.missing_global => Ok(limit.global_key()),
+        Err(error) => {
+            limit.metrics.no_key.increment(1);
+            tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+            Err(DefaultRejection.on_refused(Refusal::NoKey {
+                status: StatusCode::BAD_REQUEST,
+                error: &error,
+            }))
+        }
+    }
+}
+
+/// The `429` of `limit`'s rejection `d`, counted, with its headers and [`RejectedBy`].
+fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    limit: &Limit<St, C>,
+    d: Decision,
+) -> Response<B> {
+    limit.metrics.decided(&d, 0);
+    tracing::debug!(limit = %limit.spec.name, "rejected");
+    let mut res: Response<B> = DefaultRejection.on_rejected(&d);
+    write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
+    res.extensions_mut().insert(RejectedBy {
+        limit: Arc::clone(&limit.headers.policy_name),
+        decision: d,
+    });
+    res
+}
+
+/// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]
+/// call: the admitted ones' reservations, or the answer (429, 503) when one rejected (nothing
+/// charged) or a store failed closed (the others settled to 0). A store failing open skips its
+/// limit.
+async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    compiled: &Compiled<St, C>,
+    options: &RulesOptions,
+    enforced: &[(usize, Vec<u8>)],
+) -> Result<Vec<Held>, Response<B>> {
+    let mut limits = Vec::with_capacity(enforced.len());
+    for (index, key) in enforced {
+        if let Some(limit) = compiled.limits.get(*index) {
+            limit.convert(key).await;
+            limits.push((*index, limit, key));
+        }
+    }
+    let Some((_, first, _)) = limits.first() else {
+        return Ok(Vec::new());
+    };
+    let now = first.limiter.clock().now();
+    let items: Vec<Item<'_, Vec<u8>, St>> = limits
+        .iter()
+        .map(|&(_, limit, key)| Item {
+            store: limit.limiter.store(),
+            key,
+            scope: limit.limiter.scope(limit.rule.as_ref()),
+            cost: limit.spec.cost,
+        })
+        .collect();
+    let answers = match first.limiter.store().apply_all(&items, now).into_now() {
+        Ok(ready) => ready,
+        Err(later) => {
+            let start = std::time::Instant::now();
+            let answers = later.await;
+            let took = start.elapsed().as_secs_f64();
+            for (_, limit, _) in &limits {
+                limit.metrics.store_latency.record(took);
+            }
+            answers
+        }
+    };
+    let mut held = Vec::with_capacity(limits.len());
+    for (i, answer) in answers {
+        let Some(&(index, limit, key)) = limits.get(i) else {
+            continue;
+        };
+        match answer {
+            Ok(d) if d.is_allowed() => held.push(Held {
+                index,
+                key: key.clone(),
+                decision: d,
+            }),
+            // The last answer: nothing was charged anywhere.
+            Ok(d) => return Err(rejection(limit, d)),
+            Err(e) => {
+                limit.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                if options.failure == FailurePolicy::FailClosed {
+                    limit.metrics.fail_closed.increment(1);
+                    rollback(compiled, &held).await;
+                    return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+                }
+                limit.metrics.fail_open.increment(1);
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// Checks the enforced limit at `index`: `Ok(Some(decision))` when it admitted the request (held
 /// in `held`), `Ok(None)` when it did not apply or its store failed open, `Err(answer)` when the
 /// request is answered now (400, 429, 503), what the limits before it reserved given back.
@@ -1164,17 +1277,11 @@ async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     let Some(limit) = compiled.limits.get(index) else {
         return Ok(None);
     };
-    let key = match limit.key(parts, options) {
+    let key = match key_of(limit, options, parts) {
         Ok(k) => k,
-        Err(_) if limit.missing_global => limit.global_key(),
-        Err(error) => {
-            limit.metrics.no_key.increment(1);
+        Err(answer) => {
             rollback(compiled, held).await;
-            tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
-            return Err(DefaultRejection.on_refused(Refusal::NoKey {
-                status: StatusCode::BAD_REQUEST,
-                error: &error,
-            }));
+            return Err(answer);
         }
     };
     limit.convert(&key).await;
@@ -1188,16 +1295,8 @@ async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             Ok(Some(d))
         }
         Ok(d) => {
-            limit.metrics.decided(&d, 0);
-            tracing::debug!(limit = %limit.spec.name, "rejected");
             rollback(compiled, held).await;
-            let mut res: Response<B> = DefaultRejection.on_rejected(&d);
-            write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
-            res.extensions_mut().insert(RejectedBy {
-                limit: Arc::clone(&limit.headers.policy_name),
-                decision: d,
-            });
-            Err(res)
+            Err(rejection(limit, d))
         }
         Err(e) => {
             limit.metrics.store_errors.increment(1);
