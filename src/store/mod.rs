@@ -188,10 +188,16 @@ impl Future for AllAnswer<'_> {
 /// The two-phase [`Store::apply_all`] (its default): each item reserved in the given order with
 /// [`Store::apply`], and on a rejection the reservations already made settled to 0 (a failed
 /// settlement is logged: its units stay spent, which under-admits, never over-admits).
-pub async fn apply_all_in_turn<K: Sync, S: Store<K>>(items: &[Item<'_, K, S>], now: u64) -> Answers {
+pub async fn apply_all_in_turn<K: Sync, S: Store<K>>(
+    items: &[Item<'_, K, S>],
+    now: u64,
+) -> Answers {
     let mut out: Answers = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
-        let answer = it.store.apply(it.key, it.scope, Op::Check(it.cost), now).await;
+        let answer = it
+            .store
+            .apply(it.key, it.scope, Op::Check(it.cost), now)
+            .await;
         let rejected = matches!(&answer, Ok(d) if !d.is_allowed());
         out.push((i, answer));
         if rejected {
@@ -200,7 +206,11 @@ pub async fn apply_all_in_turn<K: Sync, S: Store<K>>(items: &[Item<'_, K, S>], n
                     continue;
                 };
                 if let Some(r) = d.reservation() {
-                    if let Err(e) = it.store.apply(it.key, it.scope, Op::settle(r, 0), now).await {
+                    if let Err(e) = it
+                        .store
+                        .apply(it.key, it.scope, Op::settle(r, 0), now)
+                        .await
+                    {
                         tracing::warn!(limit = %it.scope.name(), error = %e, "rollback failed");
                     }
                 }

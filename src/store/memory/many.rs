@@ -59,7 +59,9 @@ pub(super) fn apply_all<K: Hash + Eq + Clone + Send + Sync + 'static>(
     let mut out: Answers = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
         let (rule, tag) = (it.scope.rule(), it.scope.tag());
-        let d = it.store.decide_in(it.key, rule, tag, Op::Check(it.cost), now);
+        let d = it
+            .store
+            .decide_in(it.key, rule, tag, Op::Check(it.cost), now);
         let rejected = !d.is_allowed();
         out.push((i, Ok(d)));
         if rejected {
