@@ -29,14 +29,31 @@
 //! the second one's `line L, column C`. While a request waits, the inner service's readiness is
 //! given back (e.g. a concurrency permit) and asked for again at departure.
 //!
-//! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
-//! limits are checked in the file's order, each reserving its cost; when one rejects, the
-//! reservations already made are settled to 0 (reserve, then settle to 0 on rejection), so a
-//! rejected request spends nothing anywhere once its decision completes. This never over-admits
-//! (each limit admits only within its own quota); while a rolled-back reservation is held (the
-//! time of one decision), a concurrent request on the same key may be falsely rejected. The same
-//! protocol runs on every store (memory and Redis). Shadow limits are checked after the enforced
-//! ones admitted the request: they are counted and never reject or roll anything back.
+//! Every enforced limit that matches a request applies. The decision is all-or-nothing: the keys
+//! of all matching enforced limits (shaping queues aside) are read first (a request without one
+//! is answered `400` before anything is spent), then the limits are decided together in one
+//! [`Store::apply_all`] call, in the file's order: every limit spends its cost, or, when one
+//! rejects, none does, so a rejected request spends nothing anywhere once its decision completes;
+//! the `429` is the first rejecting limit's. It never over-admits (each limit admits only within
+//! its own quota). How the store keeps it atomic:
+//!
+//! - **Memory**: the items' lock stripes are taken in one fixed order (no global lock), and the
+//!   items are reserved, then given back on a rejection, under them: no other decision sees a
+//!   reservation that is rolled back, so there is no false rejection (a request that fits every
+//!   limit is admitted).
+//! - **Redis, one slot** (single node and Sentinel: always; Cluster: limits on the same key): one
+//!   script call checks every limit with its strategy's own arithmetic and commits all or none;
+//!   one round trip per request, no false rejection.
+//! - **Otherwise** (Cluster keys in different slots: a `global` key keeps its own hash tag, never
+//!   co-located with per-client keys, which would put all traffic in one slot; Redis quota
+//!   leasing on, whose answers are local; a store without its own `apply_all`): the two-phase
+//!   protocol, reserving each limit in the file's order and settling the reservations already
+//!   made to 0 on a rejection. Never over-admits; while a rolled-back reservation is held (the
+//!   time of one decision), a concurrent request on the same key may be falsely rejected.
+//!
+//! Shaping queues are reserved after the other limits admitted the request (a queue's rejection
+//! settles those to 0). Shadow limits are checked after the enforced ones admitted the request:
+//! they are counted and never reject or roll anything back.
 //!
 //! A handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful login: only failures
 //! count) settles the request's reservation with every enforced limit of the file, or only with the
