@@ -200,7 +200,7 @@ async fn three_limits_on_one_redis_take_one_script_call_per_request_all_or_nothi
     // A rejected key goes into the blocked-key cache (answered without a call) only after a
     // rejection of its own; every other request took exactly one call.
     assert!(
-        calls <= 12 && calls >= 12 - rejected + 1,
+        calls <= 12 && calls > 12 - rejected,
         "{calls} script calls for 12 requests of 3 limits (two-phase: up to 3 + rollbacks each)"
     );
     assert_eq!(

@@ -667,8 +667,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Store<K> for MemoryStore<K> {
         Answer::now(Ok(self.decide_in(key, scope.rule(), scope.tag(), op, now)))
     }
 
-    /// At once, under lock stripes: no reservation later rolled back is ever seen (see
-    /// [`many`]).
+    /// At once, under lock stripes taken in one fixed order (no global lock): no reservation
+    /// later rolled back is ever seen by another decision, so there is no false rejection.
     fn apply_all<'a>(
         &'a self,
         items: &'a [super::Item<'a, K, Self>],
