@@ -1114,7 +1114,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             }
         }
     }
-    let mut held = match enforce_all(compiled, options, &enforced).await {
+    let mut held = match enforce_all(compiled, options, enforced).await {
         Ok(held) => held,
         Err(answer) => return Verdict::Answer(answer),
     };
@@ -1219,49 +1219,60 @@ fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
 async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,
-    enforced: &[(usize, Vec<u8>)],
+    mut enforced: Vec<(usize, Vec<u8>)>,
 ) -> Result<Vec<Held>, Response<B>> {
-    let mut limits = Vec::with_capacity(enforced.len());
-    for (index, key) in enforced {
+    enforced.retain(|(index, _)| compiled.limits.get(*index).is_some());
+    let limit_of = |i: usize| {
+        enforced
+            .get(i)
+            .and_then(|(index, _)| compiled.limits.get(*index))
+    };
+    for (index, key) in &enforced {
         if let Some(limit) = compiled.limits.get(*index) {
             limit.convert(key).await;
-            limits.push((*index, limit, key));
         }
     }
-    let Some((_, first, _)) = limits.first() else {
+    let Some(first) = limit_of(0) else {
         return Ok(Vec::new());
     };
+    let item = |pair| item_of(compiled, pair);
     let now = first.limiter.clock().now();
-    let items: Vec<Item<'_, Vec<u8>, St>> = limits
-        .iter()
-        .map(|&(_, limit, key)| Item {
-            store: limit.limiter.store(),
-            key,
-            scope: limit.limiter.scope(limit.rule.as_ref()),
-            cost: limit.spec.cost,
-        })
-        .collect();
-    let answers = match first.limiter.store().apply_all(&items, now).into_now() {
+    // One limit (the common case) needs no list of items.
+    let (one, many): (
+        Option<[Item<'_, Vec<u8>, St>; 1]>,
+        Vec<Item<'_, Vec<u8>, St>>,
+    ) = match enforced.as_slice() {
+        [single] => (item(single).map(|i| [i]), Vec::new()),
+        all => (None, all.iter().filter_map(item).collect()),
+    };
+    let items = one.as_ref().map_or(many.as_slice(), |one| one.as_slice());
+    let answers = match first.limiter.store().apply_all(items, now).into_now() {
         Ok(ready) => ready,
         Err(later) => {
             let start = std::time::Instant::now();
             let answers = later.await;
             let took = start.elapsed().as_secs_f64();
-            for (_, limit, _) in &limits {
-                limit.metrics.store_latency.record(took);
+            for i in 0..enforced.len() {
+                if let Some(limit) = limit_of(i) {
+                    limit.metrics.store_latency.record(took);
+                }
             }
             answers
         }
     };
-    let mut held = Vec::with_capacity(limits.len());
+    drop((one, many));
+    let mut held = Vec::with_capacity(answers.len());
     for (i, answer) in answers {
-        let Some(&(index, limit, key)) = limits.get(i) else {
+        let Some((index, key)) = enforced.get_mut(i) else {
+            continue;
+        };
+        let Some(limit) = compiled.limits.get(*index) else {
             continue;
         };
         match answer {
             Ok(d) if d.is_allowed() => held.push(Held {
-                index,
-                key: key.clone(),
+                index: *index,
+                key: std::mem::take(key),
                 decision: d,
             }),
             // The last answer: nothing was charged anywhere.
@@ -1279,6 +1290,20 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         }
     }
     Ok(held)
+}
+
+/// The [`Store::apply_all`] item of the limit at `index` for `key`.
+fn item_of<'a, St: Store<Vec<u8>>, C: Clock>(
+    compiled: &'a Compiled<St, C>,
+    (index, key): &'a (usize, Vec<u8>),
+) -> Option<Item<'a, Vec<u8>, St>> {
+    let limit = compiled.limits.get(*index)?;
+    Some(Item {
+        store: limit.limiter.store(),
+        key,
+        scope: limit.limiter.scope(limit.rule.as_ref()),
+        cost: limit.spec.cost,
+    })
 }
 
 /// Checks the enforced limit at `index`: `Ok(Some(decision))` when it admitted the request (held

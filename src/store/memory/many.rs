@@ -39,23 +39,64 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 }
 
+/// Requests of up to this many limits take their stripes without allocating.
+const SMALL: usize = 8;
+
+/// The order the stripe of `it` is taken in: its store's address, then the stripe.
+fn place<K: Hash + Eq + Clone + Send + Sync + 'static>(
+    it: &Item<'_, K, MemoryStore<K>>,
+) -> (usize, usize) {
+    let store: *const MemoryStore<K> = it.store;
+    (store as usize, it.store.stripe(it.key, it.scope.tag()))
+}
+
 /// [`Store::apply_all`](crate::store::Store::apply_all) on memory stores: the items' stripes taken
 /// in one fixed order, every item reserved, and all given back on the first rejection.
 pub(super) fn apply_all<K: Hash + Eq + Clone + Send + Sync + 'static>(
     items: &[Item<'_, K, MemoryStore<K>>],
     now: u64,
 ) -> Answers {
+    if items.len() <= SMALL {
+        let mut order = [(0, 0, 0); SMALL];
+        for ((o, it), i) in order.iter_mut().zip(items).zip(0..) {
+            let (store, stripe) = place(it);
+            *o = (store, stripe, i);
+        }
+        let order = order.get_mut(..items.len()).unwrap_or_default();
+        order.sort_unstable();
+        let mut guards: [Option<MutexGuard<'_, ()>>; SMALL] = Default::default();
+        let mut last = None;
+        for (slot, &(store, stripe, i)) in guards.iter_mut().zip(order.iter()) {
+            if last == Some((store, stripe)) {
+                continue;
+            }
+            last = Some((store, stripe));
+            *slot = items
+                .get(i)
+                .and_then(|it| it.store.stripes.0.get(stripe))
+                .map(Mutex::lock);
+        }
+        return decide(items, now);
+    }
     let mut locks: Vec<(usize, usize, &Mutex<()>)> = Vec::with_capacity(items.len());
     for it in items {
-        let stripe = it.store.stripe(it.key, it.scope.tag());
-        let store: *const MemoryStore<K> = it.store;
+        let (store, stripe) = place(it);
         if let Some(m) = it.store.stripes.0.get(stripe) {
-            locks.push((store as usize, stripe, m));
+            locks.push((store, stripe, m));
         }
     }
     locks.sort_unstable_by_key(|&(store, stripe, _)| (store, stripe));
     locks.dedup_by_key(|&mut (store, stripe, _)| (store, stripe));
     let _held: Vec<MutexGuard<'_, ()>> = locks.iter().map(|(_, _, m)| m.lock()).collect();
+    decide(items, now)
+}
+
+/// Reserves every item in turn, and gives back what was reserved on the first rejection; the
+/// caller holds the items' stripes.
+fn decide<K: Hash + Eq + Clone + Send + Sync + 'static>(
+    items: &[Item<'_, K, MemoryStore<K>>],
+    now: u64,
+) -> Answers {
     let mut out: Answers = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
         let (rule, tag) = (it.scope.rule(), it.scope.tag());
