@@ -1080,7 +1080,21 @@ async fn settle<St: Store<Vec<u8>>, C: Clock>(
     }
 }
 
-/// A reservation to give back if another limit rejects.
+/// The decision of a limit not decided yet: rejected, holding no reservation.
+const PENDING: Decision = Decision {
+    outcome: crate::Outcome::Rejected,
+    limit: 0,
+    remaining: 0,
+    reset_after: 0,
+    retry_after: 0,
+    time: 0,
+    quota: 0,
+    cost: 0,
+    local: false,
+};
+
+/// A reservation to give back if another limit rejects (or, before the decision, a limit to
+/// decide: [`PENDING`]).
 struct Held {
     index: usize,
     key: Vec<u8>,
@@ -1093,7 +1107,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     parts: &Parts,
 ) -> Verdict<B> {
     let path = parts.uri.path();
-    let mut enforced: Vec<(usize, Vec<u8>)> = Vec::new();
+    let mut enforced: Vec<Held> = Vec::new();
     let mut shadows: Vec<usize> = Vec::new();
     let mut queues: Vec<usize> = Vec::new();
     let mut wait = Duration::ZERO;
@@ -1109,7 +1123,11 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             queues.push(index);
         } else {
             match key_of(limit, options, parts) {
-                Ok(key) => enforced.push((index, key)),
+                Ok(key) => enforced.push(Held {
+                    index,
+                    key,
+                    decision: PENDING,
+                }),
                 Err(answer) => return Verdict::Answer(answer),
             }
         }
@@ -1219,29 +1237,24 @@ fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
 async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,
-    mut enforced: Vec<(usize, Vec<u8>)>,
+    mut held: Vec<Held>,
 ) -> Result<Vec<Held>, Response<B>> {
-    enforced.retain(|(index, _)| compiled.limits.get(*index).is_some());
-    let limit_of = |i: usize| {
-        enforced
-            .get(i)
-            .and_then(|(index, _)| compiled.limits.get(*index))
-    };
-    for (index, key) in &enforced {
-        if let Some(limit) = compiled.limits.get(*index) {
-            limit.convert(key).await;
+    held.retain(|h| compiled.limits.get(h.index).is_some());
+    for h in &held {
+        if let Some(limit) = compiled.limits.get(h.index) {
+            limit.convert(&h.key).await;
         }
     }
-    let Some(first) = limit_of(0) else {
-        return Ok(Vec::new());
+    let Some(first) = held.first().and_then(|h| compiled.limits.get(h.index)) else {
+        return Ok(held);
     };
-    let item = |pair| item_of(compiled, pair);
+    let item = |h| item_of(compiled, h);
     let now = first.limiter.clock().now();
     // One limit (the common case) needs no list of items.
     let (one, many): (
         Option<[Item<'_, Vec<u8>, St>; 1]>,
         Vec<Item<'_, Vec<u8>, St>>,
-    ) = match enforced.as_slice() {
+    ) = match held.as_slice() {
         [single] => (item(single).map(|i| [i]), Vec::new()),
         all => (None, all.iter().filter_map(item).collect()),
     };
@@ -1252,8 +1265,8 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             let start = std::time::Instant::now();
             let answers = later.await;
             let took = start.elapsed().as_secs_f64();
-            for i in 0..enforced.len() {
-                if let Some(limit) = limit_of(i) {
+            for h in &held {
+                if let Some(limit) = compiled.limits.get(h.index) {
                     limit.metrics.store_latency.record(took);
                 }
             }
@@ -1261,20 +1274,15 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         }
     };
     drop((one, many));
-    let mut held = Vec::with_capacity(answers.len());
     for (i, answer) in answers {
-        let Some((index, key)) = enforced.get_mut(i) else {
+        let Some(h) = held.get_mut(i) else {
             continue;
         };
-        let Some(limit) = compiled.limits.get(*index) else {
+        let Some(limit) = compiled.limits.get(h.index) else {
             continue;
         };
         match answer {
-            Ok(d) if d.is_allowed() => held.push(Held {
-                index: *index,
-                key: std::mem::take(key),
-                decision: d,
-            }),
+            Ok(d) if d.is_allowed() => h.decision = d,
             // The last answer: nothing was charged anywhere.
             Ok(d) => return Err(rejection(limit, d)),
             Err(e) => {
@@ -1282,6 +1290,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
                 tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
                 if options.failure == FailurePolicy::FailClosed {
                     limit.metrics.fail_closed.increment(1);
+                    // Only the limits that admitted hold a reservation (the others are pending).
                     rollback(compiled, &held).await;
                     return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
                 }
@@ -1289,18 +1298,20 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             }
         }
     }
+    // A limit whose store failed open holds nothing.
+    held.retain(|h| h.decision.is_allowed());
     Ok(held)
 }
 
-/// The [`Store::apply_all`] item of the limit at `index` for `key`.
+/// The [`Store::apply_all`] item of `h`'s limit and key.
 fn item_of<'a, St: Store<Vec<u8>>, C: Clock>(
     compiled: &'a Compiled<St, C>,
-    (index, key): &'a (usize, Vec<u8>),
+    h: &'a Held,
 ) -> Option<Item<'a, Vec<u8>, St>> {
-    let limit = compiled.limits.get(*index)?;
+    let limit = compiled.limits.get(h.index)?;
     Some(Item {
         store: limit.limiter.store(),
-        key,
+        key: &h.key,
         scope: limit.limiter.scope(limit.rule.as_ref()),
         cost: limit.spec.cost,
     })
