@@ -1251,13 +1251,11 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     let item = |h| item_of(compiled, h);
     let now = first.limiter.clock().now();
     // One limit (the common case) needs no list of items.
-    let (one, many): (
-        Option<[Item<'_, Vec<u8>, St>; 1]>,
-        Vec<Item<'_, Vec<u8>, St>>,
-    ) = match held.as_slice() {
-        [single] => (item(single).map(|i| [i]), Vec::new()),
-        all => (None, all.iter().filter_map(item).collect()),
-    };
+    let (one, many): (Option<[RulesItem<'_, St>; 1]>, Vec<RulesItem<'_, St>>) =
+        match held.as_slice() {
+            [single] => (item(single).map(|i| [i]), Vec::new()),
+            all => (None, all.iter().filter_map(item).collect()),
+        };
     let items = one.as_ref().map_or(many.as_slice(), |one| one.as_slice());
     let answers = match first.limiter.store().apply_all(items, now).into_now() {
         Ok(ready) => ready,
@@ -1302,6 +1300,9 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     held.retain(|h| h.decision.is_allowed());
     Ok(held)
 }
+
+/// An item of a rules file's [`Store::apply_all`] call.
+type RulesItem<'a, St> = Item<'a, Vec<u8>, St>;
 
 /// The [`Store::apply_all`] item of `h`'s limit and key.
 fn item_of<'a, St: Store<Vec<u8>>, C: Clock>(
