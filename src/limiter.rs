@@ -183,13 +183,17 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// itself.
     #[inline]
     pub fn apply(&self, key: &K, rule: Option<&Rule>, op: Op) -> Answer<S::Future> {
-        let scope = match rule {
-            None => Scope::with_tag(self.name(), &self.inner.rule, self.inner.tag),
-            Some(r) => Scope::hashed(self.name(), self.inner.name_hash, r),
-        };
         self.inner
             .store
-            .apply(key, scope, op, self.inner.clock.now())
+            .apply(key, self.scope(rule), op, self.inner.clock.now())
+    }
+
+    /// The scope of this limiter's state under `rule` (its own rule when `None`).
+    pub(crate) fn scope<'a>(&'a self, rule: Option<&'a Rule>) -> Scope<'a> {
+        match rule {
+            None => Scope::with_tag(self.name(), &self.inner.rule, self.inner.tag),
+            Some(r) => Scope::hashed(self.name(), self.inner.name_hash, r),
+        }
     }
 
     /// Waits (on tokio's timer) until `key` may spend `cost`, for at most `max_wait`, then spends it.

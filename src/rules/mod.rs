@@ -29,14 +29,31 @@
 //! the second one's `line L, column C`. While a request waits, the inner service's readiness is
 //! given back (e.g. a concurrency permit) and asked for again at departure.
 //!
-//! Every enforced limit that matches a request applies. The decision is all-or-nothing: the
-//! limits are checked in the file's order, each reserving its cost; when one rejects, the
-//! reservations already made are settled to 0 (reserve, then settle to 0 on rejection), so a
-//! rejected request spends nothing anywhere once its decision completes. This never over-admits
-//! (each limit admits only within its own quota); while a rolled-back reservation is held (the
-//! time of one decision), a concurrent request on the same key may be falsely rejected. The same
-//! protocol runs on every store (memory and Redis). Shadow limits are checked after the enforced
-//! ones admitted the request: they are counted and never reject or roll anything back.
+//! Every enforced limit that matches a request applies. The decision is all-or-nothing: the keys
+//! of all matching enforced limits (shaping queues aside) are read first (a request without one
+//! is answered `400` before anything is spent), then the limits are decided together in one
+//! [`Store::apply_all`] call, in the file's order: every limit spends its cost, or, when one
+//! rejects, none does, so a rejected request spends nothing anywhere once its decision completes;
+//! the `429` is the first rejecting limit's. It never over-admits (each limit admits only within
+//! its own quota). How the store keeps it atomic:
+//!
+//! - **Memory**: the items' lock stripes are taken in one fixed order (no global lock), and the
+//!   items are reserved, then given back on a rejection, under them: no other decision sees a
+//!   reservation that is rolled back, so there is no false rejection (a request that fits every
+//!   limit is admitted).
+//! - **Redis, one slot** (single node and Sentinel: always; Cluster: limits on the same key): one
+//!   script call checks every limit with its strategy's own arithmetic and commits all or none;
+//!   one round trip per request, no false rejection.
+//! - **Otherwise** (Cluster keys in different slots: a `global` key keeps its own hash tag, never
+//!   co-located with per-client keys, which would put all traffic in one slot; Redis quota
+//!   leasing on, whose answers are local; a store without its own `apply_all`): the two-phase
+//!   protocol, reserving each limit in the file's order and settling the reservations already
+//!   made to 0 on a rejection. Never over-admits; while a rolled-back reservation is held (the
+//!   time of one decision), a concurrent request on the same key may be falsely rejected.
+//!
+//! Shaping queues are reserved after the other limits admitted the request (a queue's rejection
+//! settles those to 0). Shadow limits are checked after the enforced ones admitted the request:
+//! they are counted and never reject or roll anything back.
 //!
 //! A handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful login: only failures
 //! count) settles the request's reservation with every enforced limit of the file, or only with the
@@ -91,7 +108,7 @@ use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, writ
 use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
-use crate::store::{MemoryStore, MemoryStoreBuilder, Store, StoreKey};
+use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, SystemClock};
 use metrics::LimitMetrics;
 
@@ -1063,7 +1080,21 @@ async fn settle<St: Store<Vec<u8>>, C: Clock>(
     }
 }
 
-/// A reservation to give back if another limit rejects.
+/// The decision of a limit not decided yet: rejected, holding no reservation.
+const PENDING: Decision = Decision {
+    outcome: crate::Outcome::Rejected,
+    limit: 0,
+    remaining: 0,
+    reset_after: 0,
+    retry_after: 0,
+    time: 0,
+    quota: 0,
+    cost: 0,
+    local: false,
+};
+
+/// A reservation to give back if another limit rejects (or, before the decision, a limit to
+/// decide: [`PENDING`]).
 struct Held {
     index: usize,
     key: Vec<u8>,
@@ -1076,7 +1107,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     parts: &Parts,
 ) -> Verdict<B> {
     let path = parts.uri.path();
-    let mut held: Vec<Held> = Vec::new();
+    let mut enforced: Vec<Held> = Vec::new();
     let mut shadows: Vec<usize> = Vec::new();
     let mut queues: Vec<usize> = Vec::new();
     let mut wait = Duration::ZERO;
@@ -1090,10 +1121,21 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             // Shaping queues last: a slot is never given back, so it is only reserved once every
             // other limit has admitted the request.
             queues.push(index);
-        } else if let Err(answer) = enforce(compiled, options, parts, index, &mut held).await {
-            return Verdict::Answer(answer);
+        } else {
+            match key_of(limit, options, parts) {
+                Ok(key) => enforced.push(Held {
+                    index,
+                    key,
+                    decision: PENDING,
+                }),
+                Err(answer) => return Verdict::Answer(answer),
+            }
         }
     }
+    let mut held = match enforce_all(compiled, options, enforced).await {
+        Ok(held) => held,
+        Err(answer) => return Verdict::Answer(answer),
+    };
     for index in queues {
         match enforce(compiled, options, parts, index, &mut held).await {
             Err(answer) => return Verdict::Answer(answer),
@@ -1151,6 +1193,131 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     }
 }
 
+/// The request's key under `limit` (the global key when the limit counts requests without one
+/// there), or the `400` answering a request without it.
+fn key_of<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    limit: &Limit<St, C>,
+    options: &RulesOptions,
+    parts: &Parts,
+) -> Result<Vec<u8>, Response<B>> {
+    match limit.key(parts, options) {
+        Ok(k) => Ok(k),
+        Err(_) if limit.missing_global => Ok(limit.global_key()),
+        Err(error) => {
+            limit.metrics.no_key.increment(1);
+            tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+            Err(DefaultRejection.on_refused(Refusal::NoKey {
+                status: StatusCode::BAD_REQUEST,
+                error: &error,
+            }))
+        }
+    }
+}
+
+/// The `429` of `limit`'s rejection `d`, counted, with its headers and [`RejectedBy`].
+fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    limit: &Limit<St, C>,
+    d: Decision,
+) -> Response<B> {
+    limit.metrics.decided(&d, 0);
+    tracing::debug!(limit = %limit.spec.name, "rejected");
+    let mut res: Response<B> = DefaultRejection.on_rejected(&d);
+    write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
+    res.extensions_mut().insert(RejectedBy {
+        limit: Arc::clone(&limit.headers.policy_name),
+        decision: d,
+    });
+    res
+}
+
+/// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]
+/// call: the admitted ones' reservations, or the answer (429, 503) when one rejected (nothing
+/// charged) or a store failed closed (the others settled to 0). A store failing open skips its
+/// limit.
+async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    compiled: &Compiled<St, C>,
+    options: &RulesOptions,
+    mut held: Vec<Held>,
+) -> Result<Vec<Held>, Response<B>> {
+    held.retain(|h| compiled.limits.get(h.index).is_some());
+    for h in &held {
+        if let Some(limit) = compiled.limits.get(h.index) {
+            limit.convert(&h.key).await;
+        }
+    }
+    let Some(first) = held.first().and_then(|h| compiled.limits.get(h.index)) else {
+        return Ok(held);
+    };
+    let item = |h| item_of(compiled, h);
+    let now = first.limiter.clock().now();
+    // One limit (the common case) needs no list of items.
+    let (one, many): (Option<[RulesItem<'_, St>; 1]>, Vec<RulesItem<'_, St>>) =
+        match held.as_slice() {
+            [single] => (item(single).map(|i| [i]), Vec::new()),
+            all => (None, all.iter().filter_map(item).collect()),
+        };
+    let items = one.as_ref().map_or(many.as_slice(), |one| one.as_slice());
+    let answers = match first.limiter.store().apply_all(items, now).into_now() {
+        Ok(ready) => ready,
+        Err(later) => {
+            let start = std::time::Instant::now();
+            let answers = later.await;
+            let took = start.elapsed().as_secs_f64();
+            for h in &held {
+                if let Some(limit) = compiled.limits.get(h.index) {
+                    limit.metrics.store_latency.record(took);
+                }
+            }
+            answers
+        }
+    };
+    drop((one, many));
+    for (i, answer) in answers {
+        let Some(h) = held.get_mut(i) else {
+            continue;
+        };
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
+        match answer {
+            Ok(d) if d.is_allowed() => h.decision = d,
+            // The last answer: nothing was charged anywhere.
+            Ok(d) => return Err(rejection(limit, d)),
+            Err(e) => {
+                limit.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                if options.failure == FailurePolicy::FailClosed {
+                    limit.metrics.fail_closed.increment(1);
+                    // Only the limits that admitted hold a reservation (the others are pending).
+                    rollback(compiled, &held).await;
+                    return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+                }
+                limit.metrics.fail_open.increment(1);
+            }
+        }
+    }
+    // A limit whose store failed open holds nothing.
+    held.retain(|h| h.decision.is_allowed());
+    Ok(held)
+}
+
+/// An item of a rules file's [`Store::apply_all`] call.
+type RulesItem<'a, St> = Item<'a, Vec<u8>, St>;
+
+/// The [`Store::apply_all`] item of `h`'s limit and key.
+fn item_of<'a, St: Store<Vec<u8>>, C: Clock>(
+    compiled: &'a Compiled<St, C>,
+    h: &'a Held,
+) -> Option<Item<'a, Vec<u8>, St>> {
+    let limit = compiled.limits.get(h.index)?;
+    Some(Item {
+        store: limit.limiter.store(),
+        key: &h.key,
+        scope: limit.limiter.scope(limit.rule.as_ref()),
+        cost: limit.spec.cost,
+    })
+}
+
 /// Checks the enforced limit at `index`: `Ok(Some(decision))` when it admitted the request (held
 /// in `held`), `Ok(None)` when it did not apply or its store failed open, `Err(answer)` when the
 /// request is answered now (400, 429, 503), what the limits before it reserved given back.
@@ -1164,17 +1331,11 @@ async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     let Some(limit) = compiled.limits.get(index) else {
         return Ok(None);
     };
-    let key = match limit.key(parts, options) {
+    let key = match key_of(limit, options, parts) {
         Ok(k) => k,
-        Err(_) if limit.missing_global => limit.global_key(),
-        Err(error) => {
-            limit.metrics.no_key.increment(1);
+        Err(answer) => {
             rollback(compiled, held).await;
-            tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
-            return Err(DefaultRejection.on_refused(Refusal::NoKey {
-                status: StatusCode::BAD_REQUEST,
-                error: &error,
-            }));
+            return Err(answer);
         }
     };
     limit.convert(&key).await;
@@ -1188,16 +1349,8 @@ async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             Ok(Some(d))
         }
         Ok(d) => {
-            limit.metrics.decided(&d, 0);
-            tracing::debug!(limit = %limit.spec.name, "rejected");
             rollback(compiled, held).await;
-            let mut res: Response<B> = DefaultRejection.on_rejected(&d);
-            write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
-            res.extensions_mut().insert(RejectedBy {
-                limit: Arc::clone(&limit.headers.policy_name),
-                decision: d,
-            });
-            Err(res)
+            Err(rejection(limit, d))
         }
         Err(e) => {
             limit.metrics.store_errors.increment(1);

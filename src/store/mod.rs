@@ -72,6 +72,154 @@ pub trait Store<K>: Send + Sync + 'static {
     fn sweep(&self, now: u64) {
         let _ = now;
     }
+
+    /// Checks several limits at once, all-or-nothing: each [`Item`] spends its cost from its key
+    /// in its scope on its own store (`item.store`: one of this type, e.g. a limiter's own memory
+    /// store or a clone of one Redis store), and once the answer completes, either every item
+    /// admitted (each charged its cost, each answer a decision with its reservation) or none of
+    /// them is charged.
+    ///
+    /// The answer is one `(index, answer)` pair per item decided, in the items' order, ending
+    /// with the first rejection if there is one: items after it, and items before it when the
+    /// store knew the rejection without asking (Redis's blocked-key cache), are not answered. An
+    /// item whose store failed is answered with its error, charged nothing, and blocks no other:
+    /// the caller's failure policy decides (fail-closed: settle the others to 0).
+    ///
+    /// The default is the two-phase protocol ([`apply_all_in_turn`]): the items are reserved in
+    /// the given order (one [`Store::apply`] each), and on a rejection the reservations already
+    /// made are settled to 0. It never over-admits (each item admits within its own quota); a
+    /// concurrent request on one of the keys may be falsely rejected for the time of one
+    /// decision, while a reservation that is then rolled back is held. [`MemoryStore`] decides
+    /// under lock stripes taken in one fixed order, so no transient reservation is ever seen;
+    /// the Redis store runs one script call when every key is in one slot.
+    fn apply_all<'a>(&'a self, items: &'a [Item<'a, K, Self>], now: u64) -> AllAnswer<'a>
+    where
+        Self: Sized,
+        K: Sync,
+    {
+        AllAnswer::later(Box::pin(apply_all_in_turn(items, now)))
+    }
+}
+
+/// One limit of a [`Store::apply_all`] decision: `cost` units of `key` in `scope`, on `store`.
+#[derive(Debug)]
+pub struct Item<'a, K, S> {
+    /// The store holding the limit's state.
+    pub store: &'a S,
+    /// The key.
+    pub key: &'a K,
+    /// The limiter's name and rule.
+    pub scope: Scope<'a>,
+    /// The units to spend.
+    pub cost: u32,
+}
+
+impl<K, S> Clone for Item<'_, K, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, S> Copy for Item<'_, K, S> {}
+
+/// The answers of [`Store::apply_all`]: `(item index, answer)` in the items' order, ending with
+/// the first rejection if any.
+pub type Answers = Vec<(usize, Result<Decision, StoreError>)>;
+
+/// A future of [`Answers`] borrowing the items.
+pub type AnswersFuture<'a> = Pin<Box<dyn Future<Output = Answers> + Send + 'a>>;
+
+/// The answer of [`Store::apply_all`]: ready now (the memory store), or a future.
+pub struct AllAnswer<'a> {
+    inner: AllInner<'a>,
+}
+
+enum AllInner<'a> {
+    Now(Option<Answers>),
+    Later(AnswersFuture<'a>),
+}
+
+impl std::fmt::Debug for AllAnswer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.inner {
+            AllInner::Now(a) => f.debug_tuple("AllAnswer::Now").field(a).finish(),
+            AllInner::Later(_) => f.write_str("AllAnswer::Later"),
+        }
+    }
+}
+
+impl<'a> AllAnswer<'a> {
+    /// Answers known at once.
+    pub fn now(answers: Answers) -> Self {
+        Self {
+            inner: AllInner::Now(Some(answers)),
+        }
+    }
+
+    /// Answers that come later.
+    pub fn later(future: AnswersFuture<'a>) -> Self {
+        Self {
+            inner: AllInner::Later(future),
+        }
+    }
+
+    /// The answers, if they were known at once; otherwise the answer back.
+    ///
+    /// # Errors
+    /// The answer itself, when it is a future.
+    pub fn into_now(self) -> Result<Answers, Self> {
+        match self.inner {
+            AllInner::Now(Some(a)) => Ok(a),
+            inner => Err(Self { inner }),
+        }
+    }
+}
+
+impl Future for AllAnswer<'_> {
+    type Output = Answers;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answers> {
+        match &mut self.inner {
+            AllInner::Now(a) => Poll::Ready(a.take().unwrap_or_default()),
+            AllInner::Later(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The two-phase [`Store::apply_all`] (its default): each item reserved in the given order with
+/// [`Store::apply`], and on a rejection the reservations already made settled to 0 (a failed
+/// settlement is logged: its units stay spent, which under-admits, never over-admits).
+pub async fn apply_all_in_turn<K: Sync, S: Store<K>>(
+    items: &[Item<'_, K, S>],
+    now: u64,
+) -> Answers {
+    let mut out: Answers = Vec::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        let answer = it
+            .store
+            .apply(it.key, it.scope, Op::Check(it.cost), now)
+            .await;
+        let rejected = matches!(&answer, Ok(d) if !d.is_allowed());
+        out.push((i, answer));
+        if rejected {
+            for (j, answer) in &out {
+                let (Some(it), Ok(d)) = (items.get(*j), answer) else {
+                    continue;
+                };
+                if let Some(r) = d.reservation() {
+                    if let Err(e) = it
+                        .store
+                        .apply(it.key, it.scope, Op::settle(r, 0), now)
+                        .await
+                    {
+                        tracing::warn!(limit = %it.scope.name(), error = %e, "rollback failed");
+                    }
+                }
+            }
+            break;
+        }
+    }
+    out
 }
 
 /// Whose state an operation applies to: a limiter (by name) under one rule. Each scope has a state

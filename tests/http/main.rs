@@ -28,6 +28,7 @@ mod login;
 mod playground;
 mod problem_json;
 mod rules_file;
+mod rules_many;
 mod rules_queue_and_reset;
 mod server_cli;
 mod settle_from_response;

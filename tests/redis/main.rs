@@ -27,5 +27,6 @@ mod redis_settle_from_response;
 mod redis_store;
 mod redis_tls;
 mod rules_redis;
+mod rules_redis_many;
 mod shaping_queue;
 mod window_offset;

@@ -8,6 +8,7 @@
 
 mod blocked;
 mod general;
+mod many;
 #[cfg(any(tollgate_loom, shuttle))]
 mod model;
 mod packed;
@@ -114,6 +115,8 @@ pub struct MemoryStore<K> {
     evictions: Counter,
     overflow_hits: Counter,
     names: LimiterNames,
+    /// Lock stripes of multi-limit decisions (see [`many`]).
+    stripes: many::Stripes,
 }
 
 impl<K> std::fmt::Debug for MemoryStore<K> {
@@ -199,6 +202,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             evictions: Counter::default(),
             overflow_hits: Counter::default(),
             names: LimiterNames::default(),
+            stripes: many::Stripes::default(),
         }
     }
 
@@ -728,6 +732,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Store<K> for MemoryStore<K> {
     #[inline]
     fn apply(&self, key: &K, scope: Scope<'_>, op: Op, now: u64) -> Answer<Self::Future> {
         Answer::now(Ok(self.decide_in(key, scope.rule(), scope.tag(), op, now)))
+    }
+
+    /// At once, under lock stripes taken in one fixed order (no global lock): no reservation
+    /// later rolled back is ever seen by another decision, so there is no false rejection.
+    fn apply_all<'a>(
+        &'a self,
+        items: &'a [super::Item<'a, K, Self>],
+        now: u64,
+    ) -> super::AllAnswer<'a> {
+        super::AllAnswer::now(many::apply_all(items, now))
     }
 
     fn names(&self) -> &LimiterNames {

@@ -54,6 +54,7 @@ mod cache;
 mod degraded;
 mod keys;
 mod leases;
+mod multi;
 mod quota_lease;
 mod rebuild;
 mod scripts;
@@ -1245,6 +1246,19 @@ impl<K: StoreKey> Store<K> for RedisStore {
 
     fn apply(&self, key: &K, scope: Scope<'_>, op: Op, now: u64) -> Answer<RedisFuture> {
         self.lease_or_apply(key, scope, op, now)
+    }
+
+    /// One script call when the items' keys share a slot (see `multi.rs`), else the two-phase
+    /// protocol.
+    fn apply_all<'a>(
+        &'a self,
+        items: &'a [super::Item<'a, K, Self>],
+        now: u64,
+    ) -> super::AllAnswer<'a>
+    where
+        K: Sync,
+    {
+        self.apply_all_on_redis(items, now)
     }
 
     fn validate(&self, rule: &Rule) -> Result<(), ConfigError> {

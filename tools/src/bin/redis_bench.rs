@@ -1,5 +1,8 @@
 //! Decisions per second through [`RedisStore`] with 64 calls in flight, next to the floor: a plain
-//! multiplexed `EVALSHA` loop of the same script with the `redis` crate on the same server.
+//! multiplexed `EVALSHA` loop of the same script with the `redis` crate on the same server. Then
+//! a request of three limits (IP, user, global keys) decided with [`Store::apply_all`] (one
+//! script call) and with the two-phase protocol ([`apply_all_in_turn`], one call per limit), with
+//! the script calls per decision counted in `INFO commandstats`.
 //!
 //! ```text
 //! cargo run --release -p tollgate-tools --features redis --bin redis_bench -- redis://127.0.0.1:6379 [seconds]
@@ -11,13 +14,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::store::redis::RedisStore;
-use tollgate::store::{Scope, Store};
+use tollgate::store::{Item, Scope, Store, apply_all_in_turn};
 use tollgate::{Op, Rule, Strategy};
 
 const IN_FLIGHT: usize = 64;
 const KEYS: u64 = 10_000;
 
 async fn run<F, Fut>(secs: u64, call: F) -> f64
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    run_counted(secs, call).await.0
+}
+
+/// [`run`], with the number of calls that succeeded.
+async fn run_counted<F, Fut>(secs: u64, call: F) -> (f64, u64)
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
@@ -58,7 +70,28 @@ where
     if failed > 0 {
         eprintln!("  ({failed} calls failed)");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let done = done.load(Ordering::Relaxed);
+    (done as f64 / start.elapsed().as_secs_f64(), done)
+}
+
+/// Script calls (`EVALSHA` and `EVAL`) the server has served so far.
+async fn script_calls(conn: &redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn.clone())
+        .await
+        .unwrap_or_default();
+    ["evalsha", "eval"]
+        .iter()
+        .map(|name| {
+            let tag = format!("cmdstat_{name}:calls=");
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(&tag))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -93,6 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .query_async(&mut conn.clone())
         .await?;
     let sha_in = sha.clone();
+    let (conn_kept, store_kept) = (conn.clone(), store.clone());
     let plain = run(secs, move |k| {
         let mut conn = conn.clone();
         let key = store.redis_keys(&k, Scope::new("default", &rule)).remove(0);
@@ -103,10 +137,56 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         async move { cmd.query_async::<redis::Value>(&mut conn).await.is_ok() }
     })
     .await;
+    // Three limits per request, every one admitting: IP (token bucket), user (fixed window, 1000
+    // users), global (sliding window, one key).
+    let three = Arc::new([
+        Rule::parse(Strategy::TokenBucket, "1000/second")?,
+        Rule::parse(Strategy::FixedWindow, "1000000/hour")?,
+        Rule::parse(Strategy::SlidingWindow, "1000000000/hour")?,
+    ]);
+    let mut multi = Vec::new();
+    for one_call in [false, true] {
+        let (conn, store) = (&conn_kept, &store_kept);
+        let before = script_calls(conn).await;
+        let (s, r) = (store.clone(), Arc::clone(&three));
+        let (rate, done) = run_counted(secs, move |k| {
+            let (s, r) = (s.clone(), Arc::clone(&r));
+            async move {
+                let keys = [k, 1_000_000 + k % 1000, 2_000_000];
+                let names = ["ip", "user", "global"];
+                let items: Vec<Item<'_, u64, RedisStore>> = (0..3)
+                    .map(|i| Item {
+                        store: &s,
+                        key: &keys[i],
+                        scope: Scope::new(names[i], &r[i]),
+                        cost: 1,
+                    })
+                    .collect();
+                let answers = if one_call {
+                    s.apply_all(&items, 0).await
+                } else {
+                    apply_all_in_turn(&items, 0).await
+                };
+                answers.len() == 3
+                    && answers
+                        .iter()
+                        .all(|(_, a)| a.as_ref().is_ok_and(|d| d.is_allowed()))
+            }
+        })
+        .await;
+        let calls = script_calls(conn).await.saturating_sub(before);
+        multi.push((rate, calls as f64 / done.max(1) as f64));
+    }
     println!("{IN_FLIGHT} in flight, {KEYS} keys, {secs} s each");
     println!("RedisStore::apply      {through_store:>10.0} decisions/s");
     println!("plain EVALSHA loop     {plain:>10.0} calls/s");
     println!("ratio                  {:>10.2}", through_store / plain);
+    for ((rate, calls), label) in multi
+        .iter()
+        .zip(["two-phase, 3 limits", "apply_all, 3 limits"])
+    {
+        println!("{label:<22} {rate:>10.0} decisions/s, {calls:.2} script calls per decision");
+    }
     println!("sha {sha}");
     Ok(())
 }
