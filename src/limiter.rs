@@ -57,7 +57,8 @@ struct Inner<S, C> {
     store: S,
     clock: C,
     fail_open: Counter,
-    /// The memory store's packed table for `rule` (see [`MemoryStore`]'s `check_now`).
+    /// The memory store's packed table for `rule`, learnt on the first synchronous check
+    /// ([`RateLimiter::check_now`]); other stores ignore it.
     hint: TableHint,
 }
 

@@ -62,6 +62,9 @@ impl TableHint {
     const GENERAL: u8 = u8::MAX;
 }
 
+// `t + 1` for every packed table stays below the general marker.
+const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
+
 /// An in-process store on [`DashMap`](dashmap::DashMap), the default.
 ///
 /// - Safe under many threads on one key: each key's state is updated atomically (a compare-and-swap
