@@ -1,5 +1,6 @@
-//! Packed per-key state: a one-quota rule of the clock-aligned fixed window, the sliding window
-//! counter or the buckets (GCRA) fits in one `u64`, read and updated by compare-and-swap.
+//! Packed per-key state: a one-quota rule of the fixed windows (clock-aligned or first-hit), the
+//! sliding window counter or the buckets (GCRA) fits in one `u64`, read and updated by
+//! compare-and-swap.
 //!
 //! Why: a key then costs what governor's does (an 8-byte value next to the key), a check needs only
 //! the map's read lock (threads on one hot key do not queue on a write lock), and a rejection writes
@@ -21,6 +22,16 @@
 //! a multiple of `2^s` (it only weighs on the estimate, which it can raise by less than `2^s`: again
 //! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
 //! limit.
+//!
+//! A first-hit window starts at any nanosecond: its start is stored in units of `u = 2^k` ns,
+//! rounded up, on a ring of `2^(63 - c)` units (`c` the count's bits) spanning two days and two
+//! windows at least, `u` the smallest unit that does. The window read back ends later than the
+//! real one by less than `u`, never earlier, with the same count: a check, peek or settlement on
+//! it is never more lenient. Across a trace every window still admits at most `N` and lasts at
+//! least `W` (less than `W + u`) from the request that opened it. `u` is 1 ns (exact) up to
+//! `2^15 - 1` per window of up to two days; for `u32::MAX` per window of up to a day it is
+//! `2^17` ns (131 us); in general `u < max(2 days, 2 W) / 2^(62 - c)`, 2^29 ns (0.54 s) for
+//! `u32::MAX` per the longest period.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -51,6 +62,14 @@ enum Layout {
     Sliding {
         count_bits: u32,
         prev_shift: u32,
+        ring: Ring,
+    },
+    /// A first-hit window: `ceil(start / 2^unit_shift) mod 2^(63 - count_bits) << count_bits |
+    /// count`, the start's field on a ring of `2^(63 - count_bits)` units of `2^unit_shift` ns
+    /// spanning at least [`RING_SPAN`] and two windows.
+    FirstHit {
+        count_bits: u32,
+        unit_shift: u32,
         ring: Ring,
     },
     /// The TAT.
@@ -106,14 +125,18 @@ impl Ring {
         if self.bits == 0 {
             return field * w;
         }
-        let current = now / w;
+        self.index(field, now / w).saturating_mul(w)
+    }
+
+    /// The index whose field is `field` (on a ring), read when the current index is `current`.
+    #[inline(always)]
+    fn index(self, field: u64, current: u64) -> u64 {
         let behind = current.wrapping_sub(field) & self.mask;
-        let index = if behind < self.behind_max {
+        if behind < self.behind_max {
             current.saturating_sub(behind)
         } else {
             current + (self.mask + 1 - behind)
-        };
-        index.saturating_mul(w)
+        }
     }
 
     /// How far ahead of `now` a state read back from this ring may start.
@@ -216,7 +239,21 @@ impl PackedRule {
             Strategy::TokenBucket | Strategy::LeakyBucket => {
                 (params.tau() < NOW_LIMIT).then_some(Layout::Gcra)?
             }
-            // First-hit windows start at any nanosecond and moving windows hold a log: too big.
+            // A first-hit window starts at any nanosecond: its start is kept in units of `2^k` ns
+            // (rounded up: the window ends later, never earlier), on a ring of `2^(63 - c)` units
+            // spanning two days and two windows at least, with the smallest such unit.
+            Strategy::FixedWindowFirstHit => {
+                let count_bits = bits_for(params.limit);
+                let ring_bits = 63u32.checked_sub(count_bits).filter(|&b| b >= 31)?;
+                let span = RING_SPAN.max(params.window.saturating_mul(2));
+                let span_bits = u64::BITS - (span - 1).leading_zeros();
+                Layout::FirstHit {
+                    count_bits,
+                    unit_shift: span_bits.saturating_sub(ring_bits),
+                    ring: Ring::new(ring_bits),
+                }
+            }
+            // Moving windows hold a log: too big.
             _ => return None,
         };
         Some(Self {
@@ -273,6 +310,11 @@ impl PackedRule {
                 prev_shift,
                 ring,
             } => QuotaState::Sliding(unpack_sliding(word, count_bits, prev_shift, ring, w, now)),
+            Layout::FirstHit {
+                count_bits,
+                unit_shift,
+                ring,
+            } => QuotaState::Fixed(unpack_first_hit(word, count_bits, unit_shift, ring, now)),
             Layout::Gcra => QuotaState::Gcra(Gcra::from_tat(word)),
         }
     }
@@ -295,6 +337,14 @@ impl PackedRule {
                 },
                 QuotaState::Sliding(s),
             ) => pack_sliding(s, count_bits, prev_shift, ring, w),
+            (
+                Layout::FirstHit {
+                    count_bits,
+                    unit_shift,
+                    ring,
+                },
+                QuotaState::Fixed(s),
+            ) => pack_first_hit(s, count_bits, unit_shift, ring),
             (Layout::Gcra, QuotaState::Gcra(s)) => s.tat(),
             // Unreachable: `unpack` builds the variant of the layout.
             _ => 0,
@@ -315,6 +365,9 @@ impl PackedRule {
             }
             (Layout::Sliding { .. }, Op::Check(cost)) => {
                 self.check_as::<SlidingWindow>(cell, cost, now)
+            }
+            (Layout::FirstHit { .. }, Op::Check(cost)) => {
+                self.check_as::<FirstHit>(cell, cost, now)
             }
             _ => self.update(cell, op, now),
         }
@@ -407,6 +460,17 @@ impl PackedRule {
                     Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => (NOW_LIMIT - 1)
                         .saturating_add(self.params.window)
                         .min(now.saturating_add(ring.ahead(self.params.window))),
+                    // The start restored (`until - W`, rounded up by less than a unit) stays
+                    // within what the ring reads ahead.
+                    Layout::FirstHit {
+                        unit_shift, ring, ..
+                    } => {
+                        let unit = 1 << unit_shift;
+                        (NOW_LIMIT - 1).saturating_add(self.params.window).min(
+                            now.saturating_add(ring.ahead(unit).saturating_sub(unit))
+                                .saturating_add(self.params.window),
+                        )
+                    }
                 });
                 let state = sketch::restore(self.strategy, &self.params, spent, now);
                 self.pack(&state) | USED
@@ -430,6 +494,35 @@ fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: u64, now: u64) -> Fix
 fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: u64) -> u64 {
     let (start, count) = s.parts();
     (ring.store(start, w) << count_bits) | count.min((1 << count_bits) - 1)
+}
+
+/// The first-hit window in `word` (without the second-chance bit), read at `now`.
+#[inline(always)]
+fn unpack_first_hit(
+    word: u64,
+    count_bits: u32,
+    unit_shift: u32,
+    ring: Ring,
+    now: u64,
+) -> FixedWindow {
+    let count = word & ((1 << count_bits) - 1);
+    if count == 0 {
+        return FixedWindow::default();
+    }
+    let index = ring.index(word >> count_bits, now >> unit_shift);
+    FixedWindow::from_parts(index << unit_shift, count)
+}
+
+/// `s` as a word under a first-hit layout: the start rounded up to a unit (a later end, never an
+/// earlier one), a count that would not fit saturated. No count, no window: 0.
+#[inline(always)]
+fn pack_first_hit(s: &FixedWindow, count_bits: u32, unit_shift: u32, ring: Ring) -> u64 {
+    let (start, count) = s.parts();
+    if count == 0 {
+        return 0;
+    }
+    let field = start.div_ceil(1 << unit_shift) & ring.mask;
+    (field << count_bits) | count.min((1 << count_bits) - 1)
 }
 
 /// `s` as a word under a sliding window layout (the previous count rounded up, a count that would
@@ -555,6 +648,45 @@ impl Packable for FixedWindow {
     }
 }
 
+/// A first-hit window, packed apart from the clock-aligned one (its own layout and arithmetic).
+struct FirstHit(FixedWindow);
+
+impl Packable for FirstHit {
+    #[inline(always)]
+    fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
+        FirstHit(match rule.layout {
+            Layout::FirstHit {
+                count_bits,
+                unit_shift,
+                ring,
+            } => unpack_first_hit(word & !USED, count_bits, unit_shift, ring, now),
+            _ => FixedWindow::default(),
+        })
+    }
+
+    #[inline(always)]
+    fn pack(&self, rule: &PackedRule) -> u64 {
+        match rule.layout {
+            Layout::FirstHit {
+                count_bits,
+                unit_shift,
+                ring,
+            } => pack_first_hit(&self.0, count_bits, unit_shift, ring),
+            _ => 0,
+        }
+    }
+
+    #[inline(always)]
+    fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
+        self.0.check(&rule.params, now, cost, false)
+    }
+
+    #[inline(always)]
+    fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
+        self.0.commit(now, cost, false);
+    }
+}
+
 impl Packable for SlidingWindow {
     #[inline(always)]
     fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
@@ -611,7 +743,7 @@ mod tests {
         assert!(packs(Strategy::SlidingWindow, "100/minute").is_some());
         assert!(packs(Strategy::TokenBucket, "10/s").is_some());
         assert!(packs(Strategy::LeakyBucket, "10/s").is_some());
-        assert!(packs(Strategy::FixedWindowFirstHit, "10/s").is_none());
+        assert!(packs(Strategy::FixedWindowFirstHit, "10/s").is_some());
         assert!(packs(Strategy::MovingWindow, "10/s").is_none());
         assert!(packs(Strategy::FixedWindow, "1/s; 10/minute").is_none());
         // Every window limit up to u32::MAX per period, from a millisecond to a day: on a ring of
@@ -623,7 +755,11 @@ mod tests {
             "100000/s",
             "10000/s",
         ] {
-            for s in [Strategy::FixedWindow, Strategy::SlidingWindow] {
+            for s in [
+                Strategy::FixedWindow,
+                Strategy::SlidingWindow,
+                Strategy::FixedWindowFirstHit,
+            ] {
                 assert!(packs(s, q).is_some(), "{s} {q}");
             }
         }
@@ -789,6 +925,166 @@ mod tests {
         assert!(ring.ahead(S) >= 6 * 3600 * S);
         // A day later it is an old window, equivalent to a new key's.
         assert!(packed.is_fresh(word, now + 86_400 * S));
+    }
+
+    /// The unit a first-hit layout rounds window starts to, in ns.
+    fn first_hit_unit(packed: &PackedRule) -> u64 {
+        match packed.layout {
+            Layout::FirstHit { unit_shift, .. } => 1 << unit_shift,
+            other => panic!("not a first-hit layout: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn first_hit_units_stay_small() {
+        let unit = |q: &str| {
+            first_hit_unit(
+                &PackedRule::for_rule(&Rule::parse(Strategy::FixedWindowFirstHit, q).unwrap())
+                    .unwrap(),
+            )
+        };
+        // Up to 2^15 - 1 per window of up to a day: exact.
+        assert_eq!(unit("10/s"), 1);
+        assert_eq!(unit("32767/day"), 1);
+        // u32::MAX per window of up to a day: 2^17 ns (131 us); per 10 years: 2^29 ns (0.54 s).
+        assert_eq!(unit("4294967295/ms"), 1 << 17);
+        assert_eq!(unit("4294967295/day"), 1 << 17);
+        assert_eq!(unit("4294967295/3660days"), 1 << 29);
+    }
+
+    #[test]
+    fn first_hit_layouts_agree_with_the_strategy_when_exact() {
+        for q in ["5/s", "32767/minute", "1/ms"] {
+            let strategy = Strategy::FixedWindowFirstHit;
+            let w = Rule::parse(strategy, q).unwrap().nanos()[0].window;
+            let gap = |x: u64| match x % 7 {
+                0 => (x >> 20) % (5 * w),
+                _ => (x >> 20) % (w / 50).max(1),
+            };
+            differential(
+                strategy,
+                q,
+                1_700_000_000 * S + 12_345,
+                gap,
+                |i, got, want, a, b| {
+                    assert_eq!(got, want, "{q} step {i}");
+                    // Zero counts read back as a new key's state, whatever the window.
+                    if a != b {
+                        assert_eq!(a.fresh_at(&Params::window(1, 1)), 0, "{q} {i}");
+                    }
+                },
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// A first-hit state packed and read back is never more lenient than the state itself:
+        /// the same count, a start later by less than a unit (equal when the unit is 1 ns); every
+        /// check and settlement at any later time answers no more leniently.
+        #[test]
+        fn a_packed_first_hit_window_is_never_more_lenient(
+            limit in 1u64..=u64::from(u32::MAX),
+            window_ms in 1u64..=3660 * 86_400_000,
+            start in 1_000_000_000u64..NOW_LIMIT / 2,
+            count_frac in 0.0f64..=1.0,
+            read_after in 0u64..=u64::MAX,
+            later in proptest::collection::vec((0u64..=u64::MAX, 0u64..=u64::MAX, 0u8..4), 1..8),
+        ) {
+            let strategy = Strategy::FixedWindowFirstHit;
+            let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            let p = rule.nanos()[0];
+            let unit = first_hit_unit(&packed);
+            let count = ((limit as f64 * count_frac) as u64).clamp(1, limit);
+            let exact = QuotaState::Fixed(FixedWindow::from_parts(start, count));
+            // Read back up to two windows later (and a little before the start).
+            let now = start - start % 7 + read_after % (2 * p.window);
+            let read = packed.unpack(packed.pack(&exact), now);
+            let QuotaState::Fixed(r) = &read else { panic!("{read:?}") };
+            let (rs, rc) = r.parts();
+            if now.saturating_sub(start) < p.window {
+                proptest::prop_assert_eq!(rc, count);
+                proptest::prop_assert!(rs >= start && rs - start < unit, "{} {}", rs, start);
+                if unit == 1 {
+                    proptest::prop_assert_eq!(&read, &exact);
+                }
+            }
+            // Each later operation from the state as read and from the exact one.
+            for (dt, cost, kind) in later {
+                let t = now + dt % (p.window + p.window / 2 + 1);
+                let op = match kind {
+                    0 => Op::Settle {
+                        reserved: (cost % 4) as u32 + 1,
+                        actual: 0,
+                        at: t.saturating_sub(cost % p.window),
+                    },
+                    1 => Op::Peek,
+                    _ => Op::Check((cost % (limit + 1)) as u32),
+                };
+                let mut a = vec![read.clone()];
+                let mut b = vec![exact.clone()];
+                let (_, got) = strategy::apply(&mut a, strategy, rule.nanos(), t, op);
+                let (_, want) = strategy::apply(&mut b, strategy, rule.nanos(), t, op);
+                if got.outcome == Outcome::Allowed && op != Op::Peek {
+                    proptest::prop_assert_eq!(want.outcome, Outcome::Allowed);
+                }
+                if got.outcome == want.outcome {
+                    proptest::prop_assert!(got.remaining <= want.remaining);
+                }
+                if want.outcome == Outcome::Rejected {
+                    proptest::prop_assert!(got.retry_after >= want.retry_after);
+                }
+                if unit == 1 {
+                    proptest::prop_assert_eq!(got, want);
+                }
+            }
+        }
+
+        /// Over a trace, the packed first-hit windows are the strategy's with windows longer by
+        /// less than a unit: each opens at an admitted request (its start rounded up), lasts
+        /// `W` from its rounded start, and admits at most `N`.
+        #[test]
+        fn packed_first_hit_windows_last_w_and_admit_n_at_most(
+            limit in 1u64..=u64::from(u32::MAX),
+            window_ms in 1u64..=86_400_000,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u64..=u64::MAX), 1..60),
+        ) {
+            let strategy = Strategy::FixedWindowFirstHit;
+            let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            let p = rule.nanos()[0];
+            let unit = first_hit_unit(&packed);
+            let cell = AtomicU64::new(0);
+            let mut now = 1_700_000_000 * S + 777;
+            // The open window: its start and what it admitted.
+            let mut open: Option<(u64, u64)> = None;
+            for (dt, cost) in steps {
+                now += dt % (p.window / 3 + 2);
+                let cost = 1 + cost % limit.min(1 << 20);
+                let v = packed.apply(&cell, Op::Check(cost as u32), now);
+                if v.outcome != Outcome::Allowed {
+                    continue;
+                }
+                let QuotaState::Fixed(w) = packed.unpack(cell.load(Ordering::Relaxed), now) else {
+                    panic!("a fixed window state");
+                };
+                let (start, _) = w.parts();
+                match open {
+                    Some((s, n)) if s == start => {
+                        proptest::prop_assert!(n + cost <= limit);
+                        open = Some((s, n + cost));
+                    }
+                    previous => {
+                        // A new window: after the last one ended, at this request rounded up.
+                        if let Some((s, _)) = previous {
+                            proptest::prop_assert!(now >= s + p.window);
+                        }
+                        proptest::prop_assert!(start >= now && start - now < unit);
+                        open = Some((start, cost));
+                    }
+                }
+            }
+        }
     }
 
     #[test]
