@@ -23,15 +23,17 @@
 //! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
 //! limit.
 //!
-//! A first-hit window starts at any nanosecond: its start is stored in units of `u = 2^k` ns,
-//! rounded up, on a ring of `2^(63 - c)` units (`c` the count's bits) spanning two days and two
-//! windows at least, `u` the smallest unit that does. The window read back ends later than the
-//! real one by less than `u`, never earlier, with the same count: a check, peek or settlement on
-//! it is never more lenient. Across a trace every window still admits at most `N` and lasts at
-//! least `W` (less than `W + u`) from the request that opened it. `u` is 1 ns (exact) up to
-//! `2^15 - 1` per window of up to two days; for `u32::MAX` per window of up to a day it is
-//! `2^17` ns (131 us); in general `u < max(2 days, 2 W) / 2^(62 - c)`, 2^29 ns (0.54 s) for
-//! `u32::MAX` per the longest period.
+//! A first-hit window starts at any nanosecond: its start is stored whole (in ns) on a ring of
+//! `2^(63 - c)` ns (`c` the count's bits) spanning two days and two windows at least. When that
+//! leaves too few bits, the count is rounded up to a multiple of `2^s` (keeping 15 bits of it:
+//! less than `2^-14` of the limit, never more lenient), and only past that the start is rounded
+//! up to a unit of `2^k` ns (a window ending later by less than `2^k`). Exact up to `2^15 - 1` per
+//! window of up to a day; `u32::MAX` per window of up to a day rounds counts to `2^17` (3 x
+//! 10^-5 of the limit) and keeps starts exact; only windows over ~290 days with limits over
+//! `2^15` round starts, by less than 4.1 us at the longest period. A window or count read back is
+//! never more lenient than the one stored; across a trace every window still admits at most `N`
+//! and lasts at least `W` from the request that opened it. Waits are counted to the end of the
+//! window as stored, up to `W` (the rule's horizon).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,16 +66,87 @@ enum Layout {
         prev_shift: u32,
         ring: Ring,
     },
-    /// A first-hit window: `ceil(start / 2^unit_shift) mod 2^(63 - count_bits) << count_bits |
-    /// count`, the start's field on a ring of `2^(63 - count_bits)` units of `2^unit_shift` ns
-    /// spanning at least [`RING_SPAN`] and two windows.
-    FirstHit {
-        count_bits: u32,
-        unit_shift: u32,
-        ring: Ring,
-    },
+    /// A first-hit window (see [`Hit`]).
+    FirstHit(Hit),
     /// The TAT.
     Gcra,
+}
+
+/// The layout of a first-hit window: `ceil(start / 2^unit_shift) mod 2^ring.bits << count_bits |
+/// ceil(count / 2^count_shift)`, the start's field on a ring of units of `2^unit_shift` ns spanning
+/// at least [`RING_SPAN`] and two windows. A saturated count field reads as the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Hit {
+    count_bits: u32,
+    count_shift: u32,
+    unit_shift: u32,
+    ring: Ring,
+    /// `N`.
+    limit: u64,
+}
+
+/// The fewest count bits a first-hit layout keeps before it rounds window starts: counts are
+/// rounded up by less than `2^-14` of the limit.
+const HIT_COUNT_BITS: u32 = 15;
+
+impl Hit {
+    /// The layout for `p`: exact when it fits; else counts rounded up to multiples of `2^s`,
+    /// keeping [`HIT_COUNT_BITS`] bits of them, then starts rounded up to units of `2^k` ns.
+    fn new(p: &Params) -> Option<Self> {
+        let c = bits_for(p.limit);
+        if c > 32 {
+            return None;
+        }
+        let span = RING_SPAN.max(p.window.saturating_mul(2));
+        let span_bits = u64::BITS - (span - 1).leading_zeros();
+        let short = (c + span_bits).saturating_sub(63);
+        let count_shift = short.min(c.saturating_sub(HIT_COUNT_BITS));
+        let unit_shift = short - count_shift;
+        let count_bits = c - count_shift;
+        Some(Self {
+            count_bits,
+            count_shift,
+            unit_shift,
+            ring: Ring::new(63 - count_bits),
+            limit: p.limit,
+        })
+    }
+
+    /// The window in `word` (without the second-chance bit), read at `now`.
+    #[inline(always)]
+    fn unpack(self, word: u64, now: u64) -> FixedWindow {
+        let max = (1 << self.count_bits) - 1;
+        let count = match word & max {
+            0 => return FixedWindow::default(),
+            // A saturated field stands for any count up to the limit.
+            field if field == max && self.count_shift > 0 => self.limit,
+            field => field << self.count_shift,
+        };
+        let index = self
+            .ring
+            .index(word >> self.count_bits, now >> self.unit_shift);
+        FixedWindow::from_parts(index << self.unit_shift, count)
+    }
+
+    /// `s` as a word: the start and the count rounded up (a later end, a larger count: never
+    /// more lenient), a count that would not fit saturated. No count, no window: 0.
+    #[inline(always)]
+    fn pack(self, s: &FixedWindow) -> u64 {
+        let (start, count) = s.parts();
+        if count == 0 {
+            return 0;
+        }
+        let field = start.div_ceil(1 << self.unit_shift) & self.ring.mask;
+        let count = count
+            .div_ceil(1 << self.count_shift)
+            .min((1 << self.count_bits) - 1);
+        (field << self.count_bits) | count
+    }
+
+    /// The unit starts are rounded to, in ns.
+    fn unit(self) -> u64 {
+        1 << self.unit_shift
+    }
 }
 
 /// How a window index is stored: whole, or on a ring of `2^bits` windows read relative to now.
@@ -239,20 +312,8 @@ impl PackedRule {
             Strategy::TokenBucket | Strategy::LeakyBucket => {
                 (params.tau() < NOW_LIMIT).then_some(Layout::Gcra)?
             }
-            // A first-hit window starts at any nanosecond: its start is kept in units of `2^k` ns
-            // (rounded up: the window ends later, never earlier), on a ring of `2^(63 - c)` units
-            // spanning two days and two windows at least, with the smallest such unit.
-            Strategy::FixedWindowFirstHit => {
-                let count_bits = bits_for(params.limit);
-                let ring_bits = 63u32.checked_sub(count_bits).filter(|&b| b >= 31)?;
-                let span = RING_SPAN.max(params.window.saturating_mul(2));
-                let span_bits = u64::BITS - (span - 1).leading_zeros();
-                Layout::FirstHit {
-                    count_bits,
-                    unit_shift: span_bits.saturating_sub(ring_bits),
-                    ring: Ring::new(ring_bits),
-                }
-            }
+            // A first-hit window starts at any nanosecond: see `Hit`.
+            Strategy::FixedWindowFirstHit => Layout::FirstHit(Hit::new(&params)?),
             // Moving windows hold a log: too big.
             _ => return None,
         };
@@ -310,11 +371,7 @@ impl PackedRule {
                 prev_shift,
                 ring,
             } => QuotaState::Sliding(unpack_sliding(word, count_bits, prev_shift, ring, w, now)),
-            Layout::FirstHit {
-                count_bits,
-                unit_shift,
-                ring,
-            } => QuotaState::Fixed(unpack_first_hit(word, count_bits, unit_shift, ring, now)),
+            Layout::FirstHit(hit) => QuotaState::Fixed(hit.unpack(word, now)),
             Layout::Gcra => QuotaState::Gcra(Gcra::from_tat(word)),
         }
     }
@@ -337,14 +394,7 @@ impl PackedRule {
                 },
                 QuotaState::Sliding(s),
             ) => pack_sliding(s, count_bits, prev_shift, ring, w),
-            (
-                Layout::FirstHit {
-                    count_bits,
-                    unit_shift,
-                    ring,
-                },
-                QuotaState::Fixed(s),
-            ) => pack_first_hit(s, count_bits, unit_shift, ring),
+            (Layout::FirstHit(hit), QuotaState::Fixed(s)) => hit.pack(s),
             (Layout::Gcra, QuotaState::Gcra(s)) => s.tat(),
             // Unreachable: `unpack` builds the variant of the layout.
             _ => 0,
@@ -366,9 +416,7 @@ impl PackedRule {
             (Layout::Sliding { .. }, Op::Check(cost)) => {
                 self.check_as::<SlidingWindow>(cell, cost, now)
             }
-            (Layout::FirstHit { .. }, Op::Check(cost)) => {
-                self.check_as::<FirstHit>(cell, cost, now)
-            }
+            (Layout::FirstHit(_), Op::Check(cost)) => self.check_as::<FirstHit>(cell, cost, now),
             _ => self.update(cell, op, now),
         }
     }
@@ -383,7 +431,7 @@ impl PackedRule {
             if v.outcome == Outcome::Allowed && cost > 0 {
                 state.commit(self, now, cost);
             }
-            (state.pack(self), v)
+            (state.pack(self), state.timed(self, v, now))
         })
     }
 
@@ -394,6 +442,12 @@ impl PackedRule {
             let mut state = self.unpack(word, now);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
+            let verdict = match (&state, self.layout) {
+                (QuotaState::Fixed(s), Layout::FirstHit(_)) => {
+                    FirstHit(*s).timed(self, verdict, now)
+                }
+                _ => verdict,
+            };
             (self.pack(&state), verdict)
         })
     }
@@ -462,13 +516,12 @@ impl PackedRule {
                         .min(now.saturating_add(ring.ahead(self.params.window))),
                     // The start restored (`until - W`, rounded up by less than a unit) stays
                     // within what the ring reads ahead.
-                    Layout::FirstHit {
-                        unit_shift, ring, ..
-                    } => {
-                        let unit = 1 << unit_shift;
+                    Layout::FirstHit(hit) => {
                         (NOW_LIMIT - 1).saturating_add(self.params.window).min(
-                            now.saturating_add(ring.ahead(unit).saturating_sub(unit))
-                                .saturating_add(self.params.window),
+                            now.saturating_add(
+                                hit.ring.ahead(hit.unit()).saturating_sub(hit.unit()),
+                            )
+                            .saturating_add(self.params.window),
                         )
                     }
                 });
@@ -494,35 +547,6 @@ fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: u64, now: u64) -> Fix
 fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: u64) -> u64 {
     let (start, count) = s.parts();
     (ring.store(start, w) << count_bits) | count.min((1 << count_bits) - 1)
-}
-
-/// The first-hit window in `word` (without the second-chance bit), read at `now`.
-#[inline(always)]
-fn unpack_first_hit(
-    word: u64,
-    count_bits: u32,
-    unit_shift: u32,
-    ring: Ring,
-    now: u64,
-) -> FixedWindow {
-    let count = word & ((1 << count_bits) - 1);
-    if count == 0 {
-        return FixedWindow::default();
-    }
-    let index = ring.index(word >> count_bits, now >> unit_shift);
-    FixedWindow::from_parts(index << unit_shift, count)
-}
-
-/// `s` as a word under a first-hit layout: the start rounded up to a unit (a later end, never an
-/// earlier one), a count that would not fit saturated. No count, no window: 0.
-#[inline(always)]
-fn pack_first_hit(s: &FixedWindow, count_bits: u32, unit_shift: u32, ring: Ring) -> u64 {
-    let (start, count) = s.parts();
-    if count == 0 {
-        return 0;
-    }
-    let field = start.div_ceil(1 << unit_shift) & ring.mask;
-    (field << count_bits) | count.min((1 << count_bits) - 1)
 }
 
 /// `s` as a word under a sliding window layout (the previous count rounded up, a count that would
@@ -592,6 +616,11 @@ trait Packable: Sized {
     fn pack(&self, rule: &PackedRule) -> u64;
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict;
     fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64);
+    /// `v`, its times counted to the end of the state as packed (see [`FirstHit`]).
+    #[inline(always)]
+    fn timed(&self, _: &PackedRule, v: Verdict, _now: u64) -> Verdict {
+        v
+    }
 }
 
 impl Packable for Gcra {
@@ -655,11 +684,7 @@ impl Packable for FirstHit {
     #[inline(always)]
     fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
         FirstHit(match rule.layout {
-            Layout::FirstHit {
-                count_bits,
-                unit_shift,
-                ring,
-            } => unpack_first_hit(word & !USED, count_bits, unit_shift, ring, now),
+            Layout::FirstHit(hit) => hit.unpack(word & !USED, now),
             _ => FixedWindow::default(),
         })
     }
@@ -667,11 +692,7 @@ impl Packable for FirstHit {
     #[inline(always)]
     fn pack(&self, rule: &PackedRule) -> u64 {
         match rule.layout {
-            Layout::FirstHit {
-                count_bits,
-                unit_shift,
-                ring,
-            } => pack_first_hit(&self.0, count_bits, unit_shift, ring),
+            Layout::FirstHit(hit) => hit.pack(&self.0),
             _ => 0,
         }
     }
@@ -684,6 +705,34 @@ impl Packable for FirstHit {
     #[inline(always)]
     fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
         self.0.commit(now, cost, false);
+    }
+
+    /// The window packed starts at `start` rounded up to a unit: when that is after `now`, the
+    /// verdict's waits (counted from it, as the strategy clamps time to the state's) are counted
+    /// from `now` instead, to the end of the window as packed, up to `W` (the rule's horizon: a
+    /// client told to retry after `W` may find the window open for less than a unit more).
+    #[inline(always)]
+    fn timed(&self, rule: &PackedRule, mut v: Verdict, now: u64) -> Verdict {
+        let (start, count) = self.0.parts();
+        let Layout::FirstHit(hit) = rule.layout else {
+            return v;
+        };
+        // Exact starts (a unit of 1 ns) answer as the strategy does, a clock that went back included.
+        if hit.unit_shift == 0 || count == 0 {
+            return v;
+        }
+        let ahead = start
+            .div_ceil(hit.unit())
+            .saturating_mul(hit.unit())
+            .saturating_sub(now);
+        if ahead > 0 {
+            for t in [&mut v.reset_after, &mut v.retry_after] {
+                if *t > 0 {
+                    *t = t.saturating_add(ahead).min(rule.params.window);
+                }
+            }
+        }
+        v
     }
 }
 
@@ -927,29 +976,32 @@ mod tests {
         assert!(packed.is_fresh(word, now + 86_400 * S));
     }
 
-    /// The unit a first-hit layout rounds window starts to, in ns.
-    fn first_hit_unit(packed: &PackedRule) -> u64 {
+    /// The unit a first-hit layout rounds window starts to, in ns, and counts to.
+    fn first_hit_units(packed: &PackedRule) -> (u64, u64) {
         match packed.layout {
-            Layout::FirstHit { unit_shift, .. } => 1 << unit_shift,
+            Layout::FirstHit(hit) => (hit.unit(), 1 << hit.count_shift),
             other => panic!("not a first-hit layout: {other:?}"),
         }
     }
 
     #[test]
     fn first_hit_units_stay_small() {
-        let unit = |q: &str| {
-            first_hit_unit(
+        let units = |q: &str| {
+            first_hit_units(
                 &PackedRule::for_rule(&Rule::parse(Strategy::FixedWindowFirstHit, q).unwrap())
                     .unwrap(),
             )
         };
         // Up to 2^15 - 1 per window of up to a day: exact.
-        assert_eq!(unit("10/s"), 1);
-        assert_eq!(unit("32767/day"), 1);
-        // u32::MAX per window of up to a day: 2^17 ns (131 us); per 10 years: 2^29 ns (0.54 s).
-        assert_eq!(unit("4294967295/ms"), 1 << 17);
-        assert_eq!(unit("4294967295/day"), 1 << 17);
-        assert_eq!(unit("4294967295/3660days"), 1 << 29);
+        assert_eq!(units("10/s"), (1, 1));
+        assert_eq!(units("32767/day"), (1, 1));
+        // u32::MAX per window of up to a day: counts in multiples of 2^17 (3 x 10^-5 of the
+        // limit), starts exact.
+        assert_eq!(units("4294967295/ms"), (1, 1 << 17));
+        assert_eq!(units("4294967295/day"), (1, 1 << 17));
+        // Per 10 years: starts in units of 2^12 ns (4 us) as well.
+        assert_eq!(units("4294967295/3660days"), (1 << 12, 1 << 17));
+        assert_eq!(units("32767/3660days"), (1 << 12, 1));
     }
 
     #[test]
@@ -994,7 +1046,7 @@ mod tests {
             let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
             let packed = PackedRule::for_rule(&rule).unwrap();
             let p = rule.nanos()[0];
-            let unit = first_hit_unit(&packed);
+            let (unit, count_unit) = first_hit_units(&packed);
             let count = ((limit as f64 * count_frac) as u64).clamp(1, limit);
             let exact = QuotaState::Fixed(FixedWindow::from_parts(start, count));
             // Read back up to two windows later (and a little before the start).
@@ -1003,9 +1055,9 @@ mod tests {
             let QuotaState::Fixed(r) = &read else { panic!("{read:?}") };
             let (rs, rc) = r.parts();
             if now.saturating_sub(start) < p.window {
-                proptest::prop_assert_eq!(rc, count);
+                proptest::prop_assert!(rc == limit || (rc >= count && rc - count < count_unit));
                 proptest::prop_assert!(rs >= start && rs - start < unit, "{} {}", rs, start);
-                if unit == 1 {
+                if unit == 1 && count_unit == 1 {
                     proptest::prop_assert_eq!(&read, &exact);
                 }
             }
@@ -1034,7 +1086,7 @@ mod tests {
                 if want.outcome == Outcome::Rejected {
                     proptest::prop_assert!(got.retry_after >= want.retry_after);
                 }
-                if unit == 1 {
+                if unit == 1 && count_unit == 1 {
                     proptest::prop_assert_eq!(got, want);
                 }
             }
@@ -1053,7 +1105,7 @@ mod tests {
             let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
             let packed = PackedRule::for_rule(&rule).unwrap();
             let p = rule.nanos()[0];
-            let unit = first_hit_unit(&packed);
+            let (unit, _) = first_hit_units(&packed);
             let cell = AtomicU64::new(0);
             let mut now = 1_700_000_000 * S + 777;
             // The open window: its start and what it admitted.
