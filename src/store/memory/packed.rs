@@ -23,17 +23,14 @@
 //! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
 //! limit.
 //!
-//! A first-hit window starts at any nanosecond: its start is stored whole (in ns) on a ring of
-//! `2^(63 - c)` ns (`c` the count's bits) spanning two days and two windows at least. When that
-//! leaves too few bits, the count is rounded up to a multiple of `2^s` (keeping 15 bits of it:
-//! less than `2^-14` of the limit, never more lenient), and only past that the start is rounded
-//! up to a unit of `2^k` ns (a window ending later by less than `2^k`). Exact up to `2^15 - 1` per
-//! window of up to a day; `u32::MAX` per window of up to a day rounds counts to `2^17` (3 x
-//! 10^-5 of the limit) and keeps starts exact; only windows over ~290 days with limits over
-//! `2^15` round starts, by less than 4.1 us at the longest period. A window or count read back is
-//! never more lenient than the one stored; across a trace every window still admits at most `N`
-//! and lasts at least `W` from the request that opened it. Waits are counted to the end of the
-//! window as stored, up to `W` (the rule's horizon).
+//! A first-hit window starts at any nanosecond: its start is stored whole, in nanoseconds, on a
+//! ring of `2^(63 - c)` ns (`c` the count's bits) spanning two days and two windows at least, read
+//! back as window indices are. That is exact for limits up to `2^15 - 1` per window of up to 1.6
+//! days (fewer for longer windows: `c + log2(2 W) <= 63`); other first-hit rules keep the general
+//! entry. Rounding the start (or the count) is what a larger limit would take, and neither works:
+//! a count rounded up on every increment compounds (each request of cost 1 would count `2^s`), and
+//! a start rounded up makes the window end up to a unit after `now + W`, so an honest wait would
+//! exceed the rule's horizon `W` (and a wait capped at `W` would send clients back too early).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -72,80 +69,46 @@ enum Layout {
     Gcra,
 }
 
-/// The layout of a first-hit window: `ceil(start / 2^unit_shift) mod 2^ring.bits << count_bits |
-/// ceil(count / 2^count_shift)`, the start's field on a ring of units of `2^unit_shift` ns spanning
-/// at least [`RING_SPAN`] and two windows. A saturated count field reads as the limit.
+/// The layout of a first-hit window: `start mod 2^ring.bits << count_bits | count`, the start
+/// in nanoseconds on a ring spanning at least [`RING_SPAN`] and two windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Hit {
     count_bits: u32,
-    count_shift: u32,
-    unit_shift: u32,
     ring: Ring,
-    /// `N`.
-    limit: u64,
 }
 
-/// The fewest count bits a first-hit layout keeps before it rounds window starts: counts are
-/// rounded up by less than `2^-14` of the limit.
-const HIT_COUNT_BITS: u32 = 15;
-
 impl Hit {
-    /// The layout for `p`: exact when it fits; else counts rounded up to multiples of `2^s`,
-    /// keeping [`HIT_COUNT_BITS`] bits of them, then starts rounded up to units of `2^k` ns.
+    /// The layout for `p`, if its starts and counts fit whole.
     fn new(p: &Params) -> Option<Self> {
-        let c = bits_for(p.limit);
-        if c > 32 {
-            return None;
-        }
+        let count_bits = bits_for(p.limit);
         let span = RING_SPAN.max(p.window.saturating_mul(2));
         let span_bits = u64::BITS - (span - 1).leading_zeros();
-        let short = (c + span_bits).saturating_sub(63);
-        let count_shift = short.min(c.saturating_sub(HIT_COUNT_BITS));
-        let unit_shift = short - count_shift;
-        let count_bits = c - count_shift;
-        Some(Self {
+        let ring_bits = 63u32.checked_sub(count_bits)?;
+        (span_bits <= ring_bits).then_some(Self {
             count_bits,
-            count_shift,
-            unit_shift,
-            ring: Ring::new(63 - count_bits),
-            limit: p.limit,
+            ring: Ring::new(ring_bits),
         })
     }
 
     /// The window in `word` (without the second-chance bit), read at `now`.
     #[inline(always)]
     fn unpack(self, word: u64, now: u64) -> FixedWindow {
-        let max = (1 << self.count_bits) - 1;
-        let count = match word & max {
-            0 => return FixedWindow::default(),
-            // A saturated field stands for any count up to the limit.
-            field if field == max && self.count_shift > 0 => self.limit,
-            field => field << self.count_shift,
-        };
-        let index = self
-            .ring
-            .index(word >> self.count_bits, now >> self.unit_shift);
-        FixedWindow::from_parts(index << self.unit_shift, count)
+        let count = word & ((1 << self.count_bits) - 1);
+        if count == 0 {
+            return FixedWindow::default();
+        }
+        let start = self.ring.index(word >> self.count_bits, now);
+        FixedWindow::from_parts(start, count)
     }
 
-    /// `s` as a word: the start and the count rounded up (a later end, a larger count: never
-    /// more lenient), a count that would not fit saturated. No count, no window: 0.
+    /// `s` as a word (a count that would not fit saturates). No count, no window: 0.
     #[inline(always)]
     fn pack(self, s: &FixedWindow) -> u64 {
         let (start, count) = s.parts();
         if count == 0 {
             return 0;
         }
-        let field = start.div_ceil(1 << self.unit_shift) & self.ring.mask;
-        let count = count
-            .div_ceil(1 << self.count_shift)
-            .min((1 << self.count_bits) - 1);
-        (field << self.count_bits) | count
-    }
-
-    /// The unit starts are rounded to, in ns.
-    fn unit(self) -> u64 {
-        1 << self.unit_shift
+        ((start & self.ring.mask) << self.count_bits) | count.min((1 << self.count_bits) - 1)
     }
 }
 
@@ -431,7 +394,7 @@ impl PackedRule {
             if v.outcome == Outcome::Allowed && cost > 0 {
                 state.commit(self, now, cost);
             }
-            (state.pack(self), state.timed(self, v, now))
+            (state.pack(self), v)
         })
     }
 
@@ -442,12 +405,6 @@ impl PackedRule {
             let mut state = self.unpack(word, now);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
-            let verdict = match (&state, self.layout) {
-                (QuotaState::Fixed(s), Layout::FirstHit(_)) => {
-                    FirstHit(*s).timed(self, verdict, now)
-                }
-                _ => verdict,
-            };
             (self.pack(&state), verdict)
         })
     }
@@ -514,14 +471,11 @@ impl PackedRule {
                     Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => (NOW_LIMIT - 1)
                         .saturating_add(self.params.window)
                         .min(now.saturating_add(ring.ahead(self.params.window))),
-                    // The start restored (`until - W`, rounded up by less than a unit) stays
-                    // within what the ring reads ahead.
+                    // The start restored (`until - W`) within what the ring reads ahead.
                     Layout::FirstHit(hit) => {
                         (NOW_LIMIT - 1).saturating_add(self.params.window).min(
-                            now.saturating_add(
-                                hit.ring.ahead(hit.unit()).saturating_sub(hit.unit()),
-                            )
-                            .saturating_add(self.params.window),
+                            now.saturating_add(hit.ring.ahead(1))
+                                .saturating_add(self.params.window),
                         )
                     }
                 });
@@ -616,11 +570,6 @@ trait Packable: Sized {
     fn pack(&self, rule: &PackedRule) -> u64;
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict;
     fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64);
-    /// `v`, its times counted to the end of the state as packed (see [`FirstHit`]).
-    #[inline(always)]
-    fn timed(&self, _: &PackedRule, v: Verdict, _now: u64) -> Verdict {
-        v
-    }
 }
 
 impl Packable for Gcra {
@@ -706,34 +655,6 @@ impl Packable for FirstHit {
     fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
         self.0.commit(now, cost, false);
     }
-
-    /// The window packed starts at `start` rounded up to a unit: when that is after `now`, the
-    /// verdict's waits (counted from it, as the strategy clamps time to the state's) are counted
-    /// from `now` instead, to the end of the window as packed, up to `W` (the rule's horizon: a
-    /// client told to retry after `W` may find the window open for less than a unit more).
-    #[inline(always)]
-    fn timed(&self, rule: &PackedRule, mut v: Verdict, now: u64) -> Verdict {
-        let (start, count) = self.0.parts();
-        let Layout::FirstHit(hit) = rule.layout else {
-            return v;
-        };
-        // Exact starts (a unit of 1 ns) answer as the strategy does, a clock that went back included.
-        if hit.unit_shift == 0 || count == 0 {
-            return v;
-        }
-        let ahead = start
-            .div_ceil(hit.unit())
-            .saturating_mul(hit.unit())
-            .saturating_sub(now);
-        if ahead > 0 {
-            for t in [&mut v.reset_after, &mut v.retry_after] {
-                if *t > 0 {
-                    *t = t.saturating_add(ahead).min(rule.params.window);
-                }
-            }
-        }
-        v
-    }
 }
 
 impl Packable for SlidingWindow {
@@ -792,7 +713,14 @@ mod tests {
         assert!(packs(Strategy::SlidingWindow, "100/minute").is_some());
         assert!(packs(Strategy::TokenBucket, "10/s").is_some());
         assert!(packs(Strategy::LeakyBucket, "10/s").is_some());
-        assert!(packs(Strategy::FixedWindowFirstHit, "10/s").is_some());
+        // First-hit windows whose starts fit whole, in nanoseconds: up to 2^15 - 1 per window of
+        // up to 1.6 days, up to 7 per 10 years.
+        for q in ["10/s", "1/ms", "32767/day", "1000/39hours", "7/3660days"] {
+            assert!(packs(Strategy::FixedWindowFirstHit, q).is_some(), "{q}");
+        }
+        for q in ["32768/s", "32767/40hours", "8/3660days", "4294967295/ms"] {
+            assert!(packs(Strategy::FixedWindowFirstHit, q).is_none(), "{q}");
+        }
         assert!(packs(Strategy::MovingWindow, "10/s").is_none());
         assert!(packs(Strategy::FixedWindow, "1/s; 10/minute").is_none());
         // Every window limit up to u32::MAX per period, from a millisecond to a day: on a ring of
@@ -804,11 +732,7 @@ mod tests {
             "100000/s",
             "10000/s",
         ] {
-            for s in [
-                Strategy::FixedWindow,
-                Strategy::SlidingWindow,
-                Strategy::FixedWindowFirstHit,
-            ] {
+            for s in [Strategy::FixedWindow, Strategy::SlidingWindow] {
                 assert!(packs(s, q).is_some(), "{s} {q}");
             }
         }
@@ -976,165 +900,59 @@ mod tests {
         assert!(packed.is_fresh(word, now + 86_400 * S));
     }
 
-    /// The unit a first-hit layout rounds window starts to, in ns, and counts to.
-    fn first_hit_units(packed: &PackedRule) -> (u64, u64) {
-        match packed.layout {
-            Layout::FirstHit(hit) => (hit.unit(), 1 << hit.count_shift),
-            other => panic!("not a first-hit layout: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn first_hit_units_stay_small() {
-        let units = |q: &str| {
-            first_hit_units(
-                &PackedRule::for_rule(&Rule::parse(Strategy::FixedWindowFirstHit, q).unwrap())
-                    .unwrap(),
-            )
-        };
-        // Up to 2^15 - 1 per window of up to a day: exact.
-        assert_eq!(units("10/s"), (1, 1));
-        assert_eq!(units("32767/day"), (1, 1));
-        // u32::MAX per window of up to a day: counts in multiples of 2^17 (3 x 10^-5 of the
-        // limit), starts exact.
-        assert_eq!(units("4294967295/ms"), (1, 1 << 17));
-        assert_eq!(units("4294967295/day"), (1, 1 << 17));
-        // Per 10 years: starts in units of 2^12 ns (4 us) as well.
-        assert_eq!(units("4294967295/3660days"), (1 << 12, 1 << 17));
-        assert_eq!(units("32767/3660days"), (1 << 12, 1));
-    }
-
-    #[test]
-    fn first_hit_layouts_agree_with_the_strategy_when_exact() {
-        for q in ["5/s", "32767/minute", "1/ms"] {
-            let strategy = Strategy::FixedWindowFirstHit;
-            let w = Rule::parse(strategy, q).unwrap().nanos()[0].window;
-            let gap = |x: u64| match x % 7 {
-                0 => (x >> 20) % (5 * w),
-                _ => (x >> 20) % (w / 50).max(1),
-            };
-            differential(
-                strategy,
-                q,
-                1_700_000_000 * S + 12_345,
-                gap,
-                |i, got, want, a, b| {
-                    assert_eq!(got, want, "{q} step {i}");
-                    // Zero counts read back as a new key's state, whatever the window.
-                    if a != b {
-                        assert_eq!(a.fresh_at(&Params::window(1, 1)), 0, "{q} {i}");
-                    }
-                },
-            );
-        }
-    }
-
     proptest::proptest! {
-        /// A first-hit state packed and read back is never more lenient than the state itself:
-        /// the same count, a start later by less than a unit (equal when the unit is 1 ns); every
-        /// check and settlement at any later time answers no more leniently.
+        /// A first-hit window packs whole: the packed word answers every check, peek, settlement
+        /// and reset exactly as the general entry's state, under clock steps back included, and
+        /// holds the same state.
         #[test]
-        fn a_packed_first_hit_window_is_never_more_lenient(
-            limit in 1u64..=u64::from(u32::MAX),
-            window_ms in 1u64..=3660 * 86_400_000,
-            start in 1_000_000_000u64..NOW_LIMIT / 2,
-            count_frac in 0.0f64..=1.0,
-            read_after in 0u64..=u64::MAX,
-            later in proptest::collection::vec((0u64..=u64::MAX, 0u64..=u64::MAX, 0u8..4), 1..8),
+        fn a_packed_first_hit_window_answers_as_the_general_entry(
+            limit in 1u64..32768,
+            window_bits in 0u32..39,
+            window_raw in 0u64..=u64::MAX,
+            start in 0u64..NOW_LIMIT / 2,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..12, 0u64..=u64::MAX), 1..60),
         ) {
             let strategy = Strategy::FixedWindowFirstHit;
+            // Periods from 1 ms to about 8.7 years, spread over their orders of magnitude.
+            let window_ms = 1 + window_raw % (1 << window_bits);
             let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
-            let packed = PackedRule::for_rule(&rule).unwrap();
+            let Some(packed) = PackedRule::for_rule(&rule) else {
+                // Only windows too long for the limit's count bits.
+                proptest::prop_assert!(bits_for(limit) + 64 - (2 * rule.nanos()[0].window - 1).leading_zeros() > 63);
+                return Ok(());
+            };
             let p = rule.nanos()[0];
-            let (unit, count_unit) = first_hit_units(&packed);
-            let count = ((limit as f64 * count_frac) as u64).clamp(1, limit);
-            let exact = QuotaState::Fixed(FixedWindow::from_parts(start, count));
-            // Read back up to two windows later (and a little before the start).
-            let now = start - start % 7 + read_after % (2 * p.window);
-            let read = packed.unpack(packed.pack(&exact), now);
-            let QuotaState::Fixed(r) = &read else { panic!("{read:?}") };
-            let (rs, rc) = r.parts();
-            if now.saturating_sub(start) < p.window {
-                proptest::prop_assert!(rc == limit || (rc >= count && rc - count < count_unit));
-                proptest::prop_assert!(rs >= start && rs - start < unit, "{} {}", rs, start);
-                if unit == 1 && count_unit == 1 {
-                    proptest::prop_assert_eq!(&read, &exact);
-                }
-            }
-            // Each later operation from the state as read and from the exact one.
-            for (dt, cost, kind) in later {
-                let t = now + dt % (p.window + p.window / 2 + 1);
-                let op = match kind {
-                    0 => Op::Settle {
-                        reserved: (cost % 4) as u32 + 1,
-                        actual: 0,
-                        at: t.saturating_sub(cost % p.window),
-                    },
-                    1 => Op::Peek,
-                    _ => Op::Check((cost % (limit + 1)) as u32),
-                };
-                let mut a = vec![read.clone()];
-                let mut b = vec![exact.clone()];
-                let (_, got) = strategy::apply(&mut a, strategy, rule.nanos(), t, op);
-                let (_, want) = strategy::apply(&mut b, strategy, rule.nanos(), t, op);
-                if got.outcome == Outcome::Allowed && op != Op::Peek {
-                    proptest::prop_assert_eq!(want.outcome, Outcome::Allowed);
-                }
-                if got.outcome == want.outcome {
-                    proptest::prop_assert!(got.remaining <= want.remaining);
-                }
-                if want.outcome == Outcome::Rejected {
-                    proptest::prop_assert!(got.retry_after >= want.retry_after);
-                }
-                if unit == 1 && count_unit == 1 {
-                    proptest::prop_assert_eq!(got, want);
-                }
-            }
-        }
-
-        /// Over a trace, the packed first-hit windows are the strategy's with windows longer by
-        /// less than a unit: each opens at an admitted request (its start rounded up), lasts
-        /// `W` from its rounded start, and admits at most `N`.
-        #[test]
-        fn packed_first_hit_windows_last_w_and_admit_n_at_most(
-            limit in 1u64..=u64::from(u32::MAX),
-            window_ms in 1u64..=86_400_000,
-            steps in proptest::collection::vec((0u64..=u64::MAX, 0u64..=u64::MAX), 1..60),
-        ) {
-            let strategy = Strategy::FixedWindowFirstHit;
-            let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
-            let packed = PackedRule::for_rule(&rule).unwrap();
-            let p = rule.nanos()[0];
-            let (unit, _) = first_hit_units(&packed);
+            let mut reference = vec![QuotaState::new(strategy)];
             let cell = AtomicU64::new(0);
-            let mut now = 1_700_000_000 * S + 777;
-            // The open window: its start and what it admitted.
-            let mut open: Option<(u64, u64)> = None;
-            for (dt, cost) in steps {
-                now += dt % (p.window / 3 + 2);
-                let cost = 1 + cost % limit.min(1 << 20);
-                let v = packed.apply(&cell, Op::Check(cost as u32), now);
-                if v.outcome != Outcome::Allowed {
-                    continue;
-                }
-                let QuotaState::Fixed(w) = packed.unpack(cell.load(Ordering::Relaxed), now) else {
-                    panic!("a fixed window state");
+            let mut now = start;
+            let mut latest = start;
+            for (i, &(dt, kind, x)) in steps.iter().enumerate() {
+                now = match kind {
+                    // A clock step back, to within the six hours a ring reads ahead of the
+                    // latest time seen.
+                    0 => now.saturating_sub(dt % (6 * 3600 * S)).max(latest.saturating_sub(6 * 3600 * S)),
+                    // Past the window's end, within what the ring reads back (7/8 of it, at
+                    // least 1.75 W: a state older than that unswept reads as a recent one).
+                    1 => now + dt % (3 * p.window / 4 + 1),
+                    _ => now + dt % (p.window / 4 + 1),
                 };
-                let (start, _) = w.parts();
-                match open {
-                    Some((s, n)) if s == start => {
-                        proptest::prop_assert!(n + cost <= limit);
-                        open = Some((s, n + cost));
-                    }
-                    previous => {
-                        // A new window: after the last one ended, at this request rounded up.
-                        if let Some((s, _)) = previous {
-                            proptest::prop_assert!(now >= s + p.window);
-                        }
-                        proptest::prop_assert!(start >= now && start - now < unit);
-                        open = Some((start, cost));
-                    }
+                let op = match kind {
+                    2 => Op::Settle { reserved: (x % 3) as u32 + 1, actual: (x % 2) as u32, at: now.saturating_sub(x % p.window) },
+                    3 => Op::Peek,
+                    4 if x % 7 == 0 => Op::Reset,
+                    _ => Op::Check((x % (limit + 2)) as u32),
+                };
+                latest = latest.max(now);
+                let got = packed.apply(&cell, op, now);
+                let (_, want) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
+                proptest::prop_assert_eq!(got, want, "step {} {:?}", i, op);
+                // A state with no count is a new key's, whatever its start (it is dropped like
+                // one: the general entry's would be by a sweep).
+                if reference[0].fresh_at(&p) == 0 {
+                    reference[0] = QuotaState::new(strategy);
                 }
+                let held = packed.unpack(cell.load(Ordering::Relaxed), now);
+                proptest::prop_assert_eq!(&held, &reference[0], "step {}", i);
             }
         }
     }
