@@ -13,11 +13,14 @@ pub const MAX_MOVING_WINDOW_LIMIT: u32 = 1 << 20;
 
 /// The verdict on `cost` of a quota whose log is `log[from..]` at time `t` (at or after its newest
 /// entry), its expired entries dropped.
-#[inline]
+#[inline(always)]
 fn verdict(p: &Params, t: u64, cost: u64, log: &VecDeque<u64>, from: usize) -> Verdict {
-    let used = log.len().saturating_sub(from) as u64;
-    let newest = if used > 0 { log.back() } else { None };
-    let reset = newest.map_or(0, |&ts| p.window - (t - ts));
+    let used = (log.len() - from) as u64;
+    // `from <= len`: the newest entry is the quota's whenever it has one.
+    let reset = match log.back() {
+        Some(&ts) if used > 0 => p.window - (t - ts),
+        _ => 0,
+    };
     if cost > p.limit {
         return Verdict::exceeds(p.limit, p.limit.saturating_sub(used), reset);
     }
