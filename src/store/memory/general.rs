@@ -575,3 +575,50 @@ impl KeyState {
         self.fresh_at <= now && self.fresh_at != u64::MAX
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn moving_window_quotas_share_one_log_and_split_when_they_must() {
+        // 16 quotas (10i per 60i s): checks and prompt refunds stay on one log, answering as the
+        // pure arithmetic on per-quota logs; a clock step back splits the log, and the per-quota
+        // logs become one again once empty.
+        let text: Vec<String> = (1..=16)
+            .map(|i| format!("{}/{}s", 10 * i, 60 * i))
+            .collect();
+        let rule = Rule::parse(Strategy::MovingWindow, &text.join("; ")).unwrap();
+        let tag = rule.tag();
+        let mut entry = Entry::new();
+        let mut reference = vec![QuotaState::new(Strategy::MovingWindow); 16];
+        let mut now = 1_000 * S;
+        let mut step = |entry: &mut Entry, now: u64, op: Op| {
+            let got = entry.run(&rule, tag, op, now);
+            let want = strategy::apply(&mut reference, rule.strategy(), rule.nanos(), now, op);
+            assert_eq!(got, want, "{op:?} at {now}");
+        };
+        for i in 0..600u64 {
+            now += 170_000_000;
+            let op = match i % 4 {
+                0 => Op::Settle {
+                    reserved: 1,
+                    actual: 0,
+                    at: now - 170_000_000,
+                },
+                _ => Op::Check(1),
+            };
+            step(&mut entry, now, op);
+            assert!(matches!(entry.state.quotas, States::Shared(_)), "step {i}");
+        }
+        step(&mut entry, now - S, Op::Check(1));
+        assert!(matches!(entry.state.quotas, States::Many(_)));
+        // Every log empty after the longest period: one log again.
+        now += 961 * S;
+        step(&mut entry, now, Op::Peek);
+        step(&mut entry, now + 1, Op::Check(1));
+        assert!(matches!(entry.state.quotas, States::Shared(_)));
+    }
+}
