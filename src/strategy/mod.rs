@@ -17,7 +17,7 @@ pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
 pub(crate) use fixed_window::FixedWindow;
 pub(crate) use gcra::Gcra;
-pub(crate) use moving_window::MovingWindow;
+pub(crate) use moving_window::{MovingWindow, SharedLog};
 pub(crate) use sliding_window::SlidingWindow;
 
 /// Which algorithm a rule uses. The [guide](crate::guide#choosing-a-strategy) compares them.
@@ -438,7 +438,6 @@ pub(crate) fn apply(
 
 /// The reported quota among per-quota verdicts (index, verdict), by the same rule as [`apply`]: for
 /// stores that compute the verdicts elsewhere (the Redis scripts). `None` for no verdict.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn reported(verdicts: impl IntoIterator<Item = Verdict>) -> Option<(usize, Verdict)> {
     let mut reported: Option<(usize, Verdict)> = None;
     for (i, v) in verdicts.into_iter().enumerate() {

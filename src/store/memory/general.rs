@@ -10,7 +10,7 @@ use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::{MAX_QUOTAS, Rule};
 use crate::strategy::{
-    self, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy, Verdict,
+    self, FixedWindow, Gcra, Op, Params, QuotaState, SharedLog, SlidingWindow, Strategy, Verdict,
 };
 
 /// The most rules [`Rules`] remembers; keys of further rules are recorded, when evicted, as having
@@ -181,7 +181,8 @@ impl Entry {
                 continue;
             }
             let shape = known.get(&tag);
-            near = near.max(state.with_quotas(|quotas| match shape {
+            let params = shape.map(|(_, p)| &**p);
+            near = near.max(state.with_quotas(params, |quotas| match shape {
                 Some((strategy, params)) if params.len() == quotas.len() => {
                     // A peek: the reported quota is the one with the fewest left.
                     let (_, v) = strategy::apply(quotas, *strategy, params, now, Op::Peek);
@@ -204,7 +205,8 @@ impl Entry {
                 continue;
             }
             let shape = known.get(&tag);
-            state.with_quotas_ref(|quotas| match shape {
+            let params = shape.map(|(_, p)| &**p);
+            state.with_quotas_ref(params, |quotas| match shape {
                 Some((_, params)) if params.len() == quotas.len() => {
                     for (i, (q, p)) in quotas.iter().zip(params.iter()).enumerate() {
                         if let Some(spent) = sketch::summary(q, p, now) {
@@ -287,8 +289,11 @@ struct KeyState {
 enum States {
     Empty,
     One(QuotaState),
-    /// Several quotas of the moving window: each a log.
+    /// Several quotas of the moving window: each a log (after an operation the shared log could
+    /// not run exactly, until every log is empty again).
     Many(Box<[QuotaState]>),
+    /// Several quotas of the moving window: one log for all ([`SharedLog`]).
+    Shared(Box<SharedLog>),
     /// Several quotas of another strategy, as tightly as it allows: a bucket's TAT in one word, a
     /// window's start and count (or a sliding counter's bucket, and its two counts) in two, where a
     /// `QuotaState` takes 32 bytes.
@@ -379,6 +384,14 @@ fn unpacked(strategy: Strategy, words: &[u64]) -> Vec<QuotaState> {
     (0..n).map(|i| decode(strategy, words, i)).collect()
 }
 
+/// The per-quota logs of `log` under `params`.
+fn split(log: &SharedLog, params: &[Params]) -> Box<[QuotaState]> {
+    log.split(params)
+        .into_iter()
+        .map(QuotaState::Moving)
+        .collect()
+}
+
 /// When `states` (under `params`) become a new key's.
 fn fresh_at_of(states: &[QuotaState], params: &[Params]) -> u64 {
     states
@@ -395,7 +408,16 @@ impl States {
         let per = words_per_quota(strategy);
         match <[QuotaState; 1]>::try_from(states) {
             Ok([one]) => States::One(one),
-            Err(many) if per == 0 => States::Many(many.into_boxed_slice()),
+            Err(many) if per == 0 => {
+                if many
+                    .iter()
+                    .all(|s| matches!(s, QuotaState::Moving(m) if m.len() == 0))
+                {
+                    States::Shared(Box::default())
+                } else {
+                    States::Many(many.into_boxed_slice())
+                }
+            }
             Err(many) => {
                 let mut words = vec![0; per * many.len()].into_boxed_slice();
                 for (i, s) in many.iter().enumerate() {
@@ -408,24 +430,36 @@ impl States {
 }
 
 impl KeyState {
-    /// Runs `f` on the per-quota states (a copy of them when held as words: what `f` changes
-    /// there is not kept).
-    fn with_quotas<R>(&mut self, f: impl FnOnce(&mut [QuotaState]) -> R) -> R {
+    /// Runs `f` on the per-quota states under `params` (a copy of them when held as words or in
+    /// one log: what `f` changes there is not kept). A shared log of unknown quotas stands for
+    /// [`MAX_QUOTAS`] empty logs.
+    fn with_quotas<R>(
+        &mut self,
+        params: Option<&[Params]>,
+        f: impl FnOnce(&mut [QuotaState]) -> R,
+    ) -> R {
         match &mut self.quotas {
-            States::Empty => f(&mut []),
             States::One(s) => f(std::slice::from_mut(s)),
             States::Many(v) => f(v),
-            States::Words(strategy, words) => f(&mut unpacked(*strategy, words)),
+            _ => self.with_quotas_ref(params, |q| f(&mut q.to_vec())),
         }
     }
 
-    /// Runs `f` on the per-quota states.
-    fn with_quotas_ref<R>(&self, f: impl FnOnce(&[QuotaState]) -> R) -> R {
+    /// Runs `f` on the per-quota states under `params` (see [`with_quotas`](Self::with_quotas)).
+    fn with_quotas_ref<R>(
+        &self,
+        params: Option<&[Params]>,
+        f: impl FnOnce(&[QuotaState]) -> R,
+    ) -> R {
         match &self.quotas {
             States::Empty => f(&[]),
             States::One(s) => f(std::slice::from_ref(s)),
             States::Many(v) => f(v),
             States::Words(strategy, words) => f(&unpacked(*strategy, words)),
+            States::Shared(log) => match params {
+                Some(params) => f(&split(log, params)),
+                None => f(&vec![QuotaState::new(Strategy::MovingWindow); MAX_QUOTAS]),
+            },
         }
     }
 
@@ -445,9 +479,13 @@ impl KeyState {
             States::Empty => false,
             States::One(s) => n == 1 && s.fits(strategy),
             States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
+            States::Shared(_) => strategy == Strategy::MovingWindow && n > 1,
             States::Words(s, w) => *s == strategy && w.len() == n * words_per_quota(strategy),
         };
-        if !fits {
+        // Per-quota logs all empty again are one log again.
+        let emptied = matches!(&self.quotas, States::Many(v)
+            if v.iter().all(|s| matches!(s, QuotaState::Moving(m) if m.len() == 0)));
+        if !fits || emptied {
             self.quotas = States::new(strategy, vec![QuotaState::new(strategy); n]);
         }
     }
@@ -499,6 +537,17 @@ impl KeyState {
                 let (index, v) = strategy::apply(states, strategy, params, now, op);
                 (index, v, fresh_at_of(states, params))
             }
+            States::Shared(log) => match log.apply(params, now, op) {
+                Some((index, v)) => (index, v, log.fresh_at(params)),
+                // Not exact on one log: per-quota logs from now on.
+                None => {
+                    let mut states = split(log, params);
+                    let (index, v) = strategy::apply(&mut states, strategy, params, now, op);
+                    let fresh_at = fresh_at_of(&states, params);
+                    self.quotas = States::Many(states);
+                    (index, v, fresh_at)
+                }
+            },
             States::Empty => (0, Verdict::allowed(0, 0, 0), 0),
         };
         self.fresh_at = fresh_at;
@@ -524,5 +573,52 @@ impl KeyState {
     /// (`u64::MAX`) never becomes fresh: dropping it would reset a live key.
     fn is_fresh(&self, now: u64) -> bool {
         self.fresh_at <= now && self.fresh_at != u64::MAX
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn moving_window_quotas_share_one_log_and_split_when_they_must() {
+        // 16 quotas (10i per 60i s): checks and prompt refunds stay on one log, answering as the
+        // pure arithmetic on per-quota logs; a clock step back splits the log, and the per-quota
+        // logs become one again once empty.
+        let text: Vec<String> = (1..=16)
+            .map(|i| format!("{}/{}s", 10 * i, 60 * i))
+            .collect();
+        let rule = Rule::parse(Strategy::MovingWindow, &text.join("; ")).unwrap();
+        let tag = rule.tag();
+        let mut entry = Entry::new();
+        let mut reference = vec![QuotaState::new(Strategy::MovingWindow); 16];
+        let mut now = 1_000 * S;
+        let mut step = |entry: &mut Entry, now: u64, op: Op| {
+            let got = entry.run(&rule, tag, op, now);
+            let want = strategy::apply(&mut reference, rule.strategy(), rule.nanos(), now, op);
+            assert_eq!(got, want, "{op:?} at {now}");
+        };
+        for i in 0..600u64 {
+            now += 170_000_000;
+            let op = match i % 4 {
+                0 => Op::Settle {
+                    reserved: 1,
+                    actual: 0,
+                    at: now - 170_000_000,
+                },
+                _ => Op::Check(1),
+            };
+            step(&mut entry, now, op);
+            assert!(matches!(entry.state.quotas, States::Shared(_)), "step {i}");
+        }
+        step(&mut entry, now - S, Op::Check(1));
+        assert!(matches!(entry.state.quotas, States::Many(_)));
+        // Every log empty after the longest period: one log again.
+        now += 961 * S;
+        step(&mut entry, now, Op::Peek);
+        step(&mut entry, now + 1, Op::Check(1));
+        assert!(matches!(entry.state.quotas, States::Shared(_)));
     }
 }

@@ -244,12 +244,13 @@ fn assert_linearizable(
     );
 }
 
-/// The rules modelled: the four packed layouts at 3 per second (a bucket of 3).
+/// The rules modelled: the five packed layouts at 3 per second (a bucket of 3).
 fn rules_3_per(period: &str) -> Vec<Model> {
     [
         Strategy::TokenBucket,
         Strategy::LeakyBucket,
         Strategy::FixedWindow,
+        Strategy::FixedWindowFirstHit,
         Strategy::SlidingWindow,
     ]
     .into_iter()

@@ -1,5 +1,6 @@
-//! Packed per-key state: a one-quota rule of the clock-aligned fixed window, the sliding window
-//! counter or the buckets (GCRA) fits in one `u64`, read and updated by compare-and-swap.
+//! Packed per-key state: a one-quota rule of the fixed windows (clock-aligned or first-hit), the
+//! sliding window counter or the buckets (GCRA) fits in one `u64`, read and updated by
+//! compare-and-swap.
 //!
 //! Why: a key then costs what governor's does (an 8-byte value next to the key), a check needs only
 //! the map's read lock (threads on one hot key do not queue on a write lock), and a rejection writes
@@ -21,6 +22,15 @@
 //! a multiple of `2^s` (it only weighs on the estimate, which it can raise by less than `2^s`: again
 //! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
 //! limit.
+//!
+//! A first-hit window starts at any nanosecond: its start is stored whole, in nanoseconds, on a
+//! ring of `2^(63 - c)` ns (`c` the count's bits) spanning two days and two windows at least, read
+//! back as window indices are. That is exact for limits up to `2^15 - 1` per window of up to 1.6
+//! days (fewer for longer windows: `c + log2(2 W) <= 63`); other first-hit rules keep the general
+//! entry. Rounding the start (or the count) is what a larger limit would take, and neither works:
+//! a count rounded up on every increment compounds (each request of cost 1 would count `2^s`), and
+//! a start rounded up makes the window end up to a unit after `now + W`, so an honest wait would
+//! exceed the rule's horizon `W` (and a wait capped at `W` would send clients back too early).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,8 +63,53 @@ enum Layout {
         prev_shift: u32,
         ring: Ring,
     },
+    /// A first-hit window (see [`Hit`]).
+    FirstHit(Hit),
     /// The TAT.
     Gcra,
+}
+
+/// The layout of a first-hit window: `start mod 2^ring.bits << count_bits | count`, the start
+/// in nanoseconds on a ring spanning at least [`RING_SPAN`] and two windows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Hit {
+    count_bits: u32,
+    ring: Ring,
+}
+
+impl Hit {
+    /// The layout for `p`, if its starts and counts fit whole.
+    fn new(p: &Params) -> Option<Self> {
+        let count_bits = bits_for(p.limit);
+        let span = RING_SPAN.max(p.window.saturating_mul(2));
+        let span_bits = u64::BITS - (span - 1).leading_zeros();
+        let ring_bits = 63u32.checked_sub(count_bits)?;
+        (span_bits <= ring_bits).then_some(Self {
+            count_bits,
+            ring: Ring::new(ring_bits),
+        })
+    }
+
+    /// The window in `word` (without the second-chance bit), read at `now`.
+    #[inline(always)]
+    fn unpack(self, word: u64, now: u64) -> FixedWindow {
+        let count = word & ((1 << self.count_bits) - 1);
+        if count == 0 {
+            return FixedWindow::default();
+        }
+        let start = self.ring.index(word >> self.count_bits, now);
+        FixedWindow::from_parts(start, count)
+    }
+
+    /// `s` as a word (a count that would not fit saturates). No count, no window: 0.
+    #[inline(always)]
+    fn pack(self, s: &FixedWindow) -> u64 {
+        let (start, count) = s.parts();
+        if count == 0 {
+            return 0;
+        }
+        ((start & self.ring.mask) << self.count_bits) | count.min((1 << self.count_bits) - 1)
+    }
 }
 
 /// How a window index is stored: whole, or on a ring of `2^bits` windows read relative to now.
@@ -106,14 +161,18 @@ impl Ring {
         if self.bits == 0 {
             return field * w;
         }
-        let current = now / w;
+        self.index(field, now / w).saturating_mul(w)
+    }
+
+    /// The index whose field is `field` (on a ring), read when the current index is `current`.
+    #[inline(always)]
+    fn index(self, field: u64, current: u64) -> u64 {
         let behind = current.wrapping_sub(field) & self.mask;
-        let index = if behind < self.behind_max {
+        if behind < self.behind_max {
             current.saturating_sub(behind)
         } else {
             current + (self.mask + 1 - behind)
-        };
-        index.saturating_mul(w)
+        }
     }
 
     /// How far ahead of `now` a state read back from this ring may start.
@@ -216,7 +275,9 @@ impl PackedRule {
             Strategy::TokenBucket | Strategy::LeakyBucket => {
                 (params.tau() < NOW_LIMIT).then_some(Layout::Gcra)?
             }
-            // First-hit windows start at any nanosecond and moving windows hold a log: too big.
+            // A first-hit window starts at any nanosecond: see `Hit`.
+            Strategy::FixedWindowFirstHit => Layout::FirstHit(Hit::new(&params)?),
+            // Moving windows hold a log: too big.
             _ => return None,
         };
         Some(Self {
@@ -273,6 +334,7 @@ impl PackedRule {
                 prev_shift,
                 ring,
             } => QuotaState::Sliding(unpack_sliding(word, count_bits, prev_shift, ring, w, now)),
+            Layout::FirstHit(hit) => QuotaState::Fixed(hit.unpack(word, now)),
             Layout::Gcra => QuotaState::Gcra(Gcra::from_tat(word)),
         }
     }
@@ -295,6 +357,7 @@ impl PackedRule {
                 },
                 QuotaState::Sliding(s),
             ) => pack_sliding(s, count_bits, prev_shift, ring, w),
+            (Layout::FirstHit(hit), QuotaState::Fixed(s)) => hit.pack(s),
             (Layout::Gcra, QuotaState::Gcra(s)) => s.tat(),
             // Unreachable: `unpack` builds the variant of the layout.
             _ => 0,
@@ -316,6 +379,7 @@ impl PackedRule {
             (Layout::Sliding { .. }, Op::Check(cost)) => {
                 self.check_as::<SlidingWindow>(cell, cost, now)
             }
+            (Layout::FirstHit(_), Op::Check(cost)) => self.check_as::<FirstHit>(cell, cost, now),
             _ => self.update(cell, op, now),
         }
     }
@@ -407,6 +471,13 @@ impl PackedRule {
                     Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => (NOW_LIMIT - 1)
                         .saturating_add(self.params.window)
                         .min(now.saturating_add(ring.ahead(self.params.window))),
+                    // The start restored (`until - W`) within what the ring reads ahead.
+                    Layout::FirstHit(hit) => {
+                        (NOW_LIMIT - 1).saturating_add(self.params.window).min(
+                            now.saturating_add(hit.ring.ahead(1))
+                                .saturating_add(self.params.window),
+                        )
+                    }
                 });
                 let state = sketch::restore(self.strategy, &self.params, spent, now);
                 self.pack(&state) | USED
@@ -555,6 +626,37 @@ impl Packable for FixedWindow {
     }
 }
 
+/// A first-hit window, packed apart from the clock-aligned one (its own layout and arithmetic).
+struct FirstHit(FixedWindow);
+
+impl Packable for FirstHit {
+    #[inline(always)]
+    fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
+        FirstHit(match rule.layout {
+            Layout::FirstHit(hit) => hit.unpack(word & !USED, now),
+            _ => FixedWindow::default(),
+        })
+    }
+
+    #[inline(always)]
+    fn pack(&self, rule: &PackedRule) -> u64 {
+        match rule.layout {
+            Layout::FirstHit(hit) => hit.pack(&self.0),
+            _ => 0,
+        }
+    }
+
+    #[inline(always)]
+    fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
+        self.0.check(&rule.params, now, cost, false)
+    }
+
+    #[inline(always)]
+    fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
+        self.0.commit(now, cost, false);
+    }
+}
+
 impl Packable for SlidingWindow {
     #[inline(always)]
     fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
@@ -611,7 +713,14 @@ mod tests {
         assert!(packs(Strategy::SlidingWindow, "100/minute").is_some());
         assert!(packs(Strategy::TokenBucket, "10/s").is_some());
         assert!(packs(Strategy::LeakyBucket, "10/s").is_some());
-        assert!(packs(Strategy::FixedWindowFirstHit, "10/s").is_none());
+        // First-hit windows whose starts fit whole, in nanoseconds: up to 2^15 - 1 per window of
+        // up to 1.6 days, up to 7 per 10 years.
+        for q in ["10/s", "1/ms", "32767/day", "1000/39hours", "7/3660days"] {
+            assert!(packs(Strategy::FixedWindowFirstHit, q).is_some(), "{q}");
+        }
+        for q in ["32768/s", "32767/40hours", "8/3660days", "4294967295/ms"] {
+            assert!(packs(Strategy::FixedWindowFirstHit, q).is_none(), "{q}");
+        }
         assert!(packs(Strategy::MovingWindow, "10/s").is_none());
         assert!(packs(Strategy::FixedWindow, "1/s; 10/minute").is_none());
         // Every window limit up to u32::MAX per period, from a millisecond to a day: on a ring of
@@ -789,6 +898,63 @@ mod tests {
         assert!(ring.ahead(S) >= 6 * 3600 * S);
         // A day later it is an old window, equivalent to a new key's.
         assert!(packed.is_fresh(word, now + 86_400 * S));
+    }
+
+    proptest::proptest! {
+        /// A first-hit window packs whole: the packed word answers every check, peek, settlement
+        /// and reset exactly as the general entry's state, under clock steps back included, and
+        /// holds the same state.
+        #[test]
+        fn a_packed_first_hit_window_answers_as_the_general_entry(
+            limit in 1u64..32768,
+            window_bits in 0u32..39,
+            window_raw in 0u64..=u64::MAX,
+            start in 0u64..NOW_LIMIT / 2,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..12, 0u64..=u64::MAX), 1..60),
+        ) {
+            let strategy = Strategy::FixedWindowFirstHit;
+            // Periods from 1 ms to about 8.7 years, spread over their orders of magnitude.
+            let window_ms = 1 + window_raw % (1 << window_bits);
+            let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
+            let Some(packed) = PackedRule::for_rule(&rule) else {
+                // Only windows too long for the limit's count bits.
+                proptest::prop_assert!(bits_for(limit) + 64 - (2 * rule.nanos()[0].window - 1).leading_zeros() > 63);
+                return Ok(());
+            };
+            let p = rule.nanos()[0];
+            let mut reference = vec![QuotaState::new(strategy)];
+            let cell = AtomicU64::new(0);
+            let mut now = start;
+            let mut latest = start;
+            for (i, &(dt, kind, x)) in steps.iter().enumerate() {
+                now = match kind {
+                    // A clock step back, to within the six hours a ring reads ahead of the
+                    // latest time seen.
+                    0 => now.saturating_sub(dt % (6 * 3600 * S)).max(latest.saturating_sub(6 * 3600 * S)),
+                    // Past the window's end, within what the ring reads back (7/8 of it, at
+                    // least 1.75 W: a state older than that unswept reads as a recent one).
+                    1 => now + dt % (3 * p.window / 4 + 1),
+                    _ => now + dt % (p.window / 4 + 1),
+                };
+                let op = match kind {
+                    2 => Op::Settle { reserved: (x % 3) as u32 + 1, actual: (x % 2) as u32, at: now.saturating_sub(x % p.window) },
+                    3 => Op::Peek,
+                    4 if x % 7 == 0 => Op::Reset,
+                    _ => Op::Check((x % (limit + 2)) as u32),
+                };
+                latest = latest.max(now);
+                let got = packed.apply(&cell, op, now);
+                let (_, want) = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
+                proptest::prop_assert_eq!(got, want, "step {} {:?}", i, op);
+                // A state with no count is a new key's, whatever its start (it is dropped like
+                // one: the general entry's would be by a sweep).
+                if reference[0].fresh_at(&p) == 0 {
+                    reference[0] = QuotaState::new(strategy);
+                }
+                let held = packed.unpack(cell.load(Ordering::Relaxed), now);
+                proptest::prop_assert_eq!(&held, &reference[0], "step {}", i);
+            }
+        }
     }
 
     #[test]
