@@ -137,6 +137,39 @@ impl RedisServer {
         cli(self.port, args)
     }
 
+    /// Waits until a replica has acknowledged every write this primary has taken so far, or
+    /// `within` passes; returns whether it did. (`WAIT` from a fresh `redis-cli` connection does
+    /// not do this: it waits only for that connection's own writes, and it has made none.)
+    pub fn replicated(&self, within: Duration) -> bool {
+        let field = |info: &str, name: &str| -> Option<u64> {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        let info = self.cli(&["INFO", "replication"]);
+        let Some(target) = field(&info, "master_repl_offset:") else {
+            return false;
+        };
+        let start = Instant::now();
+        loop {
+            let info = self.cli(&["INFO", "replication"]);
+            // `slave0:ip=...,port=...,state=online,offset=N,lag=...`
+            let acked = info
+                .lines()
+                .filter(|l| l.starts_with("slave"))
+                .filter_map(|l| l.split(',').find_map(|kv| kv.strip_prefix("offset=")))
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .any(|offset| offset >= target);
+            if acked {
+                return true;
+            }
+            if start.elapsed() > within {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn pid(&self) -> u32 {
         self.child.as_ref().expect("server running").id()
     }
