@@ -314,8 +314,9 @@ pub(crate) fn write_headers(
     }
 }
 
-/// What the innermost layer that wrote the `x-ratelimit-*` fields of an allowed response reported,
-/// for the layers around it (kept in the response's extensions).
+/// What the limiter whose `x-ratelimit-*` fields an allowed response carries reported, for the
+/// layers around it: in the response's extensions, put there by every layer that wrote the fields
+/// (plain or rules), whether or not another encloses it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reported {
     remaining: u32,
