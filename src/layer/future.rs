@@ -17,7 +17,7 @@ use super::core::{Core, Pacing};
 use super::counted::{CountId, mark_counted};
 use super::grpc;
 use super::response::{
-    FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
+    FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, rejected_inside, text,
     write_allowed_headers, write_headers,
 };
 use super::settle::{AtEnd, BodySettle, Source, warn_bad_value};
@@ -672,12 +672,7 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     res: &mut Response<B>,
     d: &Decision,
 ) {
-    // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
-    // A rejection by an inner concurrency cap keeps its fields too.
-    if ctx.core.options.headers.on_allowed
-        && res.extensions().get::<Decision>().is_none()
-        && res.extensions().get::<OverCap>().is_none()
-    {
+    if ctx.core.options.headers.on_allowed && !rejected_inside(res.extensions()) {
         let below = res.extensions_mut().remove::<Reported>();
         let pk = ctx.partition_key();
         let reported = write_allowed_headers(

@@ -124,8 +124,6 @@ mod settle;
 mod wait_guard;
 
 pub use body::{BoxError, ResponseBody};
-#[cfg(feature = "rules")]
-pub(crate) use concurrency::OverCap;
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 pub use future::ResponseFuture;
 pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};

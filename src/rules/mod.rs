@@ -104,8 +104,9 @@ pub use file::{
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
-use crate::layer::OverCap;
-use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
+use crate::layer::response::{
+    HeaderConfig, Reported, rejected_inside, write_allowed_headers, write_headers,
+};
 use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
@@ -1399,9 +1400,7 @@ fn write_success_headers<St, C, B>(
     St: Store<Vec<u8>>,
     C: Clock,
 {
-    let rejected_inside =
-        res.extensions().get::<Decision>().is_some() || res.extensions().get::<OverCap>().is_some();
-    if !rejected_inside {
+    if !rejected_inside(res.extensions()) {
         let mut below = res.extensions_mut().remove::<Reported>();
         for h in allowed {
             let Some(limit) = compiled.limits.get(h.index) else {

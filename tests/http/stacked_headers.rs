@@ -214,3 +214,27 @@ async fn a_rules_layer_between_plain_layers_passes_on_the_tightest_fields() {
     assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
     assert_eq!(res.headers()["retry-after"], "60");
 }
+
+/// Regression: a plain layer around a rules layer wrote its own fields over the rules layer's `429`
+/// (which carried no [`Decision`](tollgate::Decision), only its `RejectedBy`).
+#[tokio::test]
+async fn a_rules_layers_rejection_keeps_its_fields_under_a_plain_layer() {
+    let clock = ManualClock::new(T0);
+    let outer = RateLimitLayer::new(limiter("outer", "50/minute", &clock), GlobalKey);
+    let one = "[[limit]]\nname = \"rules\"\nkey = \"global\"\n\
+               strategy = \"fixed-window\"\nquotas = \"1/minute\"\n";
+    let svc = outer.layer(rules(one, &clock).layer().layer(ok()));
+    assert_eq!(
+        svc.clone().oneshot(get()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        res.headers()["x-ratelimit-limit"],
+        "1",
+        "the rules layer's 429"
+    );
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    assert_eq!(res.headers()["retry-after"], "60");
+}
