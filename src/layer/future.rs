@@ -17,7 +17,7 @@ use super::core::{Core, Pacing};
 use super::counted::{CountId, mark_counted};
 use super::grpc;
 use super::response::{
-    FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, text,
+    FailurePolicy, HeaderStyle, OnRejected, Refusal, Reported, item_name, rejected_inside, text,
     write_allowed_headers, write_headers,
 };
 use super::settle::{AtEnd, BodySettle, Source, warn_bad_value};
@@ -68,10 +68,9 @@ pub(crate) struct Ctx<K, St, C, R> {
     id: CountId,
     /// When the store was asked, for a decision not ready at once (timed in the metrics).
     asked: Option<std::time::Instant>,
-    /// Whether an enclosing rate-limit layer counted the request (it arrived marked), and so
-    /// reads what this one reports on an allowed response ([`Reported`], in the response's
-    /// extensions). Alone, a layer inserts nothing into the response.
-    report: bool,
+    /// Whether the request arrived marked as counted by an enclosing layer (the marker is then
+    /// extended, not inserted anew).
+    marked: bool,
 }
 
 impl<K, St, C, R> Ctx<K, St, C, R> {
@@ -81,7 +80,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
         cost: u32,
         rule: Option<Arc<Rule>>,
         id: CountId,
-        report: bool,
+        marked: bool,
     ) -> Self {
         Self {
             core,
@@ -92,7 +91,7 @@ impl<K, St, C, R> Ctx<K, St, C, R> {
             reserved: None,
             id,
             asked: None,
-            report,
+            marked,
         }
     }
 
@@ -398,7 +397,7 @@ where
         let state = match result {
             Ok(d) if d.is_allowed() && ctx.queue_wait(&d).is_zero() => {
                 ctx.core.options.count_decided(&d, ctx.cost);
-                mark_counted(request.extensions_mut(), ctx.id, ctx.report);
+                mark_counted(request.extensions_mut(), ctx.id, ctx.marked);
                 request.extensions_mut().insert(d);
                 State::Forwarding {
                     fut: inner.call(request),
@@ -500,7 +499,7 @@ where
                     let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
                         return broken("a state without its request, context or answer");
                     };
-                    mark_counted(p.request.extensions_mut(), ctx.id, ctx.report);
+                    mark_counted(p.request.extensions_mut(), ctx.id, ctx.marked);
                     let mut inner = p.inner;
                     let fut = inner.call(p.request);
                     let decision = *decision;
@@ -673,12 +672,7 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
     res: &mut Response<B>,
     d: &Decision,
 ) {
-    // A rejection by an inner rate-limit layer keeps its own, more telling, fields.
-    // A rejection by an inner concurrency cap keeps its fields too.
-    if ctx.core.options.headers.on_allowed
-        && res.extensions().get::<Decision>().is_none()
-        && res.extensions().get::<OverCap>().is_none()
-    {
+    if ctx.core.options.headers.on_allowed && !rejected_inside(res.extensions()) {
         let below = res.extensions_mut().remove::<Reported>();
         let pk = ctx.partition_key();
         let reported = write_allowed_headers(
@@ -689,8 +683,8 @@ fn finish_allowed<K: StoreKey, St: Store<K>, C: Clock, R, B>(
             &ctx.core.options.headers,
             pk.as_deref(),
         );
-        if ctx.report {
-            res.extensions_mut().insert(reported);
-        }
+        // Always, for whatever layer encloses this one: whether one does cannot be told from the
+        // request (a middleware between two layers may rebuild it without its extensions).
+        res.extensions_mut().insert(reported);
     }
 }

@@ -94,7 +94,8 @@
 //! adds its items to the IETF fields: `RateLimit-Policy` one per quota (named after the limiter,
 //! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota). Item names
 //! stay unique per response: a limiter whose names an inner one already used takes the first free
-//! suffix (`NAME-2`, ...).
+//! suffix (`NAME-2`, ...). This holds whatever sits between the layers (a middleware that rebuilds
+//! the request) and with a [rules layer](crate::rules) among them.
 //!
 //! # Metrics
 //! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of

@@ -314,8 +314,27 @@ pub(crate) fn write_headers(
     }
 }
 
-/// What the innermost layer that wrote the `x-ratelimit-*` fields of an allowed response reported,
-/// for the layers around it (kept in the response's extensions).
+/// Whether a response (its `extensions`) is a rejection by a layer inside (a rate-limit layer's or a rules layer's `429`, a
+/// concurrency cap's): it keeps its own, more telling, fields.
+pub(crate) fn rejected_inside(extensions: &http::Extensions) -> bool {
+    let rules = {
+        #[cfg(feature = "rules")]
+        {
+            extensions.get::<crate::rules::RejectedBy>().is_some()
+        }
+        #[cfg(not(feature = "rules"))]
+        {
+            false
+        }
+    };
+    rules
+        || extensions.get::<Decision>().is_some()
+        || extensions.get::<super::concurrency::OverCap>().is_some()
+}
+
+/// What the limiter whose `x-ratelimit-*` fields an allowed response carries reported, for the
+/// layers around it: in the response's extensions, put there by every layer that wrote the fields
+/// (plain or rules), whether or not another encloses it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reported {
     remaining: u32,

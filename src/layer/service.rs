@@ -173,8 +173,7 @@ where
             .unwrap_or_else(|| self.core.options.limiter.rule());
         let id = counted_id(&self.core.options.limiter, rule_ref, &key);
         let counted = parts.extensions.get::<Counted>();
-        // Marked: an enclosing layer counted it and reads what this one reports.
-        let report = counted.is_some();
+        let marked = counted.is_some();
         if counted.is_some_and(|c| c.contains(id)) {
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
@@ -189,7 +188,7 @@ where
             .options
             .limiter
             .apply(&key, rule.as_deref(), Op::Check(cost));
-        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id, report);
+        let ctx = Ctx::new(Arc::clone(&self.core), key, cost, rule, id, marked);
         // The store says whether it answered at once (the memory store always does).
         let check = match answer.into_now() {
             Ok(result) => {

@@ -92,7 +92,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::request::Parts;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument as _;
@@ -104,7 +104,9 @@ pub use file::{
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
-use crate::layer::response::{HeaderConfig, Reported, write_allowed_headers, write_headers};
+use crate::layer::response::{
+    HeaderConfig, Reported, rejected_inside, write_allowed_headers, write_headers,
+};
 use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
@@ -981,13 +983,7 @@ where
                     }
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
                     settle(&compiled, &mut allowed, res.extensions_mut()).await;
-                    write_success_headers(
-                        &compiled,
-                        &shared.options,
-                        &allowed,
-                        shadow,
-                        res.headers_mut(),
-                    );
+                    write_success_headers(&compiled, &shared.options, &allowed, shadow, &mut res);
                     Ok(res)
                 }
             }
@@ -1391,30 +1387,39 @@ static SHADOW_REMAINING: http::HeaderName =
     http::HeaderName::from_static("x-ratelimit-shadow-remaining");
 static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-shadow-reset");
 
-fn write_success_headers<St, C>(
+/// The fields of a forwarded request's response, joined with those of the rate-limit layers inside
+/// (what they reported, [`Reported`]), and what this layer reports for the layers around it. A
+/// rejection by a layer inside keeps its own fields.
+fn write_success_headers<St, C, B>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,
     allowed: &[Held],
     shadow: Option<(usize, Decision)>,
-    headers: &mut HeaderMap,
+    res: &mut Response<B>,
 ) where
     St: Store<Vec<u8>>,
     C: Clock,
 {
-    let mut below: Option<Reported> = None;
-    for h in allowed {
-        let Some(limit) = compiled.limits.get(h.index) else {
-            continue;
-        };
-        below = Some(write_allowed_headers(
-            below,
-            headers,
-            &h.decision,
-            limit.rule(),
-            &limit.headers,
-            None,
-        ));
+    if !rejected_inside(res.extensions()) {
+        let mut below = res.extensions_mut().remove::<Reported>();
+        for h in allowed {
+            let Some(limit) = compiled.limits.get(h.index) else {
+                continue;
+            };
+            below = Some(write_allowed_headers(
+                below,
+                res.headers_mut(),
+                &h.decision,
+                limit.rule(),
+                &limit.headers,
+                None,
+            ));
+        }
+        if let Some(reported) = below {
+            res.extensions_mut().insert(reported);
+        }
     }
+    let headers = res.headers_mut();
     if options.shadow_headers {
         if let Some((_, d)) = shadow {
             let num = |n: u64| http::HeaderValue::from(n);

@@ -89,18 +89,20 @@ async fn the_decision_reaches_handlers_and_rejections() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
-/// A layer alone adds nothing to an allowed response's extensions (what it reports for enclosing
-/// layers goes there only under one), and its headers still come; under an enclosing layer on
-/// another limiter, the fields are the budget that runs out first.
+/// A layer alone adds one extension to an allowed response (what it reports for an enclosing layer,
+/// which it cannot tell is there: a middleware between the two may rebuild the request) and no
+/// `Decision` (a rejection's), and its headers come; under an enclosing layer on another limiter,
+/// the fields are the budget that runs out first.
 #[tokio::test]
-async fn a_lone_layer_leaves_allowed_responses_extensions_empty() {
+async fn a_lone_layer_reports_for_an_enclosing_one_on_an_allowed_response() {
     let clock = ManualClock::new(T0);
     let calls = Arc::new(AtomicUsize::new(0));
     let inner_limiter = limiter::<()>(Strategy::FixedWindow, "2/minute", &clock);
     let svc = RateLimitLayer::new(inner_limiter.clone(), GlobalKey).layer(echo(calls.clone()));
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.extensions().is_empty(), "{:?}", res.extensions());
+    assert_eq!(res.extensions().len(), 1, "{:?}", res.extensions());
+    assert!(res.extensions().get::<Decision>().is_none());
     assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
     let outer = RateLimitLayer::new(
         limiter::<()>(Strategy::FixedWindow, "5/minute", &clock),

@@ -1,6 +1,7 @@
 //! Headers across stacked limiters: on an allowed response the `x-ratelimit-*` fields are the
 //! limiter's with the fewest remaining (ties: the later reset), and every limiter adds its items
-//! to the IETF fields; a 429 carries the rejecting limiter's fields.
+//! to the IETF fields; a 429 carries the rejecting limiter's fields. The same with a rules layer
+//! among the plain ones, and with a middleware between two layers that rebuilds the request.
 
 use std::convert::Infallible;
 use std::future::ready;
@@ -11,6 +12,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::GlobalKey;
 use tollgate::layer::{HeaderStyle, RateLimitLayer};
+use tollgate::rules::{Rules, RulesOptions};
+use tollgate::store::MemoryStore;
 use tollgate::{ManualClock, RateLimiter, Strategy};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -119,4 +122,119 @@ async fn stacked_limiters_sharing_a_name_get_unique_item_names() {
             .collect();
         assert_eq!(names, ["\"api\"", "\"api-2\"", "\"api-2-0\""]);
     }
+}
+
+/// Regression: an inner layer reported what it wrote only when the request arrived marked by an
+/// enclosing layer, so a middleware between the two that rebuilt the request (dropping its
+/// extensions) let the outer layer overwrite the inner's tighter fields.
+#[tokio::test]
+async fn a_middleware_rebuilding_the_request_between_layers_keeps_the_tighter_fields() {
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(limiter("inner", "2/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    let outer = RateLimitLayer::new(limiter("outer", "5/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    // A fresh request: method, URI and headers only, as a retry policy's `clone_request` makes.
+    let rebuild = tower::util::MapRequestLayer::new(|req: Request<Body>| {
+        let mut fresh = Request::builder()
+            .method(req.method().clone())
+            .uri(req.uri().clone())
+            .body(Body::default())
+            .unwrap();
+        *fresh.headers_mut() = req.headers().clone();
+        fresh
+    });
+    let svc = outer.layer(rebuild.layer(inner.layer(ok())));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"inner\";r=1;t=60, \"outer\";r=4;t=60"
+    );
+}
+
+fn rules(text: &str, clock: &ManualClock) -> Rules<MemoryStore<Vec<u8>>, ManualClock> {
+    let options = RulesOptions {
+        header_style: HeaderStyle::Both,
+        ..RulesOptions::default()
+    };
+    Rules::with_clock(text, options, MemoryStore::new, clock.clone()).unwrap()
+}
+
+const RULES_100: &str = "[[limit]]\nname = \"rules\"\nkey = \"global\"\n\
+                         strategy = \"fixed-window\"\nquotas = \"100/minute\"\n";
+
+/// Regression: a rules layer around a plain layer wrote its own fields over the inner layer's
+/// (never reading what it reported), dropping the inner IETF items.
+#[tokio::test]
+async fn a_rules_layer_around_a_plain_layer_keeps_the_tighter_fields_and_the_inner_items() {
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(limiter("inner", "2/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    let svc = rules(RULES_100, &clock).layer().layer(inner.layer(ok()));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
+    assert_eq!(
+        res.headers()["ratelimit-policy"],
+        "\"inner\";q=2;w=60, \"rules\";q=100;w=60"
+    );
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"inner\";r=1;t=60, \"rules\";r=99;t=60"
+    );
+}
+
+/// Regression: with a rules layer between two plain layers, the rules layer wrote its fields over
+/// the inner layer's and left the inner's report in place, so the outer layer compared itself with
+/// the inner's numbers while the response showed the rules layer's; a rejection by the inner layer
+/// keeps its own fields through both.
+#[tokio::test]
+async fn a_rules_layer_between_plain_layers_passes_on_the_tightest_fields() {
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(limiter("inner", "2/minute", &clock), GlobalKey);
+    let outer = RateLimitLayer::new(limiter("outer", "50/minute", &clock), GlobalKey);
+    let svc = outer.layer(rules(RULES_100, &clock).layer().layer(inner.layer(ok())));
+    for left in ["1", "0"] {
+        let res = svc.clone().oneshot(get()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["x-ratelimit-limit"], "2");
+        assert_eq!(res.headers()["x-ratelimit-remaining"], left);
+    }
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        res.headers()["x-ratelimit-limit"],
+        "2",
+        "the inner 429's fields"
+    );
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    assert_eq!(res.headers()["retry-after"], "60");
+}
+
+/// Regression: a plain layer around a rules layer wrote its own fields over the rules layer's `429`
+/// (which carried no [`Decision`](tollgate::Decision), only its `RejectedBy`).
+#[tokio::test]
+async fn a_rules_layers_rejection_keeps_its_fields_under_a_plain_layer() {
+    let clock = ManualClock::new(T0);
+    let outer = RateLimitLayer::new(limiter("outer", "50/minute", &clock), GlobalKey);
+    let one = "[[limit]]\nname = \"rules\"\nkey = \"global\"\n\
+               strategy = \"fixed-window\"\nquotas = \"1/minute\"\n";
+    let svc = outer.layer(rules(one, &clock).layer().layer(ok()));
+    assert_eq!(
+        svc.clone().oneshot(get()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        res.headers()["x-ratelimit-limit"],
+        "1",
+        "the rules layer's 429"
+    );
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    assert_eq!(res.headers()["retry-after"], "60");
 }
