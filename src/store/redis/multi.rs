@@ -291,6 +291,25 @@ mod tests {
         (Family::Moving, 4),
     ];
 
+    /// A Cluster URL is a Cluster before the first connection: a multi-limit call never puts
+    /// keys of different slots in one call while the store connects in the background.
+    #[tokio::test]
+    async fn the_topology_is_known_before_connecting() {
+        let store = RedisStore::builder("redis+cluster://127.0.0.1:1,127.0.0.1:2")
+            .connect_timeout(std::time::Duration::from_millis(200))
+            .build()
+            .await
+            .expect("starts without Redis");
+        assert!(store.inner.conn.read().is_none());
+        assert!(store.inner.cluster);
+        let single = RedisStore::builder("redis://127.0.0.1:1")
+            .connect_timeout(std::time::Duration::from_millis(200))
+            .build()
+            .await
+            .expect("starts without Redis");
+        assert!(!single.inner.cluster);
+    }
+
     #[test]
     fn family_codes_match_the_script() {
         for (f, code) in CODES {
