@@ -384,6 +384,7 @@ async fn a_multi_limit_outage_decides_each_limit_locally_without_resending() {
     assert_eq!(send(svc.clone(), 1, 1).await.2, None);
     let counters = handle.counters();
     assert_eq!(counters.local_allowed, 3, "every limit decided locally");
+    assert_eq!(counters.timed_out, 0, "a limit was sent again and waited");
     let calls = script_calls(&[&redis]);
     assert!(calls <= 1, "Redis ran {calls} script calls for one request");
 }
