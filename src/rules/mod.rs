@@ -51,6 +51,11 @@
 //!   made to 0 on a rejection. Never over-admits; while a rolled-back reservation is held (the
 //!   time of one decision), a concurrent request on the same key may be falsely rejected.
 //!
+//! A limit whose store fails blocks no other (the store answers its error). Every answer is read
+//! before acting: under [`FailurePolicy::FailClosed`] the limits that admitted are given back once
+//! and the request is answered `503` (after a rejection the store has given them back itself);
+//! under `FailOpen` the failed limit is skipped. A limit left unanswered counts as failed.
+//!
 //! Shaping queues are reserved after the other limits admitted the request (a queue's rejection
 //! settles those to 0). Shadow limits are checked after the enforced ones admitted the request:
 //! they are counted and never reject or roll anything back.
@@ -1232,8 +1237,9 @@ fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
 
 /// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]
 /// call: the admitted ones' reservations, or the answer (429, 503) when one rejected (nothing
-/// charged) or a store failed closed (the others settled to 0). A store failing open skips its
-/// limit.
+/// charged: the store gave back what the others reserved) or a store failed closed (every
+/// admitted limit settled to 0, once). A store failing open skips its limit; a limit the store
+/// did not answer counts as failed. Every answer is read before acting on any.
 async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,

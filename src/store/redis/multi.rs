@@ -13,7 +13,10 @@
 //! slots (a global key keeps its own tag, so it is never co-located with per-client keys, which
 //! would put all traffic in one slot), leasing on (each item's lease answers locally, so the
 //! reservations are local too), or a single item. A late reply of a multi-limit call (its caller
-//! gave up) is not refunded: its units stay spent (under-admission, never over-admission).
+//! gave up) is not refunded: its units stay spent (under-admission, never over-admission). A call
+//! that fails (no reply, or a reply of the wrong shape) is never sent again: with a local
+//! fallback each item decides locally at once, as a single check does. Whether the store is a
+//! Cluster comes from its URL, known before the first connection.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
