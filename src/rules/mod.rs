@@ -51,6 +51,11 @@
 //!   made to 0 on a rejection. Never over-admits; while a rolled-back reservation is held (the
 //!   time of one decision), a concurrent request on the same key may be falsely rejected.
 //!
+//! A limit whose store fails blocks no other (the store answers its error). Every answer is read
+//! before acting: under [`FailurePolicy::FailClosed`] the limits that admitted are given back once
+//! and the request is answered `503` (after a rejection the store has given them back itself);
+//! under `FailOpen` the failed limit is skipped. A limit left unanswered counts as failed.
+//!
 //! Shaping queues are reserved after the other limits admitted the request (a queue's rejection
 //! settles those to 0). Shadow limits are checked after the enforced ones admitted the request:
 //! they are counted and never reject or roll anything back.
@@ -111,7 +116,7 @@ use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
 };
 use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
-use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, SystemClock};
+use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, StoreErrorKind, SystemClock};
 use metrics::LimitMetrics;
 
 /// The settings that apply to every limit of a rules file (the `server` example's process-wide
@@ -1228,8 +1233,9 @@ fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
 
 /// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]
 /// call: the admitted ones' reservations, or the answer (429, 503) when one rejected (nothing
-/// charged) or a store failed closed (the others settled to 0). A store failing open skips its
-/// limit.
+/// charged: the store gave back what the others reserved) or a store failed closed (every
+/// admitted limit settled to 0, once). A store failing open skips its limit; a limit the store
+/// did not answer counts as failed. Every answer is read before acting on any.
 async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,
@@ -1268,29 +1274,78 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         }
     };
     drop((one, many));
+    // Every answer is read before acting on any: on the two-phase path a failed item blocks no
+    // other, so items after it may hold a reservation, and a rejection (the last answer) means
+    // the store already settled the admitted ones to 0.
+    let mut got: Vec<Option<Result<Decision, StoreError>>> = held.iter().map(|_| None).collect();
+    let mut rejected: Option<(usize, Decision)> = None;
     for (i, answer) in answers {
-        let Some(h) = held.get_mut(i) else {
-            continue;
+        if let Ok(d) = &answer {
+            if !d.is_allowed() && rejected.is_none() {
+                rejected = Some((i, *d));
+            }
+        }
+        if let Some(slot) = got.get_mut(i) {
+            *slot = Some(answer);
+        }
+    }
+    if let Some((at, d)) = rejected {
+        let Some(limit) = held.get(at).and_then(|h| compiled.limits.get(h.index)) else {
+            return Ok(Vec::new());
         };
+        // The store gave back what the items before the rejection reserved; an answer after it
+        // (a store breaking the contract) is given back here.
+        let mut after: Vec<Held> = Vec::new();
+        for (n, (mut h, a)) in held.into_iter().zip(got).enumerate() {
+            match a {
+                Some(Ok(d)) if n > at && d.is_allowed() => {
+                    h.decision = d;
+                    after.push(h);
+                }
+                Some(Err(e)) => {
+                    if let Some(failed) = compiled.limits.get(h.index) {
+                        failed.metrics.store_errors.increment(1);
+                        tracing::warn!(limit = %failed.spec.name, error = %e, "rate-limit store error");
+                    }
+                }
+                _ => {}
+            }
+        }
+        rollback(compiled, &after).await;
+        return Err(rejection(limit, d));
+    }
+    let mut failed: Option<StoreError> = None;
+    for (h, answer) in held.iter_mut().zip(got) {
         let Some(limit) = compiled.limits.get(h.index) else {
             continue;
         };
+        // An item the store did not answer counts as failed, never as admitted.
+        let answer = answer.unwrap_or_else(|| {
+            Err(StoreError::new(
+                StoreErrorKind::Other,
+                "the store gave no answer for this limit",
+            ))
+        });
         match answer {
-            Ok(d) if d.is_allowed() => h.decision = d,
-            // The last answer: nothing was charged anywhere.
-            Ok(d) => return Err(rejection(limit, d)),
+            Ok(d) => h.decision = d,
             Err(e) => {
                 limit.metrics.store_errors.increment(1);
                 tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
                 if options.failure == FailurePolicy::FailClosed {
-                    limit.metrics.fail_closed.increment(1);
-                    // Only the limits that admitted hold a reservation (the others are pending).
-                    rollback(compiled, &held).await;
-                    return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+                    if failed.is_none() {
+                        limit.metrics.fail_closed.increment(1);
+                        failed = Some(e);
+                    }
+                } else {
+                    limit.metrics.fail_open.increment(1);
                 }
-                limit.metrics.fail_open.increment(1);
             }
         }
+    }
+    if let Some(e) = failed {
+        // Every limit that admitted holds a reservation: each is given back once.
+        rollback(compiled, &held).await;
+        return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
     }
     // A limit whose store failed open holds nothing.
     held.retain(|h| h.decision.is_allowed());

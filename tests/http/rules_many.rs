@@ -237,3 +237,152 @@ fn the_default_two_phase_protocol_never_over_admits_nor_leaves_spend_behind() {
     // rest holds.
     let _ = check(&rules, &outcomes);
 }
+
+/// A memory store on the default two-phase protocol whose keys containing `bad` fail.
+#[derive(Default)]
+struct Failing(MemoryStore<Vec<u8>>);
+
+impl Store<Vec<u8>> for Failing {
+    type Future = <MemoryStore<Vec<u8>> as Store<Vec<u8>>>::Future;
+
+    fn apply(
+        &self,
+        key: &Vec<u8>,
+        scope: Scope<'_>,
+        op: tollgate::Op,
+        now: u64,
+    ) -> Answer<Self::Future> {
+        if key.windows(3).any(|w| w == b"bad") {
+            return Answer::now(Err(tollgate::StoreError::new(
+                tollgate::StoreErrorKind::Connection,
+                "down for this key",
+            )));
+        }
+        self.0.apply(key, scope, op, now)
+    }
+
+    fn names(&self) -> &LimiterNames {
+        Store::<Vec<u8>>::names(&self.0)
+    }
+
+    fn stats(&self) -> tollgate::Stats {
+        Store::<Vec<u8>>::stats(&self.0)
+    }
+}
+
+/// A global 3/hour limit, then one per user (failing for `bad`), then 1/hour per IP.
+const FAILING_LIMITS: &str = r#"
+    [[limit]]
+    name = "global"
+    key = "global"
+    strategy = "fixed-window"
+    quotas = "3/hour"
+
+    [[limit]]
+    name = "per-user"
+    key = "header:x-user"
+    strategy = "fixed-window"
+    quotas = "100/hour"
+
+    [[limit]]
+    name = "per-ip"
+    key = "header:x-ip"
+    strategy = "fixed-window"
+    quotas = "1/hour"
+"#;
+
+fn failing_rules(failure: tollgate::layer::FailurePolicy) -> Rules<Failing, ManualClock> {
+    let options = RulesOptions {
+        failure,
+        ..RulesOptions::default()
+    };
+    Rules::with_clock(FAILING_LIMITS, options, Failing::default, clock()).unwrap()
+}
+
+/// The statuses of `(user, ip)` requests sent in turn, and what `per-ip` and `global` have left.
+fn send_in_turn(
+    rules: &Rules<Failing, ManualClock>,
+    requests: &[(&str, u32)],
+) -> (Vec<StatusCode>, impl Fn(u32) -> u32) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(rules.layer())
+        .service(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+    let req = |user: &str, ip: u32| {
+        Request::builder()
+            .uri("/")
+            .header("x-user", user)
+            .header("x-ip", format!("10.0.0.{ip}"))
+            .body(())
+            .unwrap()
+    };
+    let statuses = requests
+        .iter()
+        .map(|(user, ip)| {
+            rt.block_on(svc.clone().oneshot(req(user, *ip)))
+                .unwrap()
+                .status()
+        })
+        .collect();
+    let rules = rules.clone();
+    let left = move |ip: u32| {
+        let (parts, ()) = req("good", ip).into_parts();
+        rt.block_on(rules.peek("per-ip", &parts))
+            .unwrap()
+            .unwrap()
+            .remaining()
+    };
+    (statuses, left)
+}
+
+#[test]
+fn a_failed_limit_before_a_rejection_does_not_give_the_admitted_ones_back_twice() {
+    let rules = failing_rules(tollgate::layer::FailurePolicy::FailClosed);
+    let (statuses, _) = send_in_turn(
+        &rules,
+        &[
+            ("good", 1),
+            ("good", 2),
+            ("bad", 1),
+            ("good", 3),
+            ("good", 4),
+        ],
+    );
+    use StatusCode as S;
+    // (bad, 1): global admits, per-user fails, per-ip rejects; the store gives global back once.
+    assert_eq!(
+        statuses,
+        [
+            S::OK,
+            S::OK,
+            S::TOO_MANY_REQUESTS,
+            S::OK,
+            S::TOO_MANY_REQUESTS
+        ]
+    );
+    let admitted = statuses.iter().filter(|s| **s == S::OK).count();
+    assert!(admitted <= 3, "the global 3/hour limit admitted {admitted}");
+}
+
+#[test]
+fn a_failed_limit_under_fail_closed_leaves_no_later_limit_spent() {
+    let rules = failing_rules(tollgate::layer::FailurePolicy::FailClosed);
+    let (statuses, left) = send_in_turn(&rules, &[("bad", 9)]);
+    assert_eq!(statuses, [StatusCode::SERVICE_UNAVAILABLE]);
+    assert_eq!(left(9), 1, "per-ip charged for a request answered 503");
+    // Every unit of the global limit is still there.
+    let (statuses, _) = send_in_turn(&rules, &[("good", 1), ("good", 2), ("good", 3)]);
+    assert_eq!(statuses, [StatusCode::OK; 3]);
+}
+
+#[test]
+fn a_failed_limit_under_fail_open_is_skipped_and_the_others_charged() {
+    let rules = failing_rules(tollgate::layer::FailurePolicy::FailOpen);
+    let (statuses, left) = send_in_turn(&rules, &[("bad", 9), ("bad", 9)]);
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
+    assert_eq!(left(9), 0);
+}

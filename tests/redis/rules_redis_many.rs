@@ -16,7 +16,7 @@ use tollgate::store::{Item, MemoryStore, Scope, Store};
 use tollgate::{ManualClock, Rule, Strategy};
 use tower::ServiceExt as _;
 
-use crate::redis_support::{RedisCluster, RedisServer};
+use crate::redis_support::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
 
 const IP_LIMIT: u32 = 3;
 const USER_LIMIT: u32 = 4;
@@ -348,4 +348,43 @@ async fn every_family_in_the_multi_limit_script_answers_as_the_memory_store() {
             "{strategy:?}: {rejections} rejections"
         );
     }
+}
+
+/// Redis runs a multi-limit call and the connection drops before its reply: with a local
+/// fallback each limit decides locally at once. Nothing is sent again (the call may have
+/// counted): Redis ran the request once, not once more per limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_limit_outage_decides_each_limit_locally_without_resending() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let proxy = FaultProxy::start(redis.port).await;
+    let store = RedisStore::builder(proxy.url())
+        .prefix("outage:")
+        .timeout(Duration::from_secs(2))
+        .use_client_time(true)
+        .local_fallback(1)
+        .build()
+        .await
+        .expect("connect");
+    let clock = ManualClock::new(Duration::from_secs(1_750_000_000));
+    let handle = store.clone();
+    let rules = Rules::with_clock(
+        &login_limits(),
+        RulesOptions::default(),
+        move || store.clone(),
+        clock,
+    )
+    .unwrap();
+    let svc = service(&rules);
+    // The first call loads the script.
+    assert_eq!(send(svc.clone(), 1, 1).await.2, None);
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    proxy.set(ProxyMode::ResetAfterForward);
+    assert_eq!(send(svc.clone(), 1, 1).await.2, None);
+    let counters = handle.counters();
+    assert_eq!(counters.local_allowed, 3, "every limit decided locally");
+    assert_eq!(counters.timed_out, 0, "a limit was sent again and waited");
+    let calls = script_calls(&[&redis]);
+    assert!(calls <= 1, "Redis ran {calls} script calls for one request");
 }

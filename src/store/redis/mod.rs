@@ -132,6 +132,8 @@ pub struct RedisStore {
 struct Inner {
     /// `None` until the first connection succeeds (start-up without Redis).
     conn: RwLock<Option<Conn>>,
+    /// Whether the URL names a Cluster (known at build, before any connection).
+    cluster: bool,
     prefix: String,
     timeout: Duration,
     client_time: bool,
@@ -457,6 +459,7 @@ impl RedisStoreBuilder {
             Err(e) => return Err(e.into()),
         };
         let connected = conn.is_some();
+        let cluster = matches!(target.kind, TargetKind::Cluster(_));
         let sweep = self.leasing.is_some();
         let rebuild = rebuild::Rebuild::new(target.clone(), self.connect_timeout);
         let scripts = Family::ALL.map(|f| {
@@ -467,6 +470,7 @@ impl RedisStoreBuilder {
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conn: RwLock::new(conn),
+                cluster,
                 prefix: self.prefix,
                 timeout: self.timeout,
                 client_time: self.client_time,

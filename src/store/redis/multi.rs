@@ -13,7 +13,10 @@
 //! slots (a global key keeps its own tag, so it is never co-located with per-client keys, which
 //! would put all traffic in one slot), leasing on (each item's lease answers locally, so the
 //! reservations are local too), or a single item. A late reply of a multi-limit call (its caller
-//! gave up) is not refunded: its units stay spent (under-admission, never over-admission).
+//! gave up) is not refunded: its units stay spent (under-admission, never over-admission). A call
+//! that fails (no reply, or a reply of the wrong shape) is never sent again: with a local
+//! fallback each item decides locally at once, as a single check does. Whether the store is a
+//! Cluster comes from its URL, known before the first connection.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -22,9 +25,7 @@ use ::redis::Value;
 
 use super::scripts;
 use super::send::{NoReply, Script};
-use super::{
-    Conn, RedisStore, TICK_NANOS, decode, family, keys, limit_of, redis_keys, script_args,
-};
+use super::{RedisStore, TICK_NANOS, decode, family, keys, limit_of, redis_keys, script_args};
 use crate::decision::Outcome;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::{AllAnswer, Answers, Item, StoreKey, apply_all_in_turn};
@@ -115,8 +116,9 @@ impl RedisStore {
             all_keys.extend(names);
             bases.push(base);
         }
-        // A Cluster routes one call to one slot: one logical key (one hash tag) for all.
-        let cluster = matches!(&*self.inner.conn.read(), Some(Conn::Cluster(_)));
+        // A Cluster routes one call to one slot: one logical key (one hash tag) for all. The
+        // topology is the URL's, known from the build on (the connection may not be up yet).
+        let cluster = self.inner.cluster;
         let distinct = {
             let mut k: Vec<&String> = all_keys.iter().collect();
             k.sort_unstable();
@@ -153,11 +155,14 @@ impl RedisStore {
                     let limit = items.first().map_or(0, |it| limit_of(it.scope.rule()));
                     return vec![(0, Ok(self.shed(limit, now)))];
                 }
-                Err(NoReply::Outage(e)) => return self.outage_all(items, now, e).await,
+                Err(NoReply::Outage(e)) => {
+                    return self.outage_all(items, &bases, &prepared, now, e);
+                }
             };
+            // A reply came: the script may have committed, so a bad one is never resent.
             let answers = match split(&v, &prepared, items) {
                 Ok(a) => a,
-                Err(e) => return self.outage_all(items, now, e).await,
+                Err(e) => return self.outage_all(items, &bases, &prepared, now, e),
             };
             let inner = &self.inner;
             let admitted = answers.len() == items.len()
@@ -194,21 +199,44 @@ impl RedisStore {
         AllAnswer::now(answers)
     }
 
-    /// Redis failed: with a local fallback, each item decides by it in turn (the two-phase
-    /// protocol, each call answering locally while Redis is down); otherwise every item gets the
+    /// Redis failed (no reply, or a reply of the wrong shape): nothing is sent again. With a
+    /// local fallback each item decides by it at once, as a single check does (the items in
+    /// order, the admitted ones settled to 0 on a rejection); otherwise every item gets the
     /// error, for the failure policy.
-    async fn outage_all<K: StoreKey + Sync>(
+    fn outage_all<K>(
         &self,
         items: &[Item<'_, K, Self>],
+        bases: &[String],
+        prepared: &[Prepared],
         now: u64,
         e: StoreError,
     ) -> Answers {
-        if self.inner.local.is_some() {
-            return apply_all_in_turn(items, now).await;
+        if self.inner.local.is_none() {
+            self.inner.errors.add(items.len() as u64);
+            self.warn(&e);
+            return (0..items.len()).map(|i| (i, Err(e.clone()))).collect();
         }
-        self.inner.errors.add(items.len() as u64);
-        self.warn(&e);
-        (0..items.len()).map(|i| (i, Err(e.clone()))).collect()
+        let mut out: Answers = Vec::with_capacity(items.len());
+        for (i, ((it, base), p)) in items.iter().zip(bases).zip(prepared).enumerate() {
+            let scope = (it.scope.rule(), it.scope.tag());
+            let answer = self.outage(base, p.cache_key, scope, Op::Check(it.cost), now, e.clone());
+            let rejected = matches!(&answer, Ok(d) if !d.is_allowed());
+            out.push((i, answer));
+            if rejected {
+                for (j, answer) in &out {
+                    let (Some(it), Some(base), Ok(d)) = (items.get(*j), bases.get(*j), answer)
+                    else {
+                        continue;
+                    };
+                    if let (Some(r), Some(local)) = (d.reservation(), &self.inner.local) {
+                        let scope = it.scope;
+                        local.decide(base, scope.rule(), scope.tag(), Op::settle(r, 0), now);
+                    }
+                }
+                break;
+            }
+        }
+        out
     }
 }
 
@@ -265,6 +293,25 @@ mod tests {
         (Family::Gcra, 3),
         (Family::Moving, 4),
     ];
+
+    /// A Cluster URL is a Cluster before the first connection: a multi-limit call never puts
+    /// keys of different slots in one call while the store connects in the background.
+    #[tokio::test]
+    async fn the_topology_is_known_before_connecting() {
+        let store = RedisStore::builder("redis+cluster://127.0.0.1:1,127.0.0.1:2")
+            .connect_timeout(std::time::Duration::from_millis(200))
+            .build()
+            .await
+            .expect("starts without Redis");
+        assert!(store.inner.conn.read().is_none());
+        assert!(store.inner.cluster);
+        let single = RedisStore::builder("redis://127.0.0.1:1")
+            .connect_timeout(std::time::Duration::from_millis(200))
+            .build()
+            .await
+            .expect("starts without Redis");
+        assert!(!single.inner.cluster);
+    }
 
     #[test]
     fn family_codes_match_the_script() {
