@@ -344,24 +344,38 @@ impl RedisCluster {
 
     /// The node replicating `master` (by `CLUSTER NODES`: a `slave` line naming its id).
     pub fn replica_of(&self, master: usize) -> usize {
+        // `cluster_state:ok` comes before every node has heard (by gossip) which node replicates
+        // which: ask until the master's view names its replica.
+        let start = Instant::now();
+        loop {
+            if let Some(i) = self.named_replica_of(master) {
+                return i;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "master {master} has no replica"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn named_replica_of(&self, master: usize) -> Option<usize> {
         let id = self.nodes[master].cli(&["CLUSTER", "MYID"]);
         let nodes = self.nodes[master].cli(&["CLUSTER", "NODES"]);
-        for line in nodes.lines() {
+        nodes.lines().find_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
-            if f.get(2).is_some_and(|flags| flags.contains("slave"))
-                && f.get(3) == Some(&id.as_str())
+            if !(f.get(2).is_some_and(|flags| flags.contains("slave"))
+                && f.get(3) == Some(&id.as_str()))
             {
-                let port = f
-                    .get(1)
-                    .and_then(|a| a.split('@').next())
-                    .and_then(|a| a.rsplit(':').next())
-                    .and_then(|p| p.parse::<u16>().ok());
-                if let Some(i) = self.nodes.iter().position(|n| Some(n.port) == port) {
-                    return i;
-                }
+                return None;
             }
-        }
-        panic!("master {master} has no replica");
+            let port = f
+                .get(1)
+                .and_then(|a| a.split('@').next())
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse::<u16>().ok());
+            self.nodes.iter().position(|n| Some(n.port) == port)
+        })
     }
 
     /// Whether `node` is a master now (`ROLE`).
