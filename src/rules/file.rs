@@ -298,6 +298,10 @@ impl PathPattern {
     /// Whether the raw request path `path` matches.
     #[inline]
     pub fn matches(&self, path: &str) -> bool {
+        // `/*`, the default: every path (each starts with `/`), without splitting it.
+        if self.prefix && matches!(&*self.segments, [Segment::Literal(l)] if l.is_empty()) {
+            return path.starts_with('/');
+        }
         let mut parts = path.split('/');
         for seg in self.segments.iter() {
             let Some(part) = parts.next() else {
@@ -374,7 +378,7 @@ impl LimitSpec {
     }
 
     /// Whether some request could match both limits (its method and path).
-    fn overlaps(&self, other: &Self) -> bool {
+    pub(crate) fn overlaps(&self, other: &Self) -> bool {
         let methods = self.methods.is_empty()
             || other.methods.is_empty()
             || self.methods.iter().any(|m| other.methods.contains(m));

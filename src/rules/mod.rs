@@ -51,6 +51,13 @@
 //!   made to 0 on a rejection. Never over-admits; while a rolled-back reservation is held (the
 //!   time of one decision), a concurrent request on the same key may be falsely rejected.
 //!
+//! When no request can match two enforced limits of a file (checked pairwise at load, by method
+//! and path pattern, for files of up to 64 enforced limits), a request's one limit is decided by
+//! its limiter alone, as a plain layer does: nothing is ever rolled back, so there is nothing to
+//! hide. (During a reload, requests still in flight on the old rules may take the all-or-nothing
+//! path while new ones take this one: at worst one false rejection per in-flight rollback, never
+//! an over-admission.)
+//!
 //! A limit whose store fails blocks no other (the store answers its error). Every answer is read
 //! before acting: under [`FailurePolicy::FailClosed`] the limits that admitted are given back once
 //! and the request is answered `503` (after a rejection the store has given them back itself);
@@ -231,6 +238,27 @@ struct Previous {
 /// One version of the rules: what a request is decided on from start to end.
 struct Compiled<St, C> {
     limits: Box<[Limit<St, C>]>,
+    /// No request can match two enforced limits (shaping queues and shadow limits aside): each
+    /// request then decides one limit at most, through its limiter alone, and no reservation is
+    /// ever rolled back, so none can be seen by another request (see [`lone_enforced`]).
+    lone: bool,
+}
+
+/// Most enforced limits checked pairwise for [`Compiled::lone`]; a larger file takes the
+/// multi-limit path for every request.
+const LONE_CHECK_MAX: usize = 64;
+
+/// Whether no request can match two of `specs`' enforced limits (neither shadow nor queue).
+fn lone_enforced<'a>(specs: impl Iterator<Item = &'a LimitSpec>) -> bool {
+    let enforced: Vec<&LimitSpec> = specs
+        .filter(|s| !s.shadow && s.queue.is_none())
+        .take(LONE_CHECK_MAX + 1)
+        .collect();
+    enforced.len() <= LONE_CHECK_MAX
+        && enforced
+            .iter()
+            .enumerate()
+            .all(|(i, a)| enforced.iter().skip(i + 1).all(|b| !a.overlaps(b)))
 }
 
 /// The limiters still alive, by name (see [`Shared::limiters`]).
@@ -379,6 +407,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         let shared = Shared {
             current: ArcSwap::from_pointee(Compiled {
                 limits: Box::new([]),
+                lone: true,
             }),
             options,
             make_store: Box::new(make_store),
@@ -675,8 +704,10 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         for l in &limits {
             registry.insert(l.spec.name.clone(), Arc::downgrade(&l.limiter));
         }
+        let lone = lone_enforced(limits.iter().map(|l| &l.spec));
         Ok(Compiled {
             limits: limits.into(),
+            lone,
         })
     }
 
@@ -966,10 +997,16 @@ where
         let shared = Arc::clone(&self.rules.shared);
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let span = tracing::trace_span!("tollgate.rules.decide", path = parts.uri.path());
-            let verdict = decide(&compiled, &shared.options, &parts)
-                .instrument(span)
-                .await;
+            // The span only when a subscriber wants `trace`: building a disabled span still
+            // costs a few hundred instructions (its `log` fallback) per request.
+            let verdict = if tracing::level_enabled!(tracing::Level::TRACE) {
+                let span = tracing::trace_span!("tollgate.rules.decide", path = parts.uri.path());
+                decide(&compiled, &shared.options, &parts)
+                    .instrument(span)
+                    .await
+            } else {
+                decide(&compiled, &shared.options, &parts).await
+            };
             let mut inner = inner;
             match verdict {
                 Verdict::Answer(res) => Ok(res),
@@ -1108,6 +1145,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     parts: &Parts,
 ) -> Verdict<B> {
     let path = parts.uri.path();
+    let mut first: Option<Held> = None;
     let mut enforced: Vec<Held> = Vec::new();
     let mut shadows: Vec<usize> = Vec::new();
     let mut queues: Vec<usize> = Vec::new();
@@ -1124,18 +1162,42 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             queues.push(index);
         } else {
             match key_of(limit, options, parts) {
-                Ok(key) => enforced.push(Held {
-                    index,
-                    key,
-                    decision: PENDING,
-                }),
+                Ok(key) => {
+                    let h = Held {
+                        index,
+                        key,
+                        decision: PENDING,
+                    };
+                    // The first in `first` (no allocation for a lone limit), the rest in order.
+                    if first.is_none() && enforced.is_empty() {
+                        first = Some(h);
+                    } else {
+                        enforced.extend(first.take());
+                        enforced.push(h);
+                    }
+                }
                 Err(answer) => return Verdict::Answer(answer),
             }
         }
     }
-    let mut held = match enforce_all(compiled, options, enforced).await {
-        Ok(held) => held,
-        Err(answer) => return Verdict::Answer(answer),
+    let mut held = match first {
+        // One limit, and no request can match two: its limiter alone decides (as a plain layer
+        // does), without lock stripes.
+        Some(one) if compiled.lone => {
+            let mut held = Vec::new();
+            if let Err(answer) = enforce_keyed(compiled, options, one, &mut held).await {
+                return Verdict::Answer(answer);
+            }
+            held
+        }
+        first => {
+            // `first` is set only while `enforced` is empty.
+            enforced.extend(first);
+            match enforce_all(compiled, options, enforced).await {
+                Ok(held) => held,
+                Err(answer) => return Verdict::Answer(answer),
+            }
+        }
     };
     for index in queues {
         match enforce(compiled, options, parts, index, &mut held).await {
@@ -1389,6 +1451,30 @@ async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
             return Err(answer);
         }
     };
+    enforce_keyed(
+        compiled,
+        options,
+        Held {
+            index,
+            key,
+            decision: PENDING,
+        },
+        held,
+    )
+    .await
+}
+
+/// [`enforce`] with the limit's key read already (`one.key`; `one.decision` is not read).
+async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+    compiled: &Compiled<St, C>,
+    options: &RulesOptions,
+    one: Held,
+    held: &mut Vec<Held>,
+) -> Result<Option<Decision>, Response<B>> {
+    let Held { index, key, .. } = one;
+    let Some(limit) = compiled.limits.get(index) else {
+        return Ok(None);
+    };
     limit.convert(&key).await;
     match limit.apply(&key, Op::Check(limit.spec.cost)).await {
         Ok(d) if d.is_allowed() => {
@@ -1482,5 +1568,63 @@ fn write_success_headers<St, C, B>(
             headers.insert(SHADOW_REMAINING.clone(), num(u64::from(d.remaining())));
             headers.insert(SHADOW_RESET.clone(), num(d.reset_secs()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lone(text: &str) -> bool {
+        let file = RulesFile::parse(text).expect("a valid file");
+        lone_enforced(file.limits.iter())
+    }
+
+    #[test]
+    fn a_file_whose_enforced_limits_never_meet_is_lone() {
+        assert!(lone(
+            "[[limit]]\nname = \"a\"\nquotas = \"5/minute\"\n\
+             [[limit]]\nname = \"s\"\nshadow = true\nquotas = \"1/minute\"\n"
+        ));
+        assert!(lone(
+            "[[limit]]\nname = \"login\"\npath = \"/login\"\nmethods = [\"POST\"]\nquotas = \"5/minute\"\n\
+             [[limit]]\nname = \"api\"\npath = \"/api/*\"\nquotas = \"100/minute\"\n\
+             [[limit]]\nname = \"get-login\"\npath = \"/login\"\nmethods = [\"GET\"]\nquotas = \"9/minute\"\n"
+        ));
+        // `/*` meets every path; two limits on one path meet.
+        assert!(!lone(
+            "[[limit]]\nname = \"all\"\nquotas = \"50/minute\"\n\
+             [[limit]]\nname = \"login\"\npath = \"/login\"\nquotas = \"5/minute\"\n"
+        ));
+        assert!(!lone(
+            "[[limit]]\nname = \"ip\"\npath = \"/login\"\nquotas = \"5/minute\"\n\
+             [[limit]]\nname = \"user\"\npath = \"/login\"\nkey = \"header:x-user\"\nquotas = \"5/minute\"\n"
+        ));
+    }
+
+    #[test]
+    fn a_file_of_many_enforced_limits_takes_the_multi_limit_path() {
+        let text: String = (0..=LONE_CHECK_MAX)
+            .map(|i| {
+                format!("[[limit]]\nname = \"l{i}\"\npath = \"/p{i}\"\nquotas = \"5/minute\"\n")
+            })
+            .collect();
+        assert!(!lone(&text));
+        let text: String = (0..LONE_CHECK_MAX)
+            .map(|i| {
+                format!("[[limit]]\nname = \"l{i}\"\npath = \"/p{i}\"\nquotas = \"5/minute\"\n")
+            })
+            .collect();
+        assert!(lone(&text));
+    }
+
+    #[test]
+    fn the_default_pattern_matches_every_path_without_splitting() {
+        let all = PathPattern::parse("/*").expect("the default pattern");
+        for path in ["/", "/a", "/a/b/", "//"] {
+            assert!(all.matches(path), "{path}");
+        }
+        assert!(!all.matches(""));
+        assert!(!all.matches("a"));
     }
 }
