@@ -28,7 +28,7 @@ use proptest::strategy::Strategy as _;
 use tollgate::{Op, Outcome, Quota, Strategy};
 
 const KEY: u64 = 7;
-const REGRESSIONS: &str = "tests/strategy_props.proptest-regressions";
+const REGRESSIONS: &str = "tests/core/strategy_props.proptest-regressions";
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).expect("non-zero")

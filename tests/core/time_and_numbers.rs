@@ -28,7 +28,7 @@ use proptest::strategy::Strategy as _;
 use tollgate::{ConfigError, MAX_PERIOD, Outcome, Quota, QuotaError, RateLimiter, Rule, Strategy};
 
 const KEY: u64 = 1;
-const REGRESSIONS: &str = "tests/time_and_numbers.proptest-regressions";
+const REGRESSIONS: &str = "tests/core/time_and_numbers.proptest-regressions";
 const YEAR: u64 = 365 * 86_400 * S;
 const HOUR: u64 = 3600 * S;
 
@@ -489,6 +489,36 @@ fn end_of_time_exactly() {
             if strategy.is_bucket() && cost > 0 {
                 assert!(!d.is_allowed(), "{strategy}: TAT cannot pass u64::MAX");
             }
+        }
+    }
+}
+
+/// Found by `full_range_inputs_never_panic`: a sliding window of `3552461049` per 365 days (its
+/// previous count held rounded up), past the end of packed time (2^62 ns) and back: a check of
+/// cost 0 answers what the peek before it answered (the peek used to write the rounded state).
+#[test]
+fn a_peek_and_a_zero_check_agree_across_the_end_of_packed_time_and_back() {
+    let quota = Quota::new(nz(3_552_461_049), Duration::from_secs(31_536_000)).expect("a quota");
+    let (l, clock) = build(Strategy::SlidingWindow, &[quota], 0);
+    let steps: [(u64, u32); 11] = [
+        (0, 0),
+        (0, 18_287),
+        (1_980_024, 7),
+        (0, 25_235_890),
+        (311_784_762_137_492, 102_676),
+        (13_128_116_948_513_996, 0),
+        (4_611_699_484_828_671_155, 1),
+        (1_072_224_000_000_000_000, 1),
+        (63_072_000_000_000_000, 0),
+        (31_536_000_000_000_000, 0),
+        (932_087_671_581_142, 1_045_292_426),
+    ];
+    for (now, cost) in steps {
+        clock.set_nanos(now);
+        let before = l.peek_now(&KEY);
+        let d = l.check_now(&KEY, cost);
+        if cost == 0 {
+            assert_eq!(d, before, "cost 0 is a peek at {now}");
         }
     }
 }

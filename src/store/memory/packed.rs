@@ -393,8 +393,11 @@ impl PackedRule {
             let v = state.check(self, now, cost);
             if v.outcome == Outcome::Allowed && cost > 0 {
                 state.commit(self, now, cost);
+                return (state.pack(self), v);
             }
-            (state.pack(self), v)
+            let new = state.pack(self);
+            let rounds = S::unpack(self, new, now) != state;
+            (self.unspent(word, new, rounds), v)
         })
     }
 
@@ -405,8 +408,27 @@ impl PackedRule {
             let mut state = self.unpack(word, now);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
-            (self.pack(&state), verdict)
+            let new = self.pack(&state);
+            if matches!(op, Op::Peek) {
+                let rounds = self.unpack(new, now) != state;
+                return (self.unspent(word, new, rounds), verdict);
+            }
+            (new, verdict)
         })
+    }
+
+    /// The word to keep after an operation that spent nothing (a peek, a rejection, a check of
+    /// cost 0): `new`, the state rolled to `now`, unless writing it `rounds` a count (a sliding
+    /// window's previous count is held rounded up): then `word` as it was, so that a peek and the
+    /// check after it answer alike and a request that spent nothing changes nothing.
+    #[inline]
+    fn unspent(&self, word: u64, new: u64, rounds: bool) -> u64 {
+        let rounding = matches!(self.layout, Layout::Sliding { prev_shift, .. } if prev_shift > 0);
+        if rounding && rounds {
+            word & !USED
+        } else {
+            new
+        }
     }
 
     /// Whether the state in `word` equals a new key's at `now`.
@@ -564,7 +586,7 @@ fn swap_loop(cell: &impl Cell, mut step: impl FnMut(u64) -> (u64, Verdict)) -> V
 }
 
 /// A strategy state that packs into a word under a [`PackedRule`], with its check and commit.
-trait Packable: Sized {
+trait Packable: Sized + PartialEq {
     fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self;
     /// The word without the second-chance bit (the caller saturates it below that bit).
     fn pack(&self, rule: &PackedRule) -> u64;
@@ -627,6 +649,7 @@ impl Packable for FixedWindow {
 }
 
 /// A first-hit window, packed apart from the clock-aligned one (its own layout and arithmetic).
+#[derive(PartialEq)]
 struct FirstHit(FixedWindow);
 
 impl Packable for FirstHit {
