@@ -171,7 +171,8 @@ impl Ring {
         if behind < self.behind_max {
             current.saturating_sub(behind)
         } else {
-            current + (self.mask + 1 - behind)
+            // Saturating: a word handed over past the end of packed time is read at any `now`.
+            current.saturating_add((self.mask - behind).saturating_add(1))
         }
     }
 
