@@ -397,7 +397,7 @@ impl PackedRule {
                 return (state.pack(self), v);
             }
             let new = state.pack(self);
-            let rounds = S::unpack(self, new, now) != state;
+            let rounds = self.rounds_counts() && S::unpack(self, new, now) != state;
             (self.unspent(word, new, rounds), v)
         })
     }
@@ -411,7 +411,7 @@ impl PackedRule {
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
             let new = self.pack(&state);
             if matches!(op, Op::Peek) {
-                let rounds = self.unpack(new, now) != state;
+                let rounds = self.rounds_counts() && self.unpack(new, now) != state;
                 return (self.unspent(word, new, rounds), verdict);
             }
             (new, verdict)
@@ -424,12 +424,14 @@ impl PackedRule {
     /// check after it answer alike and a request that spent nothing changes nothing.
     #[inline]
     fn unspent(&self, word: u64, new: u64, rounds: bool) -> u64 {
-        let rounding = matches!(self.layout, Layout::Sliding { prev_shift, .. } if prev_shift > 0);
-        if rounding && rounds {
-            word & !USED
-        } else {
-            new
-        }
+        if rounds { word & !USED } else { new }
+    }
+
+    /// Whether the layout holds a count rounded (a sliding window's previous count): only then
+    /// can re-packing a state change what it answers.
+    #[inline(always)]
+    fn rounds_counts(&self) -> bool {
+        matches!(self.layout, Layout::Sliding { prev_shift, .. } if prev_shift > 0)
     }
 
     /// Whether the state in `word` equals a new key's at `now`.
