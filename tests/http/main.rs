@@ -2,6 +2,8 @@
 //! examples (`server`, `hyper`, `client`, `login`) as users run them, and the `playground` over its
 //! JSON API and in headless Chromium.
 
+#[path = "../support/login_rules.rs"]
+mod login_rules;
 #[path = "../support/examples.rs"]
 mod examples;
 #[path = "../support/http.rs"]

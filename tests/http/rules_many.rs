@@ -15,6 +15,8 @@ use tollgate::store::{Answer, LimiterNames, MemoryStore, Scope, Store};
 use tollgate::{Clock, ManualClock};
 use tower::ServiceExt as _;
 
+use crate::login_rules;
+
 const IP_LIMIT: u32 = 3;
 const USER_LIMIT: u32 = 4;
 const GLOBAL_LIMIT: u32 = 60;
@@ -24,36 +26,11 @@ const THREADS: usize = 8;
 const PER_THREAD: usize = 60;
 
 fn limits() -> String {
-    format!(
-        r#"
-        [[limit]]
-        name = "per-ip"
-        key = "header:x-ip"
-        strategy = "fixed-window"
-        quotas = "{IP_LIMIT}/hour"
-
-        [[limit]]
-        name = "per-user"
-        key = "header:x-user"
-        strategy = "sliding-window"
-        quotas = "{USER_LIMIT}/hour"
-
-        [[limit]]
-        name = "global"
-        key = "global"
-        strategy = "token-bucket"
-        quotas = "{GLOBAL_LIMIT}/hour"
-        "#
-    )
+    login_rules::login_limits(IP_LIMIT, "sliding-window", USER_LIMIT, GLOBAL_LIMIT)
 }
 
 fn request(ip: usize, user: usize) -> Request<()> {
-    Request::builder()
-        .uri("/login")
-        .header("x-ip", format!("10.0.0.{ip}"))
-        .header("x-user", format!("user{user}"))
-        .body(())
-        .unwrap()
+    login_rules::login_request(ip, user)
 }
 
 /// A memory store that keeps `Store::apply_all`'s default, the two-phase protocol.

@@ -16,6 +16,8 @@ use tollgate::store::{Item, MemoryStore, Scope, Store};
 use tollgate::{ManualClock, Rule, Strategy};
 use tower::ServiceExt as _;
 
+use crate::login_rules;
+
 use crate::redis_support::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
 
 const IP_LIMIT: u32 = 3;
@@ -23,36 +25,11 @@ const USER_LIMIT: u32 = 4;
 const GLOBAL_LIMIT: u32 = 30;
 
 fn login_limits() -> String {
-    format!(
-        r#"
-        [[limit]]
-        name = "per-ip"
-        key = "header:x-ip"
-        strategy = "fixed-window"
-        quotas = "{IP_LIMIT}/hour"
-
-        [[limit]]
-        name = "per-user"
-        key = "header:x-user"
-        strategy = "moving-window"
-        quotas = "{USER_LIMIT}/hour"
-
-        [[limit]]
-        name = "global"
-        key = "global"
-        strategy = "token-bucket"
-        quotas = "{GLOBAL_LIMIT}/hour"
-        "#
-    )
+    login_rules::login_limits(IP_LIMIT, "moving-window", USER_LIMIT, GLOBAL_LIMIT)
 }
 
 fn request(ip: usize, user: usize) -> Request<()> {
-    Request::builder()
-        .uri("/login")
-        .header("x-ip", format!("10.0.0.{ip}"))
-        .header("x-user", format!("user{user}"))
-        .body(())
-        .unwrap()
+    login_rules::login_request(ip, user)
 }
 
 /// Rules on one Redis store deciding on the client's clock, a `ManualClock` standing still.
