@@ -92,6 +92,15 @@ impl Entry {
         self.tag == tag
     }
 
+    /// Whether the entry holds a state in the scope of tag `tag`.
+    pub(super) fn holds(&self, tag: u64) -> bool {
+        self.tag == tag
+            || self
+                .others
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|(t, _)| *t == tag))
+    }
+
     /// Before a call under `rule` on a held key whose first slot is another rule's: a state under
     /// `rule` the entry does not hold is recalled from `sketch` (the key may have been evicted with
     /// it and come back under another rule).
@@ -105,12 +114,7 @@ impl Entry {
         tag: u64,
         now: u64,
     ) {
-        if self.tag == tag
-            || self
-                .others
-                .as_ref()
-                .is_some_and(|o| o.iter().any(|(t, _)| *t == tag))
-        {
+        if self.holds(tag) {
             return;
         }
         rules.register(rule, tag);

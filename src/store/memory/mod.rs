@@ -18,7 +18,7 @@ mod table;
 use std::future::Ready;
 use std::hash::{BuildHasher, Hash};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::mapref::one::RefMut;
 use foldhash::fast::RandomState;
@@ -97,6 +97,10 @@ pub struct MemoryStore<K> {
     /// The tag of the last rule found not packable with every packed slot taken or unfit: its
     /// calls skip the search (see [`MemoryStore::packed_table`]).
     unpackable: AtomicU64,
+    /// Set once a key moved from a packed table to a general entry at [`NOW_LIMIT`]: from then
+    /// on a key missing from its packed table is looked for among the general entries (the clock
+    /// may step back below that instant).
+    handed: AtomicBool,
     /// Keys of packed tables known to be blocked (see [`blocked`]).
     blocked: BlockedCache,
     route: RandomState,
@@ -188,6 +192,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             sketch: Sketch::new(max_keys),
             packed: std::array::from_fn(|_| OnceLock::new()),
             unpackable: AtomicU64::new(0),
+            handed: AtomicBool::new(false),
             blocked: BlockedCache::default(),
             route,
             max_keys,
@@ -384,6 +389,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             }
             return self.finish(0, v, now, op);
         }
+        // A key handed to a general entry at NOW_LIMIT, asked again after the clock stepped back:
+        // its general entry answers (a fresh packed state would forget what it spent).
+        if self.handed.load(Ordering::Relaxed) && self.general_holds(i, key, tag) {
+            return self.decide_general(hash, key, rule, tag, op, now);
+        }
         if !creates_state(op) {
             // Peeking at, refunding or resetting an unknown key changes nothing: answer as a new key.
             let v = table.ctx.apply(&AtomicU64::new(0), op, now);
@@ -469,12 +479,22 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .find(|t| t.ctx.matches(rule, tag))?;
         let word = if take {
             let (_, cell) = table.segment(i).remove(key)?;
+            self.handed.store(true, Ordering::Relaxed);
             self.keys.fetch_sub(1, Ordering::Relaxed);
             cell.into_inner()
         } else {
             table.segment(i).get(key)?.load(Ordering::Relaxed)
         };
         Some(table.ctx.state_of(word, now))
+    }
+
+    /// Whether a general entry holds `key`'s state in the scope of tag `tag`.
+    #[cold]
+    fn general_holds(&self, i: usize, key: &K, tag: u64) -> bool {
+        self.general
+            .segment(i)
+            .get(key)
+            .is_some_and(|entry| entry.holds(tag))
     }
 
     /// The entry of a key not found a moment ago, inserted if still missing (and whether it was),
@@ -909,6 +929,64 @@ mod tests {
             let d = store.decide(&1, &b, Op::Check(1), now + 3 * S);
             assert_eq!((d.is_allowed(), d.remaining()), (true, 0), "{strategy}");
             assert!(!store.decide(&1, &b, Op::Check(1), now + 4 * S).is_allowed());
+        }
+    }
+
+    #[test]
+    fn a_key_handed_over_at_the_end_of_packed_time_keeps_its_state_when_the_clock_steps_back() {
+        // Review: a key moved to a general entry at 2^62 ns, asked again after the clock stepped
+        // back below that instant, started afresh in its packed table (N more admissions).
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::SlidingWindow,
+            Strategy::TokenBucket,
+            Strategy::LeakyBucket,
+        ] {
+            for quota in ["5/s", "100/hour"] {
+                let rule = Rule::parse(strategy, quota).unwrap();
+                let store = MemoryStore::<u64>::new();
+                // The same walk 10^4 hours earlier, on packed state throughout (the windows
+                // align to whole hours, so the answers are the same).
+                let reference = MemoryStore::<u64>::new();
+                let shift = 10_000 * 3600 * S;
+                let mut now = NOW_LIMIT - S;
+                let (mut below, mut above) = (false, false);
+                let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+                for i in 0..600 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Forward, and back to up to half a second below 2^62 once past it by half
+                    // a second: across that instant both ways, again and again.
+                    now = if now > NOW_LIMIT + S / 2 && x % 4 == 0 {
+                        NOW_LIMIT - x % (S / 2)
+                    } else {
+                        now + x % (S / 10)
+                    };
+                    below |= now < NOW_LIMIT && above;
+                    above |= now >= NOW_LIMIT;
+                    let key = x % 2;
+                    let op = if i % 17 == 0 {
+                        Op::Peek
+                    } else {
+                        Op::Check(1 + (x % 3) as u32)
+                    };
+                    let got = store.decide(&key, &rule, op, now);
+                    let want = reference.decide(&key, &rule, op, now - shift);
+                    // What is admitted and left; the times may differ while the clock is behind
+                    // a state's own time (packed and general states read a past `now` apart).
+                    let parts = |d: &Decision| (d.outcome(), d.remaining());
+                    assert_eq!(
+                        parts(&got),
+                        parts(&want),
+                        "{strategy} {quota} step {i} at {now}"
+                    );
+                }
+                assert!(
+                    below,
+                    "{strategy} {quota}: the walk never stepped back below 2^62"
+                );
+            }
         }
     }
 
