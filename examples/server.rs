@@ -39,7 +39,7 @@
 //! | `--fail-mode open\|closed\|local` | 12 | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | process-wide |
 //! | `--fail-closed` | 10, 12 | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | process-wide |
 //! | `--reset-format delta\|unix` | 10 | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | process-wide |
-//! | `--max-keys N` | 10, 17 | no cap | cap on the keys the memory store holds; warns with Redis | process-wide |
+//! | `--max-keys N` | 10, 17 | 8 x 10^6 (the store's default) | cap on the keys the memory store holds; warns with Redis | process-wide |
 //! | `--store-timeout MS` | 10, 12 | 50 | how long a Redis decision may take; warns with the memory store | process-wide |
 //! | `--redis-ca FILE` | 12 | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
 //! | `--redis-cert FILE`, `--redis-key FILE` | 12 | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
@@ -150,7 +150,7 @@ struct Cli {
     #[arg(long, value_name = "FORMAT", value_enum)]
     reset_format: Option<ResetChoice>,
 
-    /// Cap on the keys the memory store holds [default: no cap]
+    /// Cap on the keys the memory store holds [default: 8000000, the store's own bound]
     #[arg(long, value_name = "N", value_parser = positive_usize)]
     max_keys: Option<usize>,
 
