@@ -10,7 +10,8 @@
 #   and SystemClock.
 # Environment: IMPLS, KEYS, THREADS, MODES override the preset's lists; TIME=cpu ranks by the time the
 #   threads spent on a CPU (summed over threads) instead of wall time, for a machine shared with other
-#   work (with 2 threads it is the cost per check, not the aggregate rate).
+#   work (with 2 threads it is the cost per check, not the aggregate rate); TOLLGATE_PIN=1 pins thread t
+#   to CPU t (bench_callgrind), so that two threads run on two CPUs at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}

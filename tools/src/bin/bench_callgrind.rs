@@ -8,7 +8,8 @@
 //! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `tollgate/<strategy>/<clock>`
 //! with clock `coarse`, `system` (precise), `default` (the builder's default: none given) or
 //! `manual`), the mode, the number of keys, the number of timed checks, and optionally the number of
-//! threads (default 1) that share them. Modes: `allow_all` (`4294967295/day`; governor the same
+//! threads (default 1) that share them (`TOLLGATE_PIN=1`: thread `t` pinned to CPU `t`). Modes:
+//! `allow_all` (`4294967295/day`; governor the same
 //! rate with burst u32::MAX), `allow_1e9` (`1000000000/s` for every strategy but the moving window,
 //! which keeps `allow_all`'s quota; governor `per_second(10^9)`), `reject_all` (`1/day`). It
 //! prints the wall time per check (aggregate over the threads), used by `scripts/bench_rounds.sh`.
@@ -107,6 +108,7 @@ fn main() {
                 let barrier = &barrier;
                 s.spawn(move || {
                     let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ t.wrapping_mul(0xA076_1D64_78BD_642F);
+                    pin(t as usize);
                     let mut admitted = 0u64;
                     barrier.wait();
                     let cpu_start = cpu_nanos();
@@ -150,6 +152,19 @@ fn main() {
         elapsed.as_nanos() as f64 / total as f64,
         cpu as f64 / total as f64
     );
+}
+
+/// With `TOLLGATE_PIN=1`, pins the calling thread to CPU `t` (modulo the CPUs available), so that
+/// two benchmark threads run on two CPUs at once instead of where the scheduler happens to put them.
+fn pin(t: usize) {
+    if std::env::var_os("TOLLGATE_PIN").is_some_and(|v| v == "1") {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(t % cpus);
+        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+            eprintln!("TOLLGATE_PIN: {e}");
+        }
+    }
 }
 
 /// The calling thread's time on a CPU so far, in nanoseconds (`/proc/thread-self/schedstat`; 0 where
