@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub use key::StoreKey;
-pub(crate) use memory::TableHint;
+pub(crate) use memory::{QuotaWords, TableHint};
 pub use memory::{DEFAULT_MAX_KEYS, MAX_SKETCH_BYTES, MemoryStore, MemoryStoreBuilder};
 
 use crate::decision::Decision;
