@@ -480,18 +480,23 @@ fn packed_words(rule: &Rule, states: &[QuotaState], now: u64) -> Option<Box<[u64
     if now >= NOW_LIMIT || layouts.len() != states.len() {
         return None;
     }
-    states
-        .iter()
-        .zip(layouts)
-        .zip(rule.nanos())
-        .map(|((s, l), p)| to_word(l, s, p, now).map(|(word, _)| word))
-        .collect()
+    // Allocated at its size (collecting an iterator of options would grow it by reallocations).
+    let mut words = vec![0; states.len()].into_boxed_slice();
+    for (((s, l), p), w) in states.iter().zip(layouts).zip(rule.nanos()).zip(&mut words) {
+        *w = to_word(l, s, p, now)?.0;
+    }
+    Some(words)
 }
 
 /// Writes `states` (under `params`, at `now`, after an operation that `spent` something or not)
 /// into `words` under `layouts`; `false` if a state does not fit its word (the caller then holds
 /// them otherwise). After a request that spent nothing, a word that would read back rounded is
 /// left as it was (what the packed table does: a peek and the check after it answer alike).
+///
+/// After a `check` (below [`NOW_LIMIT`]) every state fits, as in a packed table, and is not read
+/// back: it was read from its word at `now`, and a check moves a window's start only to the window
+/// of `now` and admits a cost only within the limit (which the count's bits hold). A state without
+/// a count may then read back as a new key's, an equivalent state.
 #[inline]
 fn repack(
     layouts: &[PackedRule],
@@ -499,8 +504,17 @@ fn repack(
     states: &[QuotaState],
     params: &[Params],
     now: u64,
-    spent: bool,
+    (check, spent): (bool, bool),
 ) -> bool {
+    if check {
+        for ((s, l), w) in states.iter().zip(layouts).zip(words.iter_mut()) {
+            let word = l.pack(s);
+            if spent || !l.rounds_counts() || l.unpack(word, now) == *s {
+                *w = word;
+            }
+        }
+        return true;
+    }
     for (((s, l), p), w) in states.iter().zip(layouts).zip(params).zip(words.iter_mut()) {
         match to_word(l, s, p, now) {
             Some((_, true)) if !spent => {}
@@ -680,14 +694,14 @@ impl KeyState {
                     });
                 let states = buf.get_mut(..n).unwrap_or_default();
                 let (index, v) = strategy::apply(states, strategy, params, now, op);
-                let spent = match op {
-                    Op::Check(cost) => v.outcome == Outcome::Allowed && cost > 0,
-                    Op::Peek => false,
-                    _ => true,
+                let (check, spent) = match op {
+                    Op::Check(cost) => (true, v.outcome == Outcome::Allowed && cost > 0),
+                    Op::Peek => (false, false),
+                    _ => (false, true),
                 };
                 // From the end of packed time on (or for a state that does not fit its word), two
                 // words per quota, exact at any time.
-                if now >= NOW_LIMIT || !repack(layouts, words, states, params, now, spent) {
+                if now >= NOW_LIMIT || !repack(layouts, words, states, params, now, (check, spent)) {
                     let mut two = vec![0; 2 * n].into_boxed_slice();
                     for (i, s) in states.iter().enumerate() {
                         encode(s, &mut two, i);
