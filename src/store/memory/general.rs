@@ -610,19 +610,17 @@ impl KeyState {
             States::One(s) => f(std::slice::from_ref(s)),
             States::Many(v) => f(v),
             States::Words(strategy, words) => f(&unpacked(*strategy, words)),
-            States::Packed(strategy, words) => {
-                match shape.and_then(|s| s.words.as_deref()) {
-                    Some(layouts) if layouts.len() == words.len() => {
-                        let states: Vec<QuotaState> = words
-                            .iter()
-                            .zip(layouts)
-                            .map(|(w, l)| l.unpack(*w, now))
-                            .collect();
-                        f(&states)
-                    }
-                    _ => f(&vec![QuotaState::new(*strategy); words.len()]),
+            States::Packed(strategy, words) => match shape.and_then(|s| s.words.as_deref()) {
+                Some(layouts) if layouts.len() == words.len() => {
+                    let states: Vec<QuotaState> = words
+                        .iter()
+                        .zip(layouts)
+                        .map(|(w, l)| l.unpack(*w, now))
+                        .collect();
+                    f(&states)
                 }
-            }
+                _ => f(&vec![QuotaState::new(*strategy); words.len()]),
+            },
             States::Shared(log) => match shape {
                 Some(shape) => f(&split(log, &shape.params)),
                 None => f(&vec![QuotaState::new(Strategy::MovingWindow); MAX_QUOTAS]),
@@ -701,7 +699,8 @@ impl KeyState {
                 };
                 // From the end of packed time on (or for a state that does not fit its word), two
                 // words per quota, exact at any time.
-                if now >= NOW_LIMIT || !repack(layouts, words, states, params, now, (check, spent)) {
+                if now >= NOW_LIMIT || !repack(layouts, words, states, params, now, (check, spent))
+                {
                     let mut two = vec![0; 2 * n].into_boxed_slice();
                     for (i, s) in states.iter().enumerate() {
                         encode(s, &mut two, i);
@@ -833,13 +832,25 @@ mod tests {
         for i in 0..60 {
             now += S / 10;
             let got = entry.run(&rule, tag, Op::Check(1), now);
-            let want = strategy::apply(&mut reference, rule.strategy(), rule.nanos(), now, Op::Check(1));
+            let want = strategy::apply(
+                &mut reference,
+                rule.strategy(),
+                rule.nanos(),
+                now,
+                Op::Check(1),
+            );
             assert_eq!(got, want, "step {i}");
             assert_eq!(one_word(&entry), now < NOW_LIMIT, "step {i}");
         }
         // A clock back below the end keeps the exact form.
         let got = entry.run(&rule, tag, Op::Peek, NOW_LIMIT - S);
-        let want = strategy::apply(&mut reference, rule.strategy(), rule.nanos(), NOW_LIMIT - S, Op::Peek);
+        let want = strategy::apply(
+            &mut reference,
+            rule.strategy(),
+            rule.nanos(),
+            NOW_LIMIT - S,
+            Op::Peek,
+        );
         assert_eq!(got, want);
         assert!(!one_word(&entry));
     }
@@ -854,7 +865,13 @@ mod tests {
         let mut reference = vec![QuotaState::new(rule.strategy()); 3];
         let now = 1_000 * S + S / 2;
         entry.run(&rule, tag, Op::Check(2), now);
-        strategy::apply(&mut reference, rule.strategy(), rule.nanos(), now, Op::Check(2));
+        strategy::apply(
+            &mut reference,
+            rule.strategy(),
+            rule.nanos(),
+            now,
+            Op::Check(2),
+        );
         assert!(one_word(&entry));
         // The same entry held as two words per quota looks the same to eviction.
         let mut two = Entry::with_states(&rules, &rule, tag, reference.clone(), NOW_LIMIT);
