@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::offset::WindowOffset;
 use crate::quota::{MAX_PERIOD, Quota, parse_quotas};
+use crate::store::QuotaWords;
 use crate::strategy::{MAX_MOVING_WINDOW_LIMIT, Params, Strategy};
 
 /// The most quotas one rule may have.
@@ -30,6 +31,9 @@ pub struct Rule {
     /// A fingerprint of the strategy, quotas and offset, the same in every process (see
     /// [`Rule::tag`]).
     tag: u64,
+    /// How the memory store holds each quota in one word, worked out on first use (derived from
+    /// the fields above: not part of the rule's identity).
+    words: QuotaWords,
 }
 
 impl Rule {
@@ -57,6 +61,7 @@ impl Rule {
             nanos,
             offset: WindowOffset::UTC,
             tag,
+            words: QuotaWords::default(),
         })
     }
 
@@ -93,6 +98,7 @@ impl Rule {
             p.offset = offset.phase(q.period_nanos().max(1), Duration::from_nanos(1));
         }
         self.tag = fingerprint(self.strategy, &self.quotas, offset);
+        self.words = QuotaWords::default();
         self
     }
 
@@ -136,6 +142,11 @@ impl Rule {
     /// (FNV-1a), so that every instance names a key's Redis state alike.
     pub(crate) fn tag(&self) -> u64 {
         self.tag
+    }
+
+    /// How the memory store holds each quota in one word (see [`QuotaWords`]).
+    pub(crate) fn quota_words(&self) -> &QuotaWords {
+        &self.words
     }
 
     /// The quotas in nanoseconds (the memory store's unit).

@@ -2,9 +2,11 @@
 //! kept next to the state. Updated under its shard's write lock.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use parking_lot::RwLock;
 
+use super::packed::{NOW_LIMIT, PackedRule};
 use super::sketch::{self, Sketch, Spent};
 use super::table::{Look, nearness};
 use crate::decision::Outcome;
@@ -25,8 +27,13 @@ pub(super) struct Rules {
     known: RwLock<HashMap<u64, Shape>>,
 }
 
-/// A rule's strategy and quotas.
-type Shape = (Strategy, Box<[Params]>);
+/// A rule's strategy and quotas, and how its quotas are held in one word each.
+#[derive(Debug)]
+struct Shape {
+    strategy: Strategy,
+    params: Box<[Params]>,
+    words: Option<Box<[PackedRule]>>,
+}
 
 impl Rules {
     /// Remembers `rule`.
@@ -36,12 +43,58 @@ impl Rules {
         }
         let mut known = self.known.write();
         if known.len() < MAX_RULES {
-            known
-                .entry(tag)
-                .or_insert_with(|| (rule.strategy(), rule.nanos().into()));
+            known.entry(tag).or_insert_with(|| Shape {
+                strategy: rule.strategy(),
+                params: rule.nanos().into(),
+                words: rule.quota_words().get(rule).map(Into::into),
+            });
         }
     }
 }
+
+/// How the memory store holds each quota of a rule of several fixed-window, first-hit or
+/// sliding-window quotas in one word ([`States::Packed`]): the layout a packed table would give the
+/// quota as a rule alone, or `None` when one quota does not pack (the rule's keys then hold two
+/// words per quota). Worked out on the rule's first use, kept in the [`Rule`]: a check looks it
+/// up without a lock.
+#[derive(Clone, Default)]
+pub(crate) struct QuotaWords(OnceLock<Option<Box<[PackedRule]>>>);
+
+impl QuotaWords {
+    /// The layouts of `rule`'s quotas (the rule this is kept in), if every quota has one.
+    #[inline]
+    fn get(&self, rule: &Rule) -> Option<&[PackedRule]> {
+        self.0
+            .get_or_init(|| {
+                if !matches!(
+                    rule.strategy(),
+                    Strategy::FixedWindow | Strategy::FixedWindowFirstHit | Strategy::SlidingWindow
+                ) || rule.nanos().len() < 2
+                {
+                    return None;
+                }
+                (0..rule.nanos().len())
+                    .map(|i| PackedRule::for_quota(rule, i))
+                    .collect()
+            })
+            .as_deref()
+    }
+}
+
+impl std::fmt::Debug for QuotaWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuotaWords")
+    }
+}
+
+// Derived from the rule's other fields: equal whenever they are.
+impl PartialEq for QuotaWords {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for QuotaWords {}
 
 /// One key's entry: its state under the rule it was first used with, and under other rules (tiers,
 /// stacked layers with their own rules). It is updated under its shard's write lock
@@ -81,7 +134,7 @@ impl Entry {
     ) -> Self {
         rules.register(rule, tag);
         match recall(sketch, key_hash, rule, tag, now) {
-            Some(states) => Self::with_states(rules, rule, tag, states),
+            Some(states) => Self::with_states(rules, rule, tag, states, now),
             None => Self::new(),
         }
     }
@@ -121,7 +174,7 @@ impl Entry {
         let Some(states) = recall(sketch, key_hash, rule, tag, now) else {
             return;
         };
-        let state = Self::with_states(rules, rule, tag, states).state;
+        let state = Self::with_states(rules, rule, tag, states, now).state;
         if self.state.is_fresh(now) {
             self.tag = tag;
             self.state = state;
@@ -132,12 +185,13 @@ impl Entry {
         }
     }
 
-    /// A key's entry holding `states` (one per quota) under `rule`.
+    /// A key's entry holding `states` (one per quota) under `rule`, at `now`.
     pub(super) fn with_states(
         rules: &Rules,
         rule: &Rule,
         tag: u64,
         states: Vec<QuotaState>,
+        now: u64,
     ) -> Self {
         rules.register(rule, tag);
         let fresh_at = states
@@ -149,7 +203,7 @@ impl Entry {
         Self {
             tag,
             state: KeyState {
-                quotas: States::new(rule.strategy(), states),
+                quotas: States::new(rule, states, now),
                 fresh_at,
                 blocked_until: 0,
             },
@@ -185,11 +239,11 @@ impl Entry {
                 continue;
             }
             let shape = known.get(&tag);
-            let params = shape.map(|(_, p)| &**p);
-            near = near.max(state.with_quotas(params, |quotas| match shape {
-                Some((strategy, params)) if params.len() == quotas.len() => {
+            near = near.max(state.with_quotas(shape, now, |quotas| match shape {
+                Some(shape) if shape.params.len() == quotas.len() => {
                     // A peek: the reported quota is the one with the fewest left.
-                    let (_, v) = strategy::apply(quotas, *strategy, params, now, Op::Peek);
+                    let (_, v) =
+                        strategy::apply(quotas, shape.strategy, &shape.params, now, Op::Peek);
                     nearness(v.limit, v.remaining, false)
                 }
                 _ => nearness(1, 0, false),
@@ -209,10 +263,9 @@ impl Entry {
                 continue;
             }
             let shape = known.get(&tag);
-            let params = shape.map(|(_, p)| &**p);
-            state.with_quotas_ref(params, |quotas| match shape {
-                Some((_, params)) if params.len() == quotas.len() => {
-                    for (i, (q, p)) in quotas.iter().zip(params.iter()).enumerate() {
+            state.with_quotas_ref(shape, now, |quotas| match shape {
+                Some(shape) if shape.params.len() == quotas.len() => {
+                    for (i, (q, p)) in quotas.iter().zip(shape.params.iter()).enumerate() {
                         if let Some(spent) = sketch::summary(q, p, now) {
                             sketch.record(sketch::quota_hash(key_hash, tag, i), spent, now);
                         }
@@ -302,6 +355,12 @@ enum States {
     /// window's start and count (or a sliding counter's bucket, and its two counts) in two, where a
     /// `QuotaState` takes 32 bytes.
     Words(Strategy, Box<[u64]>),
+    /// Several quotas of the fixed windows or the sliding window counter, one word each, laid out
+    /// as a packed table would lay out that quota alone (the rule's [`QuotaWords`]). Only below
+    /// [`NOW_LIMIT`] and while every state reads back as it was (a sliding window's previous count
+    /// may read back rounded up, as in the packed table: stricter, never more lenient); otherwise
+    /// the key goes over to [`States::Words`].
+    Packed(Strategy, Box<[u64]>),
 }
 
 /// Words per quota of `strategy` in [`States::Words`] (0: not held so).
@@ -382,6 +441,94 @@ fn recall(
     recalled.then_some(states)
 }
 
+/// Whether `s`, under `p`, equals a new key's state at `now`.
+#[inline]
+fn is_new(s: &QuotaState, p: &Params, now: u64) -> bool {
+    let fresh_at = s.fresh_at(p);
+    fresh_at <= now && fresh_at != u64::MAX
+}
+
+/// Whether `back` is `s` with only a sliding window's previous count rounded up (what a packed
+/// layout that rounds reads back: stricter, never more lenient).
+#[inline]
+fn rounded_up(back: &QuotaState, s: &QuotaState) -> bool {
+    match (back, s) {
+        (QuotaState::Sliding(b), QuotaState::Sliding(s)) => {
+            let ((bb, bc, bp), (sb, sc, sp)) = (b.parts(), s.parts());
+            bb == sb && bc == sc && bp >= sp
+        }
+        _ => false,
+    }
+}
+
+/// How quota state `s` (under `p`) is held at `now` in one word under `layout`: the word, and
+/// whether it reads back rounded (a sliding window's previous count rounded up), or `None` when it
+/// does not read back as it is (nor as a new key's, when it is one).
+#[inline]
+fn to_word(layout: &PackedRule, s: &QuotaState, p: &Params, now: u64) -> Option<(u64, bool)> {
+    let word = layout.pack(s);
+    let back = layout.unpack(word, now);
+    if back == *s || (is_new(&back, p, now) && is_new(s, p, now)) {
+        Some((word, false))
+    } else if layout.rounds_counts() && rounded_up(&back, s) {
+        Some((word, true))
+    } else {
+        None
+    }
+}
+
+/// `states` under `rule` at `now`, one word each ([`States::Packed`]), if the rule's quotas have
+/// one-word layouts and every state fits one.
+fn packed_words(rule: &Rule, states: &[QuotaState], now: u64) -> Option<Box<[u64]>> {
+    let layouts = rule.quota_words().get(rule)?;
+    if now >= NOW_LIMIT || layouts.len() != states.len() {
+        return None;
+    }
+    // Allocated at its size (collecting an iterator of options would grow it by reallocations).
+    let mut words = vec![0; states.len()].into_boxed_slice();
+    for (((s, l), p), w) in states.iter().zip(layouts).zip(rule.nanos()).zip(&mut words) {
+        *w = to_word(l, s, p, now)?.0;
+    }
+    Some(words)
+}
+
+/// Writes `states` (under `params`, at `now`, after an operation that `spent` something or not)
+/// into `words` under `layouts`; `false` if a state does not fit its word (the caller then holds
+/// them otherwise). After a request that spent nothing, a word that would read back rounded is
+/// left as it was (what the packed table does: a peek and the check after it answer alike).
+///
+/// After a `check` (below [`NOW_LIMIT`]) every state fits, as in a packed table, and is not read
+/// back: it was read from its word at `now`, and a check moves a window's start only to the window
+/// of `now` and admits a cost only within the limit (which the count's bits hold). A state without
+/// a count may then read back as a new key's, an equivalent state.
+#[inline]
+fn repack(
+    layouts: &[PackedRule],
+    words: &mut [u64],
+    states: &[QuotaState],
+    params: &[Params],
+    now: u64,
+    (check, spent): (bool, bool),
+) -> bool {
+    if check {
+        for ((s, l), w) in states.iter().zip(layouts).zip(words.iter_mut()) {
+            let word = l.pack(s);
+            if spent || !l.rounds_counts() || l.unpack(word, now) == *s {
+                *w = word;
+            }
+        }
+        return true;
+    }
+    for (((s, l), p), w) in states.iter().zip(layouts).zip(params).zip(words.iter_mut()) {
+        match to_word(l, s, p, now) {
+            Some((_, true)) if !spent => {}
+            Some((word, _)) => *w = word,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// The states held in `words` (eviction; a check decodes them on the stack instead).
 fn unpacked(strategy: Strategy, words: &[u64]) -> Vec<QuotaState> {
     let n = words.len() / words_per_quota(strategy).max(1);
@@ -407,8 +554,9 @@ fn fresh_at_of(states: &[QuotaState], params: &[Params]) -> u64 {
 }
 
 impl States {
-    /// `states` (of `strategy`), held as tightly as the strategy allows.
-    fn new(strategy: Strategy, states: Vec<QuotaState>) -> Self {
+    /// `states` (of `rule`'s strategy) at `now`, held as tightly as the strategy allows.
+    fn new(rule: &Rule, states: Vec<QuotaState>, now: u64) -> Self {
+        let strategy = rule.strategy();
         let per = words_per_quota(strategy);
         match <[QuotaState; 1]>::try_from(states) {
             Ok([one]) => States::One(one),
@@ -423,6 +571,9 @@ impl States {
                 }
             }
             Err(many) => {
+                if let Some(words) = packed_words(rule, &many, now) {
+                    return States::Packed(strategy, words);
+                }
                 let mut words = vec![0; per * many.len()].into_boxed_slice();
                 for (i, s) in many.iter().enumerate() {
                     encode(s, &mut words, i);
@@ -434,25 +585,28 @@ impl States {
 }
 
 impl KeyState {
-    /// Runs `f` on the per-quota states under `params` (a copy of them when held as words or in
-    /// one log: what `f` changes there is not kept). A shared log of unknown quotas stands for
-    /// [`MAX_QUOTAS`] empty logs.
+    /// Runs `f` on the per-quota states under `shape`, read at `now` (a copy of them when held as
+    /// words or in one log: what `f` changes there is not kept). A shared log of unknown quotas
+    /// stands for [`MAX_QUOTAS`] empty logs, one-word states of unknown layouts for new states
+    /// (only their number is known).
     fn with_quotas<R>(
         &mut self,
-        params: Option<&[Params]>,
+        shape: Option<&Shape>,
+        now: u64,
         f: impl FnOnce(&mut [QuotaState]) -> R,
     ) -> R {
         match &mut self.quotas {
             States::One(s) => f(std::slice::from_mut(s)),
             States::Many(v) => f(v),
-            _ => self.with_quotas_ref(params, |q| f(&mut q.to_vec())),
+            _ => self.with_quotas_ref(shape, now, |q| f(&mut q.to_vec())),
         }
     }
 
-    /// Runs `f` on the per-quota states under `params` (see [`with_quotas`](Self::with_quotas)).
+    /// Runs `f` on the per-quota states under `shape` (see [`with_quotas`](Self::with_quotas)).
     fn with_quotas_ref<R>(
         &self,
-        params: Option<&[Params]>,
+        shape: Option<&Shape>,
+        now: u64,
         f: impl FnOnce(&[QuotaState]) -> R,
     ) -> R {
         match &self.quotas {
@@ -460,8 +614,19 @@ impl KeyState {
             States::One(s) => f(std::slice::from_ref(s)),
             States::Many(v) => f(v),
             States::Words(strategy, words) => f(&unpacked(*strategy, words)),
-            States::Shared(log) => match params {
-                Some(params) => f(&split(log, params)),
+            States::Packed(strategy, words) => match shape.and_then(|s| s.words.as_deref()) {
+                Some(layouts) if layouts.len() == words.len() => {
+                    let states: Vec<QuotaState> = words
+                        .iter()
+                        .zip(layouts)
+                        .map(|(w, l)| l.unpack(*w, now))
+                        .collect();
+                    f(&states)
+                }
+                _ => f(&vec![QuotaState::new(*strategy); words.len()]),
+            },
+            States::Shared(log) => match shape {
+                Some(shape) => f(&split(log, &shape.params)),
                 None => f(&vec![QuotaState::new(Strategy::MovingWindow); MAX_QUOTAS]),
             },
         }
@@ -475,8 +640,8 @@ impl KeyState {
         }
     }
 
-    /// Makes the per-quota states fit `rule`, new ones if the rule's shape changed.
-    fn fit(&mut self, rule: &Rule) {
+    /// Makes the per-quota states fit `rule`, new ones at `now` if the rule's shape changed.
+    fn fit(&mut self, rule: &Rule, now: u64) {
         let strategy = rule.strategy();
         let n = rule.nanos().len();
         let fits = match &self.quotas {
@@ -485,12 +650,15 @@ impl KeyState {
             States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
             States::Shared(_) => strategy == Strategy::MovingWindow && n > 1,
             States::Words(s, w) => *s == strategy && w.len() == n * words_per_quota(strategy),
+            States::Packed(s, w) => {
+                *s == strategy && w.len() == n && rule.quota_words().get(rule).is_some()
+            }
         };
         // Per-quota logs all empty again are one log again.
         let emptied = matches!(&self.quotas, States::Many(v)
             if v.iter().all(|s| matches!(s, QuotaState::Moving(m) if m.len() == 0)));
         if !fits || emptied {
-            self.quotas = States::new(strategy, vec![QuotaState::new(strategy); n]);
+            self.quotas = States::new(rule, vec![QuotaState::new(strategy); n], now);
         }
     }
 
@@ -513,8 +681,38 @@ impl KeyState {
                 return (0, v);
             }
         }
-        self.fit(rule);
+        self.fit(rule, now);
         let (index, v, fresh_at) = match &mut self.quotas {
+            States::Packed(strategy, words) => {
+                let strategy = *strategy;
+                // Some: `fit` kept the words only then.
+                let layouts = rule.quota_words().get(rule).unwrap_or_default();
+                let n = params.len();
+                // On the stack, as for `Words`.
+                let mut buf: [QuotaState; MAX_QUOTAS] =
+                    std::array::from_fn(|i| match (layouts.get(i), words.get(i)) {
+                        (Some(l), Some(w)) => l.unpack(*w, now),
+                        _ => QuotaState::Gcra(Gcra::default()),
+                    });
+                let states = buf.get_mut(..n).unwrap_or_default();
+                let (index, v) = strategy::apply(states, strategy, params, now, op);
+                let (check, spent) = match op {
+                    Op::Check(cost) => (true, v.outcome == Outcome::Allowed && cost > 0),
+                    Op::Peek => (false, false),
+                    _ => (false, true),
+                };
+                // From the end of packed time on (or for a state that does not fit its word), two
+                // words per quota, exact at any time.
+                if now >= NOW_LIMIT || !repack(layouts, words, states, params, now, (check, spent))
+                {
+                    let mut two = vec![0; 2 * n].into_boxed_slice();
+                    for (i, s) in states.iter().enumerate() {
+                        encode(s, &mut two, i);
+                    }
+                    self.quotas = States::Words(strategy, two);
+                }
+                (index, v, fresh_at_of(states, params))
+            }
             States::Words(strategy, words) => {
                 // On the stack: no allocation per check.
                 let n = params.len();
@@ -585,6 +783,215 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000_000;
+    const HOUR: u64 = 3_600 * S;
+
+    /// The strategies held as words when a rule has several quotas.
+    const WORD_STRATEGIES: [Strategy; 5] = [
+        Strategy::FixedWindow,
+        Strategy::FixedWindowFirstHit,
+        Strategy::SlidingWindow,
+        Strategy::TokenBucket,
+        Strategy::LeakyBucket,
+    ];
+
+    /// Whether `entry`'s first state holds one word per window quota.
+    fn one_word(entry: &Entry) -> bool {
+        matches!(entry.state.quotas, States::Packed(..))
+    }
+
+    #[test]
+    fn window_quotas_take_one_word_each_when_their_layouts_pack() {
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::FixedWindowFirstHit,
+            Strategy::SlidingWindow,
+        ] {
+            let rule = Rule::parse(strategy, "10/60s; 20/120s; 30/180s").unwrap();
+            let mut entry = Entry::new();
+            entry.run(&rule, rule.tag(), Op::Check(1), 1_000 * S);
+            let States::Packed(_, words) = &entry.state.quotas else {
+                panic!("{strategy}: one word per quota");
+            };
+            assert_eq!(words.len(), 3, "{strategy}");
+        }
+        // A first-hit quota whose start does not fit whole keeps the rule on two words per quota.
+        let rule = Rule::parse(Strategy::FixedWindowFirstHit, "10/s; 40000/hour").unwrap();
+        let mut entry = Entry::new();
+        entry.run(&rule, rule.tag(), Op::Check(1), 1_000 * S);
+        assert!(matches!(&entry.state.quotas, States::Words(_, w) if w.len() == 4));
+        // Buckets keep their one-word TATs.
+        let rule = Rule::parse(Strategy::TokenBucket, "10/s; 100/minute").unwrap();
+        let mut entry = Entry::new();
+        entry.run(&rule, rule.tag(), Op::Check(1), 1_000 * S);
+        assert!(matches!(&entry.state.quotas, States::Words(_, w) if w.len() == 2));
+    }
+
+    #[test]
+    fn past_the_end_of_packed_time_a_key_goes_over_to_two_words_with_its_state() {
+        let rule = Rule::parse(Strategy::SlidingWindow, "5/s; 8/10s").unwrap();
+        let tag = rule.tag();
+        let mut entry = Entry::new();
+        let mut reference = vec![QuotaState::new(rule.strategy()); 2];
+        let mut now = NOW_LIMIT - 3 * S;
+        for i in 0..60 {
+            now += S / 10;
+            let got = entry.run(&rule, tag, Op::Check(1), now);
+            let want = strategy::apply(
+                &mut reference,
+                rule.strategy(),
+                rule.nanos(),
+                now,
+                Op::Check(1),
+            );
+            assert_eq!(got, want, "step {i}");
+            assert_eq!(one_word(&entry), now < NOW_LIMIT, "step {i}");
+        }
+        // A clock back below the end keeps the exact form.
+        let got = entry.run(&rule, tag, Op::Peek, NOW_LIMIT - S);
+        let want = strategy::apply(
+            &mut reference,
+            rule.strategy(),
+            rule.nanos(),
+            NOW_LIMIT - S,
+            Op::Peek,
+        );
+        assert_eq!(got, want);
+        assert!(!one_word(&entry));
+    }
+
+    #[test]
+    fn one_word_states_are_looked_at_and_forgotten_as_two_word_ones() {
+        let rule = Rule::parse(Strategy::FixedWindow, "3/s; 5/10s; 9/minute").unwrap();
+        let tag = rule.tag();
+        let rules = Rules::default();
+        let sketch = Sketch::new(1_000);
+        let mut entry = Entry::recalled(&rules, &sketch, 7, &rule, tag, 1_000 * S);
+        let mut reference = vec![QuotaState::new(rule.strategy()); 3];
+        let now = 1_000 * S + S / 2;
+        entry.run(&rule, tag, Op::Check(2), now);
+        strategy::apply(
+            &mut reference,
+            rule.strategy(),
+            rule.nanos(),
+            now,
+            Op::Check(2),
+        );
+        assert!(one_word(&entry));
+        // The same entry held as two words per quota looks the same to eviction.
+        let mut two = Entry::with_states(&rules, &rule, tag, reference.clone(), NOW_LIMIT);
+        assert!(matches!(two.state.quotas, States::Words(..)));
+        two.used = entry.used;
+        assert_eq!(entry.look(&rules, now), two.look(&rules, now));
+        assert!(!matches!(entry.look(&rules, now), Look::Fresh));
+        // Forgotten and recalled: at least as spent.
+        entry.forget(&rules, 7, now, &sketch);
+        let mut back = Entry::recalled(&rules, &sketch, 7, &rule, tag, now + 1);
+        let (_, v) = back.run(&rule, tag, Op::Peek, now + 1);
+        assert!(v.remaining <= 1, "{v:?}");
+    }
+
+    proptest::proptest! {
+        /// Several window or bucket quotas held one word each (while they fit, below the end of
+        /// packed time) answer every check, peek, settlement and reset as the pure arithmetic on
+        /// the strategy's states, under clock steps back and across the end of packed time.
+        #[test]
+        fn one_word_quotas_answer_as_the_pure_arithmetic(
+            which in 0usize..5,
+            quotas in proptest::collection::vec((1u64..40_000, 0u32..26, 0u64..=u64::MAX), 2..6),
+            near_end in proptest::bool::ANY,
+            start in 0u64..NOW_LIMIT / 2,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..12, 0u64..=u64::MAX), 1..80),
+        ) {
+            let strategy = WORD_STRATEGIES[which];
+            // Periods from 1 ms to about 9 hours, spread over their orders of magnitude.
+            let text: Vec<String> = quotas
+                .iter()
+                .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
+                .collect();
+            let Ok(rule) = Rule::parse(strategy, &text.join("; ")) else {
+                return Ok(());
+            };
+            let tag = rule.tag();
+            let params = rule.nanos();
+            let longest = params.iter().map(|p| p.window).max().unwrap_or(1);
+            let least = params.iter().map(|p| p.limit).min().unwrap_or(1);
+            let mut entry = Entry::new();
+            let mut reference = vec![QuotaState::new(strategy); params.len()];
+            let mut now = if near_end { NOW_LIMIT - start % (4 * longest) } else { start };
+            let mut latest = now;
+            for (i, &(dt, kind, x)) in steps.iter().enumerate() {
+                now = match kind {
+                    // Back, to within five hours of the latest time seen (a ring reads six ahead).
+                    0 => now.saturating_sub(dt % (5 * HOUR)).max(latest.saturating_sub(5 * HOUR)),
+                    // A long idle gap, within what a ring reads back (7/8 of two days at least).
+                    1 => now + dt % (30 * HOUR),
+                    _ => now + dt % (longest / 4 + 1),
+                };
+                latest = latest.max(now);
+                let op = match kind {
+                    2 => Op::Settle {
+                        reserved: (x % 3) as u32 + 1,
+                        actual: (x % 3) as u32,
+                        at: now.saturating_sub(x % longest),
+                    },
+                    3 => Op::Peek,
+                    4 if x % 7 == 0 => Op::Reset,
+                    _ => Op::Check((x % (least + 2)) as u32),
+                };
+                let got = entry.run(&rule, tag, op, now);
+                let want = strategy::apply(&mut reference, strategy, params, now, op);
+                proptest::prop_assert_eq!(got, want, "step {} {:?} at {}", i, op, now);
+                if let States::Packed(_, words) = &entry.state.quotas {
+                    proptest::prop_assert!(now < NOW_LIMIT);
+                    // A window with no count may be held as a new key's, whatever its start (as
+                    // in a packed table): then so is the reference's.
+                    let layouts = rule.quota_words().get(&rule).unwrap_or_default();
+                    for (((s, p), l), w) in reference.iter_mut().zip(params).zip(layouts).zip(words) {
+                        if s.fresh_at(p) == 0 {
+                            *s = l.unpack(*w, now);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(entry.state.fresh_at, fresh_at_of(&reference, params));
+            }
+        }
+
+        /// A sliding window whose one-word layout rounds the previous count up never admits more
+        /// than the pure arithmetic (the reference follows what the entry admitted).
+        #[test]
+        fn rounded_one_word_quotas_are_never_more_lenient(
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u64..=u64::MAX), 1..200),
+        ) {
+            let strategy = Strategy::SlidingWindow;
+            let rule = Rule::parse(strategy, "4294967295/s; 4294967295/2s; 100/minute").unwrap();
+            let tag = rule.tag();
+            let mut entry = Entry::new();
+            let mut reference = vec![QuotaState::new(strategy); 3];
+            let mut now = 1_700_000_000 * S;
+            for (i, &(dt, x)) in steps.iter().enumerate() {
+                now += dt % (S / 2);
+                let op = match x % 11 {
+                    0 => Op::Settle { reserved: 1 << 20, actual: 0, at: now },
+                    1 => Op::Peek,
+                    2 => Op::Check(1),
+                    _ => Op::Check((x >> 33) as u32),
+                };
+                let got = entry.run(&rule, tag, op, now).1;
+                let mut trial = reference.clone();
+                let (_, want) = strategy::apply(&mut trial, strategy, rule.nanos(), now, op);
+                proptest::prop_assert!(got.remaining <= want.remaining, "step {}", i);
+                match (op, got.outcome) {
+                    (Op::Settle { .. }, _) => reference = trial,
+                    (Op::Check(_), Outcome::Allowed) => {
+                        proptest::prop_assert_eq!(want.outcome, Outcome::Allowed, "step {}", i);
+                        reference = trial;
+                    }
+                    _ => {}
+                }
+                proptest::prop_assert!(one_word(&entry));
+            }
+        }
+    }
 
     #[test]
     fn moving_window_quotas_share_one_log_and_split_when_they_must() {

@@ -25,6 +25,7 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use self::blocked::BlockedCache;
+pub(crate) use self::general::QuotaWords;
 use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
 pub use self::sketch::MAX_SKETCH_BYTES;
@@ -434,7 +435,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 .then(|| self.packed_state(i, key, rule, tag, now, false))
                 .flatten()
             {
-                Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state]),
+                Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state], now),
                 None => Entry::new(),
             };
             let (index, v) = entry.run(rule, tag, op, now);
@@ -446,7 +447,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .then(|| self.packed_state(i, key, rule, tag, now, true))
             .flatten();
         let new = || match handed {
-            Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state]),
+            Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state], now),
             None => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now),
         };
         let Some((mut entry, inserted)) = self.insert(&self.general, i, key, new, now) else {

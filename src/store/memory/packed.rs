@@ -323,7 +323,7 @@ impl PackedRule {
 
     /// The state in `word` (the second-chance bit ignored), read at `now`.
     #[inline]
-    fn unpack(&self, word: u64, now: u64) -> QuotaState {
+    pub(super) fn unpack(&self, word: u64, now: u64) -> QuotaState {
         let word = word & !USED;
         let w = self.params.window;
         match self.layout {
@@ -344,7 +344,7 @@ impl PackedRule {
     /// fits (see [`PackedRule::for_rule`]); a field that would not is saturated, which errs on the
     /// side of rejecting.
     #[inline]
-    fn pack(&self, state: &QuotaState) -> u64 {
+    pub(super) fn pack(&self, state: &QuotaState) -> u64 {
         let w = self.params.window;
         let word = match (self.layout, state) {
             (Layout::Fixed { count_bits, ring }, QuotaState::Fixed(s)) => {
@@ -430,7 +430,7 @@ impl PackedRule {
     /// Whether the layout holds a count rounded (a sliding window's previous count): only then
     /// can re-packing a state change what it answers.
     #[inline(always)]
-    fn rounds_counts(&self) -> bool {
+    pub(super) fn rounds_counts(&self) -> bool {
         matches!(self.layout, Layout::Sliding { prev_shift, .. } if prev_shift > 0)
     }
 
@@ -454,6 +454,21 @@ impl PackedRule {
 }
 
 impl PackedRule {
+    /// The layout a packed table would give quota `i` of `rule` if it were a rule alone (a general
+    /// entry holds each quota of a several-quota rule in such a word): `None` if that one-quota
+    /// rule does not pack.
+    pub(super) fn for_quota(rule: &Rule, i: usize) -> Option<Self> {
+        let quota = *rule.quotas().get(i)?;
+        let one = Rule::new(rule.strategy(), [quota])
+            .ok()?
+            .with_window_offset(rule.window_offset());
+        // The quota's own parameters, as `rule` has them.
+        if one.nanos() != [*rule.nanos().get(i)?] {
+            return None;
+        }
+        Self::for_rule(&one)
+    }
+
     /// How the key in `word` looks to eviction at `now`.
     pub(super) fn look(&self, word: u64, now: u64) -> Look {
         let mut state = self.unpack(word, now);

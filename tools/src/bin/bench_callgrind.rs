@@ -11,7 +11,8 @@
 //! threads (default 1) that share them (`TOLLGATE_PIN=1`: thread `t` pinned to CPU `t`). Modes:
 //! `allow_all` (`4294967295/day`; governor the same
 //! rate with burst u32::MAX), `allow_1e9` (`1000000000/s` for every strategy but the moving window,
-//! which keeps `allow_all`'s quota; governor `per_second(10^9)`), `reject_all` (`1/day`). It
+//! which keeps `allow_all`'s quota; governor `per_second(10^9)`), `reject_all` (`1/day`);
+//! `TOLLGATE_QUOTAS="..."` replaces tollgate's quota (several quotas: issue 17's benches). It
 //! prints the wall time per check (aggregate over the threads), used by `scripts/bench_rounds.sh`.
 //! Instructions per check = (total at 2n - total at n) / n, which cancels the set-up (see
 //! `scripts/bench_callgrind.sh`).
@@ -50,6 +51,9 @@ fn main() {
             (true, _) if per_second => "1000000000/s",
             (true, _) => "4294967295/day",
         };
+        // `TOLLGATE_QUOTAS` replaces the mode's quota (e.g. several: "10000000/1s; 20000000/2s").
+        let quotas = std::env::var("TOLLGATE_QUOTAS").ok();
+        let quota = quotas.as_deref().unwrap_or(quota);
         // A bucket key is populated half full, so that it stays held (not fresh) through the run.
         let cost = match (allow, strategy.is_bucket()) {
             (true, true) if per_second => 1 << 29,
