@@ -238,3 +238,42 @@ async fn a_rules_layers_rejection_keeps_its_fields_under_a_plain_layer() {
     assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
     assert_eq!(res.headers()["retry-after"], "60");
 }
+
+/// What an inner service wrote in the rate-limit fields itself (a proxied upstream's, an app's own)
+/// is replaced, even when it shows fewer remaining than the layer: only what a tollgate layer inside
+/// reported (the `Reported` extension) is merged. This is why the fields cannot stand in for that
+/// extension: an enclosing layer reading `x-ratelimit-remaining: 0` cannot tell an inner limiter's
+/// from the application's (BENCHMARKS.md, "The stacked-layer report").
+#[tokio::test]
+async fn an_inner_services_own_fields_are_replaced_even_when_tighter() {
+    let clock = ManualClock::new(T0);
+    let layer = RateLimitLayer::new(limiter("api", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    let app = service_fn(|_req: Request<Body>| {
+        let res = Response::builder()
+            .header("x-ratelimit-limit", "1")
+            .header("x-ratelimit-remaining", "0")
+            .header("x-ratelimit-reset", "5")
+            .header("ratelimit-policy", "\"upstream\";q=1;w=5")
+            .header("ratelimit", "\"upstream\";r=0;t=5")
+            .body(Body::default())
+            .unwrap();
+        ready(Ok::<_, Infallible>(res))
+    });
+    let res = layer.layer(app).oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let one = |name: &str| {
+        let all: Vec<_> = res.headers().get_all(name).iter().collect();
+        assert_eq!(
+            all.len(),
+            1,
+            "{name}: one field, not the inner service's too"
+        );
+        all[0].to_str().unwrap().to_owned()
+    };
+    assert_eq!(one("x-ratelimit-limit"), "3");
+    assert_eq!(one("x-ratelimit-remaining"), "2");
+    assert_eq!(one("x-ratelimit-reset"), "60");
+    assert_eq!(one("ratelimit-policy"), "\"api\";q=3;w=60");
+    assert_eq!(one("ratelimit"), "\"api\";r=2;t=60");
+}
