@@ -337,6 +337,7 @@ pub(crate) fn rejected_inside(extensions: &http::Extensions) -> bool {
 /// (plain or rules), whether or not another encloses it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reported {
+    limit: u32,
     remaining: u32,
     reset_after: std::time::Duration,
 }
@@ -396,6 +397,15 @@ pub(crate) fn write_allowed_headers(
                 _ if ietf || wins => {
                     headers.insert(name, value);
                 }
+                // The tighter inner limiter wrote no `x-ratelimit-*` fields (IETF fields only):
+                // this layer's style asks for them, so they carry the inner limiter's numbers.
+                None => {
+                    if let Some(r) = below {
+                        if let Some(v) = reported_field(&name, r, d, cfg) {
+                            headers.insert(name, v);
+                        }
+                    }
+                }
                 _ => {}
             }
         }
@@ -403,9 +413,34 @@ pub(crate) fn write_allowed_headers(
     match below {
         Some(r) if !wins => r,
         _ => Reported {
+            limit: d.limit(),
             remaining: d.remaining(),
             reset_after: d.reset_after(),
         },
+    }
+}
+
+/// The `x-ratelimit-*` field `name` for what an inner limiter reported (`None` for another
+/// field), its reset as of this layer's decision `d`.
+fn reported_field(
+    name: &HeaderName,
+    r: Reported,
+    d: &Decision,
+    cfg: &HeaderConfig,
+) -> Option<HeaderValue> {
+    let reset_after = u64::try_from(r.reset_after.as_nanos()).unwrap_or(u64::MAX);
+    if *name == X_RATELIMIT_LIMIT {
+        Some(cfg.numbers.get(u64::from(r.limit)))
+    } else if *name == X_RATELIMIT_REMAINING {
+        Some(cfg.numbers.get(u64::from(r.remaining)))
+    } else if *name == X_RATELIMIT_RESET {
+        let time = u64::try_from(d.time().as_nanos()).unwrap_or(u64::MAX);
+        Some(num(match cfg.reset {
+            ResetFormat::Delta => ceil_nanos_to_secs(reset_after),
+            ResetFormat::Unix => ceil_nanos_to_secs(time.saturating_add(reset_after)),
+        }))
+    } else {
+        None
     }
 }
 

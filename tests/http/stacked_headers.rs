@@ -277,3 +277,32 @@ async fn an_inner_services_own_fields_are_replaced_even_when_tighter() {
     assert_eq!(one("ratelimit-policy"), "\"api\";q=3;w=60");
     assert_eq!(one("ratelimit"), "\"api\";r=2;t=60");
 }
+
+#[tokio::test]
+async fn an_ietf_only_inner_limiter_that_runs_out_first_fills_the_outer_x_ratelimit_fields() {
+    // The inner plan writes the IETF fields only; the outer per-IP layer asks for `x-ratelimit-*`
+    // too. Before, the tighter inner limiter won and nobody wrote `x-ratelimit-*`: none at all.
+    let clock = ManualClock::new(T0);
+    let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Ietf);
+    let ip = RateLimitLayer::new(limiter("ip", "100/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Both);
+    let svc = ip.layer(plan.layer(ok()));
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-limit"], "3");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    assert_eq!(res.headers()["x-ratelimit-reset"], "60");
+    assert_eq!(
+        res.headers()["ratelimit"],
+        "\"plan\";r=2;t=60, \"ip\";r=99;t=60"
+    );
+    // The outer limiter wins once it has fewer left: its own fields.
+    let ip = RateLimitLayer::new(limiter("ip2", "1/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::XRateLimit);
+    let plan = RateLimitLayer::new(limiter("plan2", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Ietf);
+    let res = ip.layer(plan.layer(ok())).oneshot(get()).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+}
