@@ -27,23 +27,9 @@ impl FixedWindow {
     /// Rolls the window to `now` and says whether `cost` fits, without consuming it.
     #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64, aligned: bool) -> Verdict {
-        self.check_by(p, now, cost, aligned, |n| n / p.window)
-    }
-
-    /// [`check`](Self::check) with `n / W` computed by `div_w` (a precomputed
-    /// [`Divisor`](super::Divisor) on the packed memory store's hot path).
-    #[inline(always)]
-    pub(crate) fn check_by(
-        &mut self,
-        p: &Params,
-        now: u64,
-        cost: u64,
-        aligned: bool,
-        div_w: impl Fn(u64) -> u64,
-    ) -> Verdict {
         let t = now.max(self.start);
         if aligned {
-            let window_start = p.window_start_from_by(now, self.start, div_w);
+            let window_start = p.window_start_from(now, self.start);
             if window_start != self.start {
                 self.start = window_start;
                 self.count = 0;

@@ -27,25 +27,12 @@ impl Gcra {
     /// Says whether `cost` fits at `now`, without consuming it.
     #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
-        self.check_by(p, now, cost, |n| n / p.emission)
-    }
-
-    /// [`check`](Self::check) with `n / T` computed by `div_t` (a precomputed
-    /// [`Divisor`](super::Divisor) on the packed memory store's hot path).
-    #[inline(always)]
-    pub(crate) fn check_by(
-        &mut self,
-        p: &Params,
-        now: u64,
-        cost: u64,
-        div_t: impl Fn(u64) -> u64 + Copy,
-    ) -> Verdict {
         let tau = p.tau();
         // Time never runs backwards for a key: before TAT - tau nothing about the state changes.
         let t = now.max(self.tat.saturating_sub(tau));
         let ahead = self.tat.saturating_sub(t);
         // Computed where it is reported only: the admitted path divides once.
-        let remaining_now = move || div_t(tau - ahead.min(tau)).min(p.burst);
+        let remaining_now = move || ((tau - ahead.min(tau)) / p.emission).min(p.burst);
         if cost > p.burst {
             return Verdict::exceeds(p.burst, remaining_now(), ahead);
         }
@@ -56,7 +43,7 @@ impl Gcra {
             return Verdict::rejected(p.burst, remaining_now(), ahead, tau);
         }
         if after <= tau {
-            let remaining = div_t(tau - after).min(p.burst);
+            let remaining = ((tau - after) / p.emission).min(p.burst);
             return Verdict::allowed(p.burst, remaining, after);
         }
         Verdict::rejected(p.burst, remaining_now(), ahead, after - tau)

@@ -3,7 +3,6 @@
 //! No I/O and no locks here: stores own the state and its atomicity, strategies own the arithmetic.
 //! Time is counted in ticks of the store's unit (nanoseconds in memory, microseconds on Redis).
 
-mod divisor;
 mod fixed_window;
 mod gcra;
 mod moving_window;
@@ -16,7 +15,6 @@ use crate::decision::Outcome;
 
 pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
-pub(crate) use divisor::Divisor;
 pub(crate) use fixed_window::FixedWindow;
 pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::{MovingWindow, SharedLog};
@@ -160,36 +158,24 @@ impl Params {
         }
     }
 
-    /// The start of the clock-aligned window that holds `max(now, floor)`, with `n / W` computed by
-    /// `div_w` (a precomputed [`Divisor`] on the packed memory store's hot path). Computed from
-    /// `now` itself when it is the larger (the usual case): a caller that divides `now` by the
-    /// window too (a packed state's ring) then shares the division.
-    #[inline(always)]
-    pub(crate) fn window_start_from_by(
-        &self,
-        now: u64,
-        floor: u64,
-        div_w: impl Fn(u64) -> u64,
-    ) -> u64 {
+    /// The start of the clock-aligned window that holds `max(now, floor)`, computed from `now`
+    /// itself when it is the larger (the usual case): a caller that divides `now` by the window too
+    /// (a packed state's ring) then shares the division.
+    #[inline]
+    pub(crate) fn window_start_from(&self, now: u64, floor: u64) -> u64 {
         if now >= floor {
-            self.window_start_by(now, div_w)
+            self.window_start(now)
         } else {
-            self.window_start_by(floor, div_w)
+            self.window_start(floor)
         }
     }
 
     /// The start of the clock-aligned window that holds `t`.
     #[inline]
     pub(crate) fn window_start(&self, t: u64) -> u64 {
-        self.window_start_by(t, |n| n / self.window)
-    }
-
-    /// [`window_start`](Self::window_start) with `n / W` computed by `div_w`.
-    #[inline(always)]
-    fn window_start_by(&self, t: u64, div_w: impl Fn(u64) -> u64) -> u64 {
         // UTC-aligned windows (every packed rule): one division instead of two.
         if self.offset == 0 {
-            return div_w(t) * self.window;
+            return t - t % self.window;
         }
         // `t % window + offset < 2 * window`: no overflow for any period up to MAX_PERIOD.
         t.saturating_sub((t % self.window + self.offset) % self.window)

@@ -15,12 +15,12 @@ pub(crate) struct SlidingWindow {
 }
 
 /// `floor(count * (w - e) / w)`: the previous bucket's share at `e` into the current bucket.
-#[inline(always)]
-fn share(count: u64, w: u64, e: u64, div_w: impl Fn(u64) -> u64) -> u64 {
+#[inline]
+fn share(count: u64, w: u64, e: u64) -> u64 {
     let left = w - e.min(w);
     // In 64 bits when the product fits (any real quota): a 128-bit division is a library call.
     match count.checked_mul(left) {
-        Some(product) => div_w(product),
+        Some(product) => product / w,
         None => (u128::from(count) * u128::from(left) / u128::from(w)) as u64,
     }
 }
@@ -56,22 +56,9 @@ impl SlidingWindow {
     /// Rolls the buckets to `now` and says whether `cost` fits, without consuming it.
     #[inline]
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Verdict {
-        self.check_by(p, now, cost, |n| n / p.window)
-    }
-
-    /// [`check`](Self::check) with `n / W` computed by `div_w` (a precomputed
-    /// [`Divisor`](super::Divisor) on the packed memory store's hot path).
-    #[inline(always)]
-    pub(crate) fn check_by(
-        &mut self,
-        p: &Params,
-        now: u64,
-        cost: u64,
-        div_w: impl Fn(u64) -> u64 + Copy,
-    ) -> Verdict {
         let t = now.max(self.bucket);
         let w = p.window;
-        let start = p.window_start_from_by(now, self.bucket, div_w);
+        let start = p.window_start_from(now, self.bucket);
         if start != self.bucket {
             self.prev = if start == self.bucket.saturating_add(w) {
                 self.cur
@@ -83,7 +70,7 @@ impl SlidingWindow {
         }
         let e = t - start;
         let (cur, prev) = (u64::from(self.cur), u64::from(self.prev));
-        let weighted = cur + share(prev, w, e, div_w);
+        let weighted = cur + share(prev, w, e);
         let remaining = p.limit.saturating_sub(weighted);
         if cost > p.limit {
             return Verdict::exceeds(p.limit, remaining, Self::reset(w, e, cur, prev));
@@ -179,13 +166,7 @@ mod tests {
             let e = next(64) % (w + 1);
             let room = next(1 + i % 32);
             let want_share = (u128::from(count) * u128::from(w - e) / u128::from(w)) as u64;
-            assert_eq!(share(count, w, e, |n| n / w), want_share, "{count} {w} {e}");
-            let by = super::super::Divisor::new(w);
-            assert_eq!(
-                share(count, w, e, |n| by.div(n)),
-                want_share,
-                "{count} {w} {e}"
-            );
+            assert_eq!(share(count, w, e), want_share, "{count} {w} {e}");
             if count > 0 {
                 let most = (u128::from(room) + 1) * u128::from(w) - 1;
                 let want = w - (most / u128::from(count)).min(u128::from(w)) as u64;

@@ -39,7 +39,7 @@ use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::Rule;
 use crate::strategy::{
-    self, Divisor, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy, Verdict,
+    self, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy, Verdict,
 };
 
 /// The second-chance bit.
@@ -149,19 +149,19 @@ impl Ring {
         Self::new((u64::BITS - (windows - 1).leading_zeros()).max(MIN_RING_BITS))
     }
 
-    /// The index field of the window starting at `start` (`w` the window length).
+    /// The index field of the window starting at `start`.
     #[inline(always)]
-    fn store(self, start: u64, w: &Divisor) -> u64 {
-        w.div(start) & self.mask
+    fn store(self, start: u64, w: u64) -> u64 {
+        (start / w) & self.mask
     }
 
     /// The start of the window whose index field is `field`, read at `now`.
     #[inline(always)]
-    fn start(self, field: u64, w: &Divisor, now: u64) -> u64 {
+    fn start(self, field: u64, w: u64, now: u64) -> u64 {
         if self.bits == 0 {
-            return field * w.get();
+            return field * w;
         }
-        self.index(field, w.div(now)).saturating_mul(w.get())
+        self.index(field, now / w).saturating_mul(w)
     }
 
     /// The index whose field is `field` (on a ring), read when the current index is `current`.
@@ -195,11 +195,6 @@ pub(crate) struct PackedRule {
     /// The scope's tag ([`Scope::tag`](crate::store::Scope::tag)): a table holds one scope's
     /// states, and an evicted key's record in the sketch is found by it.
     tag: u64,
-    /// Division by the window `W` without a hardware division (the ring index, the window start,
-    /// the previous count's share, the stored index).
-    by_window: Divisor,
-    /// Division by the emission interval `T` (the buckets' remaining count).
-    by_emission: Divisor,
 }
 
 /// A word that can be loaded and compared-and-swapped: `AtomicU64`, or a model checker's.
@@ -291,8 +286,6 @@ impl PackedRule {
             params,
             layout,
             tag: rule.tag(),
-            by_window: Divisor::new(params.window),
-            by_emission: Divisor::new(params.emission),
         })
     }
 
@@ -332,7 +325,7 @@ impl PackedRule {
     #[inline]
     fn unpack(&self, word: u64, now: u64) -> QuotaState {
         let word = word & !USED;
-        let w = &self.by_window;
+        let w = self.params.window;
         match self.layout {
             Layout::Fixed { count_bits, ring } => {
                 QuotaState::Fixed(unpack_fixed(word, count_bits, ring, w, now))
@@ -352,7 +345,7 @@ impl PackedRule {
     /// side of rejecting.
     #[inline]
     fn pack(&self, state: &QuotaState) -> u64 {
-        let w = &self.by_window;
+        let w = self.params.window;
         let word = match (self.layout, state) {
             (Layout::Fixed { count_bits, ring }, QuotaState::Fixed(s)) => {
                 pack_fixed(s, count_bits, ring, w)
@@ -520,7 +513,7 @@ impl PackedRule {
 
 /// The fixed window in `word` (without the second-chance bit), read at `now`.
 #[inline(always)]
-fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: &Divisor, now: u64) -> FixedWindow {
+fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: u64, now: u64) -> FixedWindow {
     let count = word & ((1 << count_bits) - 1);
     if count == 0 && ring.bits != 0 {
         return FixedWindow::default();
@@ -530,7 +523,7 @@ fn unpack_fixed(word: u64, count_bits: u32, ring: Ring, w: &Divisor, now: u64) -
 
 /// `s` as a word under a fixed window layout (a count that would not fit saturates).
 #[inline(always)]
-fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: &Divisor) -> u64 {
+fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: u64) -> u64 {
     let (start, count) = s.parts();
     (ring.store(start, w) << count_bits) | count.min((1 << count_bits) - 1)
 }
@@ -538,13 +531,7 @@ fn pack_fixed(s: &FixedWindow, count_bits: u32, ring: Ring, w: &Divisor) -> u64 
 /// `s` as a word under a sliding window layout (the previous count rounded up, a count that would
 /// not fit saturated).
 #[inline(always)]
-fn pack_sliding(
-    s: &SlidingWindow,
-    count_bits: u32,
-    prev_shift: u32,
-    ring: Ring,
-    w: &Divisor,
-) -> u64 {
+fn pack_sliding(s: &SlidingWindow, count_bits: u32, prev_shift: u32, ring: Ring, w: u64) -> u64 {
     let (bucket, cur, prev) = s.parts();
     let max = (1 << count_bits) - 1;
     let prev_bits = count_bits - prev_shift;
@@ -564,7 +551,7 @@ fn unpack_sliding(
     count_bits: u32,
     prev_shift: u32,
     ring: Ring,
-    w: &Divisor,
+    w: u64,
     now: u64,
 ) -> SlidingWindow {
     let prev_bits = count_bits - prev_shift;
@@ -623,8 +610,7 @@ impl Packable for Gcra {
 
     #[inline(always)]
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
-        let by = &rule.by_emission;
-        self.check_by(&rule.params, now, cost, |n| by.div(n))
+        Gcra::check(self, &rule.params, now, cost)
     }
 
     #[inline(always)]
@@ -638,7 +624,7 @@ impl Packable for FixedWindow {
     fn unpack(rule: &PackedRule, word: u64, now: u64) -> Self {
         match rule.layout {
             Layout::Fixed { count_bits, ring } => {
-                unpack_fixed(word & !USED, count_bits, ring, &rule.by_window, now)
+                unpack_fixed(word & !USED, count_bits, ring, rule.params.window, now)
             }
             _ => FixedWindow::default(),
         }
@@ -648,7 +634,7 @@ impl Packable for FixedWindow {
     fn pack(&self, rule: &PackedRule) -> u64 {
         match rule.layout {
             Layout::Fixed { count_bits, ring } => {
-                pack_fixed(self, count_bits, ring, &rule.by_window)
+                pack_fixed(self, count_bits, ring, rule.params.window)
             }
             _ => 0,
         }
@@ -656,8 +642,7 @@ impl Packable for FixedWindow {
 
     #[inline(always)]
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
-        let by = &rule.by_window;
-        self.check_by(&rule.params, now, cost, true, |n| by.div(n))
+        FixedWindow::check(self, &rule.params, now, cost, true)
     }
 
     #[inline(always)]
@@ -711,7 +696,7 @@ impl Packable for SlidingWindow {
                 count_bits,
                 prev_shift,
                 ring,
-                &rule.by_window,
+                rule.params.window,
                 now,
             ),
             _ => SlidingWindow::default(),
@@ -725,15 +710,14 @@ impl Packable for SlidingWindow {
                 count_bits,
                 prev_shift,
                 ring,
-            } => pack_sliding(self, count_bits, prev_shift, ring, &rule.by_window),
+            } => pack_sliding(self, count_bits, prev_shift, ring, rule.params.window),
             _ => 0,
         }
     }
 
     #[inline(always)]
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict {
-        let by = &rule.by_window;
-        self.check_by(&rule.params, now, cost, |n| by.div(n))
+        SlidingWindow::check(self, &rule.params, now, cost)
     }
 
     #[inline(always)]
