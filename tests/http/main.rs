@@ -2,10 +2,10 @@
 //! examples (`server`, `hyper`, `client`, `login`) as users run them, and the `playground` over its
 //! JSON API and in headless Chromium.
 
-#[path = "../support/login_rules.rs"]
-mod login_rules;
 #[path = "../support/examples.rs"]
 mod examples;
+#[path = "../support/login_rules.rs"]
+mod login_rules;
 #[path = "../support/http.rs"]
 mod support;
 

@@ -3,10 +3,10 @@
 //! on one key and on many keys, degraded mode and the circuit breaker, TLS, Sentinel with failovers
 //! (plain and TLS), and the `server` example on Redis.
 
-#[path = "../support/login_rules.rs"]
-mod login_rules;
 #[path = "../support/examples.rs"]
 mod examples;
+#[path = "../support/login_rules.rs"]
+mod login_rules;
 #[path = "../support/redis.rs"]
 mod redis_support;
 #[path = "../support/http.rs"]
