@@ -183,7 +183,8 @@ pub(crate) fn horizon_ticks(strategy: Strategy, p: &Params) -> u64 {
         Strategy::SlidingWindow => p.window.saturating_mul(2),
         Strategy::TokenBucket | Strategy::LeakyBucket => p.tau(),
         // The memory store packs a first-hit window's start rounded up to a grain `g` (1 ns when
-        // it fits whole): its window ends up to `g - 1` ns after `W` from the first request.
+        // it fits whole): its window ends up to `g - 1` ns after `W` from the first request. (In
+        // Redis's microsecond ticks the same sum only lengthens the key's TTL a little.)
         Strategy::FixedWindowFirstHit => p
             .window
             .saturating_add(crate::store::first_hit_grain(p) - 1),
