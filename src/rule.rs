@@ -127,6 +127,9 @@ impl Rule {
 
     /// How long a key's state matters after its last change: `W` for the fixed and moving window,
     /// `2W` for the sliding window counter, `B*T` for the buckets (the longest over the quotas).
+    /// A first-hit window's is `W + g - 1`, `g` the grain (a power of two, 1 ns for limits up to
+    /// `2^15 - 1` per window of up to 1.6 days, `2^17` ns for `u32::MAX` per day) to which the
+    /// memory store rounds up the window's start when it packs a larger one (see ARCHITECTURE.md).
     pub fn horizon(&self) -> Duration {
         let ticks = self
             .nanos
@@ -190,6 +193,12 @@ pub(crate) fn horizon_ticks(strategy: Strategy, p: &Params) -> u64 {
     match strategy {
         Strategy::SlidingWindow => p.window.saturating_mul(2),
         Strategy::TokenBucket | Strategy::LeakyBucket => p.tau(),
+        // The memory store packs a first-hit window's start rounded up to a grain `g` (1 ns when
+        // it fits whole): its window ends up to `g - 1` ns after `W` from the first request. (In
+        // Redis's microsecond ticks the same sum only lengthens the key's TTL a little.)
+        Strategy::FixedWindowFirstHit => p
+            .window
+            .saturating_add(crate::store::first_hit_grain(p) - 1),
         _ => p.window,
     }
 }

@@ -12,6 +12,8 @@ mod many;
 #[cfg(any(tollgate_loom, shuttle))]
 mod model;
 mod packed;
+
+pub(crate) use packed::first_hit_grain;
 mod sketch;
 mod table;
 

@@ -23,14 +23,20 @@
 //! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
 //! limit.
 //!
-//! A first-hit window starts at any nanosecond: its start is stored whole, in nanoseconds, on a
-//! ring of `2^(63 - c)` ns (`c` the count's bits) spanning two days and two windows at least, read
-//! back as window indices are. That is exact for limits up to `2^15 - 1` per window of up to 1.6
-//! days (fewer for longer windows: `c + log2(2 W) <= 63`); other first-hit rules keep the general
-//! entry. Rounding the start (or the count) is what a larger limit would take, and neither works:
-//! a count rounded up on every increment compounds (each request of cost 1 would count `2^s`), and
-//! a start rounded up makes the window end up to a unit after `now + W`, so an honest wait would
-//! exceed the rule's horizon `W` (and a wait capped at `W` would send clients back too early).
+//! A first-hit window starts at any nanosecond: its start is stored on a ring of `2^(63 - c)`
+//! units of `g = 2^k` ns (`c` the count's bits) spanning two days and two windows at least, read
+//! back as window indices are. `g` is the smallest power of two that makes the ring fit: 1 ns (the
+//! start whole, exact) for limits up to `2^15 - 1` per window of up to 1.6 days
+//! (`c + log2(2 W) <= 63`). Every other first-hit rule (any limit up to `u32::MAX`, any window up
+//! to the maximum) stores its start rounded UP to a multiple of `g`: the window then ends up to
+//! `g - 1` ns later than the exact strategy's (stricter by at most `g`, never more lenient); the
+//! count is never rounded (a count rounded up on every increment compounds). `g` for `u32::MAX`
+//! per window of up to a day is `2^17` ns (131 us); for a 10-year window `2^29` ns (0.54 s).
+//! The rounded end is honest everywhere: a verdict's reset and retry times point at it (not at
+//! `now + W`), the state stays held until it ([`FixedWindow::fresh_at`] of the rounded start),
+//! and the rule's horizon ([`Rule::horizon`]) is `W + g - 1` (see [`first_hit_grain`]). A
+//! refund (settlement) of a reservation made in the window's first `g` ns, before its rounded
+//! start, is dropped (as one made in an earlier window is): stricter, never more lenient.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,25 +75,53 @@ enum Layout {
     Gcra,
 }
 
-/// The layout of a first-hit window: `start mod 2^ring.bits << count_bits | count`, the start
-/// in nanoseconds on a ring spanning at least [`RING_SPAN`] and two windows.
+/// The layout of a first-hit window: `(ceil(start / g) mod 2^ring.bits) << count_bits | count`,
+/// the start in units of `g = 2^grain_bits` ns (rounded up) on a ring spanning at least
+/// [`RING_SPAN`] and two windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Hit {
     count_bits: u32,
+    /// `log2(g)`: 0 (the start whole, exact) when the ring of nanoseconds fits.
+    grain_bits: u32,
     ring: Ring,
 }
 
+/// The grain `g` (a power of two, in ns) to which the memory store rounds up the start of a
+/// one-quota first-hit window of `p` it packs: 1 when the start fits whole, up to `2^17` ns for
+/// `u32::MAX` per window of up to a day. The window ends at most `g - 1` ns later than exact, so
+/// the rule's horizon is `W + g - 1` ([`horizon_ticks`](crate::rule::horizon_ticks)).
+pub(crate) fn first_hit_grain(p: &Params) -> u64 {
+    1 << Hit::layout(p).1
+}
+
 impl Hit {
-    /// The layout for `p`, if its starts and counts fit whole.
-    fn new(p: &Params) -> Option<Self> {
-        let count_bits = bits_for(p.limit);
+    /// The count and grain bits for `p`: the ring holds what is left of 63 bits after the count,
+    /// in units of the smallest power of two that makes it span [`RING_SPAN`] and two windows.
+    fn layout(p: &Params) -> (u32, u32) {
+        let count_bits = bits_for(p.limit).max(1);
         let span = RING_SPAN.max(p.window.saturating_mul(2));
         let span_bits = u64::BITS - (span - 1).leading_zeros();
+        let ring_bits = 63u32.saturating_sub(count_bits);
+        (count_bits, span_bits.saturating_sub(ring_bits))
+    }
+
+    /// The layout for `p` (every limit up to `u32::MAX`, every window).
+    fn new(p: &Params) -> Option<Self> {
+        let (count_bits, grain_bits) = Self::layout(p);
+        // A ring of at least MIN_RING_BITS units of at most 2^40 ns (18 minutes).
         let ring_bits = 63u32.checked_sub(count_bits)?;
-        (span_bits <= ring_bits).then_some(Self {
+        (ring_bits >= MIN_RING_BITS && grain_bits <= 40).then_some(Self {
             count_bits,
+            grain_bits,
             ring: Ring::new(ring_bits),
         })
+    }
+
+    /// `start` rounded up to the grain: the start as stored and read back.
+    #[inline(always)]
+    fn round_up(self, start: u64) -> u64 {
+        let g = (1u64 << self.grain_bits) - 1;
+        start.saturating_add(g) & !g
     }
 
     /// The window in `word` (without the second-chance bit), read at `now`.
@@ -97,18 +131,50 @@ impl Hit {
         if count == 0 {
             return FixedWindow::default();
         }
-        let start = self.ring.index(word >> self.count_bits, now);
-        FixedWindow::from_parts(start, count)
+        let unit = self
+            .ring
+            .index(word >> self.count_bits, now >> self.grain_bits);
+        FixedWindow::from_parts(unit.saturating_mul(1 << self.grain_bits), count)
     }
 
-    /// `s` as a word (a count that would not fit saturates). No count, no window: 0.
+    /// `s` as a word, its start rounded up to the grain (a count that would not fit saturates).
+    /// No count, no window: 0.
     #[inline(always)]
     fn pack(self, s: &FixedWindow) -> u64 {
         let (start, count) = s.parts();
         if count == 0 {
             return 0;
         }
-        ((start & self.ring.mask) << self.count_bits) | count.min((1 << self.count_bits) - 1)
+        let unit = start.saturating_add((1 << self.grain_bits) - 1) >> self.grain_bits;
+        ((unit & self.ring.mask) << self.count_bits) | count.min((1 << self.count_bits) - 1)
+    }
+
+    /// `v`, answered on the state `s` after the operation at `now`, with its times pointing at the
+    /// rounded window's end: the strategy measures them from `max(now, start)`, and a rounded start
+    /// may be up to `g - 1` ns after `now` (the window opened at `now`). A start further ahead is
+    /// a clock that went back: measured from `start - (g - 1)` at the latest, as the strategy
+    /// clamps such a clock to the state's time (a wait stays within the horizon `W + g - 1`).
+    /// Exact layouts: `v`.
+    #[inline(always)]
+    fn honest(self, mut v: Verdict, s: &FixedWindow, now: u64) -> Verdict {
+        if self.grain_bits == 0 {
+            return v;
+        }
+        let (start, count) = s.parts();
+        if count == 0 {
+            return v;
+        }
+        let late = self
+            .round_up(start)
+            .saturating_sub(now)
+            .min((1 << self.grain_bits) - 1);
+        if v.reset_after > 0 {
+            v.reset_after = v.reset_after.saturating_add(late);
+        }
+        if v.retry_after > 0 {
+            v.retry_after = v.retry_after.saturating_add(late);
+        }
+        v
     }
 }
 
@@ -394,8 +460,9 @@ impl PackedRule {
             let v = state.check(self, now, cost);
             if v.outcome == Outcome::Allowed && cost > 0 {
                 state.commit(self, now, cost);
-                return (state.pack(self), v);
+                return (state.pack(self), state.honest(self, v, now));
             }
+            let v = state.honest(self, v, now);
             let new = state.pack(self);
             let rounds = self.rounds_counts() && S::unpack(self, new, now) != state;
             (self.unspent(word, new, rounds), v)
@@ -409,6 +476,7 @@ impl PackedRule {
             let mut state = self.unpack(word, now);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
+            let verdict = self.honest(verdict, &state, now);
             let new = self.pack(&state);
             if matches!(op, Op::Peek) {
                 let rounds = self.rounds_counts() && self.unpack(new, now) != state;
@@ -434,6 +502,16 @@ impl PackedRule {
         matches!(self.layout, Layout::Sliding { prev_shift, .. } if prev_shift > 0)
     }
 
+    /// `v`, answered on `state` at `now`, with its times pointing at a rounded first-hit window's
+    /// end (see [`Hit::honest`]); other layouts: `v`.
+    #[inline]
+    fn honest(&self, v: Verdict, state: &QuotaState, now: u64) -> Verdict {
+        match (self.layout, state) {
+            (Layout::FirstHit(hit), QuotaState::Fixed(s)) => hit.honest(v, s, now),
+            _ => v,
+        }
+    }
+
     /// Whether the state in `word` equals a new key's at `now`.
     pub(crate) fn is_fresh(&self, word: u64, now: u64) -> bool {
         let fresh_at = self.unpack(word, now).fresh_at(&self.params);
@@ -445,6 +523,7 @@ impl PackedRule {
     pub(crate) fn blocked_until(&self, word: u64, now: u64) -> u64 {
         let mut state = self.unpack(word, now);
         let v = state.check(self.strategy, &self.params, now, 1);
+        let v = self.honest(v, &state, now);
         if v.outcome == Outcome::Allowed {
             0
         } else {
@@ -456,7 +535,8 @@ impl PackedRule {
 impl PackedRule {
     /// The layout a packed table would give quota `i` of `rule` if it were a rule alone (a general
     /// entry holds each quota of a several-quota rule in such a word): `None` if that one-quota
-    /// rule does not pack.
+    /// rule does not pack, or packs a first-hit start rounded to a grain (a several-quota rule's
+    /// words stay exact: such a quota keeps two words).
     pub(super) fn for_quota(rule: &Rule, i: usize) -> Option<Self> {
         let quota = *rule.quotas().get(i)?;
         let one = Rule::new(rule.strategy(), [quota])
@@ -467,6 +547,7 @@ impl PackedRule {
             return None;
         }
         Self::for_rule(&one)
+            .filter(|p| !matches!(p.layout, Layout::FirstHit(hit) if hit.grain_bits > 0))
     }
 
     /// How the key in `word` looks to eviction at `now`.
@@ -477,6 +558,7 @@ impl PackedRule {
             return Look::Fresh;
         }
         let v = state.check(self.strategy, &self.params, now, 1);
+        let v = self.honest(v, &state, now);
         if v.outcome == Outcome::Allowed {
             // `remaining` is after the request of cost 1 the check was for.
             Look::Room(nearness(v.limit, v.remaining + 1, word & USED != 0))
@@ -514,7 +596,7 @@ impl PackedRule {
                     // The start restored (`until - W`) within what the ring reads ahead.
                     Layout::FirstHit(hit) => {
                         (NOW_LIMIT - 1).saturating_add(self.params.window).min(
-                            now.saturating_add(hit.ring.ahead(1))
+                            now.saturating_add(hit.ring.ahead(1 << hit.grain_bits))
                                 .saturating_add(self.params.window),
                         )
                     }
@@ -610,6 +692,12 @@ trait Packable: Sized + PartialEq {
     fn pack(&self, rule: &PackedRule) -> u64;
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict;
     fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64);
+    /// `v` answered on this state at `now`, its times pointing where the packed state really
+    /// ends (a rounded first-hit window's end).
+    #[inline(always)]
+    fn honest(&self, _: &PackedRule, v: Verdict, _: u64) -> Verdict {
+        v
+    }
 }
 
 impl Packable for Gcra {
@@ -696,6 +784,14 @@ impl Packable for FirstHit {
     fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
         self.0.commit(now, cost, false);
     }
+
+    #[inline(always)]
+    fn honest(&self, rule: &PackedRule, v: Verdict, now: u64) -> Verdict {
+        match rule.layout {
+            Layout::FirstHit(hit) => hit.honest(v, &self.0, now),
+            _ => v,
+        }
+    }
 }
 
 impl Packable for SlidingWindow {
@@ -754,13 +850,37 @@ mod tests {
         assert!(packs(Strategy::SlidingWindow, "100/minute").is_some());
         assert!(packs(Strategy::TokenBucket, "10/s").is_some());
         assert!(packs(Strategy::LeakyBucket, "10/s").is_some());
-        // First-hit windows whose starts fit whole, in nanoseconds: up to 2^15 - 1 per window of
-        // up to 1.6 days, up to 7 per 10 years.
+        // First-hit windows: every limit and window, their starts whole (exact) up to 2^15 - 1
+        // per window of up to 1.6 days and up to 7 per 10 years, rounded up to a grain otherwise.
+        let grain = |q: &str| {
+            let rule = Rule::parse(Strategy::FixedWindowFirstHit, q).unwrap();
+            let Some(PackedRule {
+                layout: Layout::FirstHit(hit),
+                ..
+            }) = PackedRule::for_rule(&rule)
+            else {
+                panic!("{q} packs as a first-hit window");
+            };
+            assert_eq!(
+                1 << hit.grain_bits,
+                first_hit_grain(&rule.nanos()[0]),
+                "{q}"
+            );
+            1u64 << hit.grain_bits
+        };
         for q in ["10/s", "1/ms", "32767/day", "1000/39hours", "7/3660days"] {
-            assert!(packs(Strategy::FixedWindowFirstHit, q).is_some(), "{q}");
+            assert_eq!(grain(q), 1, "{q}");
         }
-        for q in ["32768/s", "32767/40hours", "8/3660days", "4294967295/ms"] {
-            assert!(packs(Strategy::FixedWindowFirstHit, q).is_none(), "{q}");
+        for (q, g) in [
+            ("32768/s", 2),
+            ("32767/40hours", 2),
+            ("8/3660days", 2),
+            ("4294967295/ms", 1 << 17),
+            ("4294967295/day", 1 << 17),
+            ("4294967295/3660days", 1 << 29),
+            ("1/3660days", 1),
+        ] {
+            assert_eq!(grain(q), g, "{q}");
         }
         assert!(packs(Strategy::MovingWindow, "10/s").is_none());
         assert!(packs(Strategy::FixedWindow, "1/s; 10/minute").is_none());
@@ -957,11 +1077,12 @@ mod tests {
             // Periods from 1 ms to about 8.7 years, spread over their orders of magnitude.
             let window_ms = 1 + window_raw % (1 << window_bits);
             let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
-            let Some(packed) = PackedRule::for_rule(&rule) else {
-                // Only windows too long for the limit's count bits.
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            if first_hit_grain(&rule.nanos()[0]) > 1 {
+                // Only windows too long for the limit's count bits round (see the next test).
                 proptest::prop_assert!(bits_for(limit) + 64 - (2 * rule.nanos()[0].window - 1).leading_zeros() > 63);
                 return Ok(());
-            };
+            }
             let p = rule.nanos()[0];
             let mut reference = vec![QuotaState::new(strategy)];
             let cell = AtomicU64::new(0);
@@ -994,6 +1115,166 @@ mod tests {
                 }
                 let held = packed.unpack(cell.load(Ordering::Relaxed), now);
                 proptest::prop_assert_eq!(&held, &reference[0], "step {}", i);
+            }
+        }
+    }
+
+    /// The grain of a packed first-hit rule.
+    fn grain_of(packed: &PackedRule) -> u64 {
+        match packed.layout {
+            Layout::FirstHit(hit) => 1 << hit.grain_bits,
+            _ => panic!("a first-hit layout"),
+        }
+    }
+
+    proptest::proptest! {
+        /// A first-hit window whose start is rounded up to the grain `g` answers as the exact
+        /// strategy whose windows start at the rounded start: the same outcomes, counts and
+        /// states, its reset and retry times pointing at the rounded end (`g - 1` ns at most after
+        /// the exact end from the opening request). So it is never more lenient than the exact
+        /// strategy: every window holds at most `N`, lasts at least `W` from its first admitted
+        /// request and at most `W + g - 1`, at most `2N` pass in any trailing `W`, and a window
+        /// opens only at or after the previous one's (rounded) end.
+        #[test]
+        fn a_rounded_first_hit_window_is_the_exact_one_started_up_to_a_grain_later(
+            limit in proptest::prop_oneof![32768u64..=4_294_967_295, 1u64..=8, proptest::strategy::Just(4_294_967_295u64)],
+            window_bits in 0u32..39,
+            window_raw in 0u64..=u64::MAX,
+            start in 0u64..NOW_LIMIT / 2,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..12, 0u64..=u64::MAX), 1..80),
+        ) {
+            let strategy = Strategy::FixedWindowFirstHit;
+            let window_ms = 1 + window_raw % (1 << window_bits);
+            let rule = Rule::parse(strategy, &format!("{limit}/{window_ms}ms")).unwrap();
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            let g = grain_of(&packed);
+            let p = rule.nanos()[0];
+            let round = |s: u64| s.div_ceil(g).saturating_mul(g);
+            proptest::prop_assert_eq!(g, first_hit_grain(&p));
+            proptest::prop_assert!(rule.horizon().as_nanos() == u128::from(p.window + g - 1));
+            // The exact strategy, its start rounded up after every operation.
+            let mut reference = FixedWindow::default();
+            let cell = AtomicU64::new(0);
+            let mut now = start;
+            // Admitted (time, cost) and the opening request's time of the current window.
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            let mut opened: Option<u64> = None;
+            let mut last_end = 0u64;
+            for (i, &(dt, kind, x)) in steps.iter().enumerate() {
+                // Time moves forward only (a clock step back is the exact layouts' test's).
+                now += match kind {
+                    1 => dt % (3 * p.window / 4 + 1),
+                    2 => dt % (g * 2 + 1),
+                    _ => dt % (p.window / 4 + 1),
+                };
+                let cost = match kind {
+                    3 => 0,
+                    _ => x % (limit.min(1 << 20) + 2),
+                };
+                let op = Op::Check(cost as u32);
+                let got = packed.apply(&cell, op, now);
+                let was_open = reference.parts().1 > 0 && now < reference.parts().0 + p.window;
+                let mut want = reference.check(&p, now, cost, false);
+                if want.outcome == Outcome::Allowed && cost > 0 {
+                    reference.commit(now, cost, false);
+                }
+                let (s, n) = reference.parts();
+                if n > 0 {
+                    reference = FixedWindow::from_parts(round(s), n);
+                    // Times measured from now to the rounded end.
+                    let late = round(s).saturating_sub(now);
+                    if want.reset_after > 0 { want.reset_after += late; }
+                    if want.retry_after > 0 { want.retry_after += late; }
+                }
+                proptest::prop_assert_eq!(got, want, "step {} {:?}", i, op);
+                let held = packed.unpack(cell.load(Ordering::Relaxed), now);
+                let expect = if reference.parts().1 == 0 { FixedWindow::default() } else { reference };
+                proptest::prop_assert_eq!(held, QuotaState::Fixed(expect), "step {}", i);
+                if got.outcome == Outcome::Allowed && cost > 0 {
+                    let (s, _) = reference.parts();
+                    if !was_open {
+                        // A new window: at or after the previous rounded end, its start rounded
+                        // up by less than a grain.
+                        proptest::prop_assert!(now >= last_end, "step {}: opened early", i);
+                        proptest::prop_assert!(s >= now && s - now < g, "step {}", i);
+                        opened = Some(now);
+                        last_end = s + p.window;
+                    }
+                    let first = opened.unwrap();
+                    proptest::prop_assert!(now < last_end && last_end - first >= p.window);
+                    proptest::prop_assert!(last_end - first < p.window + g);
+                    admitted.push((now, cost));
+                }
+                if got.outcome == Outcome::Rejected {
+                    // The wait ends at the rounded end: a request then opens a new window.
+                    proptest::prop_assert_eq!(now + got.retry_after, last_end, "step {}", i);
+                    proptest::prop_assert!(got.retry_after < p.window + g);
+                }
+                if got.reset_after > 0 {
+                    proptest::prop_assert!(got.reset_after < p.window + g, "step {}", i);
+                }
+            }
+            // At most N per window, 2N per trailing W.
+            for &(t, _) in &admitted {
+                let trailing: u64 = admitted.iter().filter(|&&(u, _)| u <= t && t - u < p.window).map(|&(_, c)| c).sum();
+                proptest::prop_assert!(trailing <= 2 * limit, "over 2N in a trailing window");
+            }
+        }
+    }
+
+    #[test]
+    fn rounded_first_hit_windows_at_the_edges() {
+        for (q, start) in [
+            ("32768/s", 1_700_000_000 * S + 1),
+            ("4294967295/s", 1_700_000_000 * S + 12_345),
+            ("4294967295/ms", 1_700_000_000 * S + 7),
+            ("4294967295/day", 1_700_000_000 * S + 1),
+            ("4294967295/3660days", 1_700_000_000 * S + 1),
+            ("4294967295/3660days", NOW_LIMIT - 2),
+            ("4294967295/ms", NOW_LIMIT - 2),
+        ] {
+            let rule = Rule::parse(Strategy::FixedWindowFirstHit, q).unwrap();
+            let p = rule.nanos()[0];
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            let g = grain_of(&packed);
+            assert!(g > 1, "{q}");
+            let end = start.div_ceil(g) * g + p.window;
+            let cell = AtomicU64::new(0);
+            // The opening request: its reset points at the rounded end.
+            let v = packed.apply(&cell, Op::Check(1), start);
+            assert_eq!(v.outcome, Outcome::Allowed, "{q}");
+            assert_eq!(start + v.reset_after, end, "{q}");
+            assert!(
+                v.reset_after < p.window + g && v.reset_after >= p.window,
+                "{q}"
+            );
+            // The rest of the limit, then a rejection whose retry points at the rounded end.
+            let v = packed.apply(&cell, Op::Check((p.limit - 1) as u32), start + 1);
+            assert_eq!((v.outcome, v.remaining), (Outcome::Allowed, 0), "{q}");
+            for at in [start + 1, end - g, end - 1]
+                .into_iter()
+                .filter(|&at| at < NOW_LIMIT)
+            {
+                let v = packed.apply(&cell, Op::Check(1), at);
+                assert_eq!(v.outcome, Outcome::Rejected, "{q} at {at}");
+                assert_eq!(at + v.retry_after, end, "{q} at {at}");
+                assert_eq!(at + v.reset_after, end, "{q} at {at}");
+                // What eviction sees: blocked until the rounded end, not fresh before it.
+                assert_eq!(
+                    packed.look(cell.load(Ordering::Relaxed), at),
+                    Look::Blocked(end)
+                );
+                assert!(!packed.is_fresh(cell.load(Ordering::Relaxed), at), "{q}");
+                // A peek agrees.
+                let peek = packed.apply(&cell, Op::Peek, at);
+                assert_eq!(at + peek.reset_after, end, "{q} peek at {at}");
+            }
+            assert!(packed.is_fresh(cell.load(Ordering::Relaxed), end), "{q}");
+            if end < NOW_LIMIT {
+                // At the rounded end a new window opens.
+                let v = packed.apply(&cell, Op::Check(1), end);
+                assert_eq!(v.outcome, Outcome::Allowed, "{q}");
+                assert_eq!(v.remaining, p.limit - 1, "{q}");
             }
         }
     }
