@@ -68,18 +68,24 @@ fn a_flood_of_ten_times_the_cap_gives_a_spent_key_nothing_back() {
         // at most what the keys it collides with in every probe of the sketch spent: 1 each, 2
         // for those already back. With ~2000 records in 2^15 cells and 8 probes, about 5 x 10^-4
         // of the keys collide so (~1 of 2000 expected); 2% would be far outside the bound.
+        // A key that came back over-counted leaves a record one unit higher when it is evicted
+        // again, so a later key whose every cell holds such a record is over-counted by 2: a
+        // collision of collisions (seen about once in 200 runs of this test, with the store's
+        // random hash seed), never more than two keys in a run.
         clock.advance(std::time::Duration::from_secs(1));
         let flood = 10 * cap as u64;
-        let mut over_counted = 0;
+        let (mut over_counted, mut over_counted_twice) = (0, 0);
         for k in 0..flood {
             let d = l.check_now(&k, 1);
             assert!(d.is_allowed(), "{strategy}: flood key {k}: {d:?}");
-            assert!(d.remaining() >= 7, "{strategy}: flood key {k}: {d:?}");
+            assert!(d.remaining() >= 6, "{strategy}: flood key {k}: {d:?}");
             over_counted += u64::from(d.remaining() < 8);
+            over_counted_twice += u64::from(d.remaining() < 7);
         }
         assert!(
-            over_counted <= flood / 50,
-            "{strategy}: {over_counted} of {flood} returning keys over-counted"
+            over_counted <= flood / 50 && over_counted_twice <= 2,
+            "{strategy}: {over_counted} of {flood} returning keys over-counted, \
+             {over_counted_twice} by 2"
         );
         eprintln!("{strategy}: {over_counted} of {flood} returning flood keys over-counted by 1");
         let sketch = l.store().sketch_bytes();
