@@ -801,11 +801,7 @@ mod tests {
 
     #[test]
     fn window_quotas_take_one_word_each_when_their_layouts_pack() {
-        for strategy in [
-            Strategy::FixedWindow,
-            Strategy::FixedWindowFirstHit,
-            Strategy::SlidingWindow,
-        ] {
+        for strategy in [Strategy::FixedWindow, Strategy::SlidingWindow] {
             let rule = Rule::parse(strategy, "10/60s; 20/120s; 30/180s").unwrap();
             let mut entry = Entry::new();
             entry.run(&rule, rule.tag(), Op::Check(1), 1_000 * S);
@@ -814,11 +810,22 @@ mod tests {
             };
             assert_eq!(words.len(), 3, "{strategy}");
         }
-        // A first-hit quota whose start does not fit whole keeps the rule on two words per quota.
-        let rule = Rule::parse(Strategy::FixedWindowFirstHit, "10/s; 40000/hour").unwrap();
-        let mut entry = Entry::new();
-        entry.run(&rule, rule.tag(), Op::Check(1), 1_000 * S);
-        assert!(matches!(&entry.state.quotas, States::Words(_, w) if w.len() == 4));
+        // Times on a ring (read relative to now, at most 1/8 of it ahead: a clock step back of
+        // hours would lose them) keep the rule on two words per quota: first-hit starts, and
+        // window indices too large to keep whole beside a large count.
+        for (strategy, quotas) in [
+            (Strategy::FixedWindowFirstHit, "10/s; 40/hour"),
+            (Strategy::SlidingWindow, "4294967295/s; 100/minute"),
+            (Strategy::FixedWindow, "4294967295/s; 100/minute"),
+        ] {
+            let rule = Rule::parse(strategy, quotas).unwrap();
+            let mut entry = Entry::new();
+            entry.run(&rule, rule.tag(), Op::Check(1), 1_000 * S);
+            assert!(
+                matches!(&entry.state.quotas, States::Words(_, w) if w.len() == 4),
+                "{strategy} {quotas}"
+            );
+        }
         // Buckets keep their one-word TATs.
         let rule = Rule::parse(Strategy::TokenBucket, "10/s; 100/minute").unwrap();
         let mut entry = Entry::new();
@@ -956,8 +963,9 @@ mod tests {
             }
         }
 
-        /// A sliding window whose one-word layout rounds the previous count up never admits more
-        /// than the pure arithmetic (the reference follows what the entry admitted).
+        /// Sliding windows of limits whose one-quota layout rounds the previous count up (and keeps
+        /// its window index on a ring) never admit more than the pure arithmetic (the reference
+        /// follows what the entry admitted): such quotas keep two words each, exact.
         #[test]
         fn rounded_one_word_quotas_are_never_more_lenient(
             steps in proptest::collection::vec((0u64..=u64::MAX, 0u64..=u64::MAX), 1..200),
@@ -988,7 +996,7 @@ mod tests {
                     }
                     _ => {}
                 }
-                proptest::prop_assert!(one_word(&entry));
+                proptest::prop_assert!(!one_word(&entry), "a ring layout keeps two words");
             }
         }
     }

@@ -535,8 +535,9 @@ impl PackedRule {
 impl PackedRule {
     /// The layout a packed table would give quota `i` of `rule` if it were a rule alone (a general
     /// entry holds each quota of a several-quota rule in such a word): `None` if that one-quota
-    /// rule does not pack, or packs a first-hit start rounded to a grain (a several-quota rule's
-    /// words stay exact: such a quota keeps two words).
+    /// rule does not pack, or packs a time on a ring (a first-hit start, or a window index too
+    /// large to keep whole): a several-quota rule's words stay exact under any clock step, where a
+    /// ring is read relative to now (at most 1/8 of it ahead), so such a quota keeps two words.
     pub(super) fn for_quota(rule: &Rule, i: usize) -> Option<Self> {
         let quota = *rule.quotas().get(i)?;
         let one = Rule::new(rule.strategy(), [quota])
@@ -546,8 +547,11 @@ impl PackedRule {
         if one.nanos() != [*rule.nanos().get(i)?] {
             return None;
         }
-        Self::for_rule(&one)
-            .filter(|p| !matches!(p.layout, Layout::FirstHit(hit) if hit.grain_bits > 0))
+        Self::for_rule(&one).filter(|p| match p.layout {
+            Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => ring.bits == 0,
+            Layout::FirstHit(_) => false,
+            Layout::Gcra => true,
+        })
     }
 
     /// How the key in `word` looks to eviction at `now`.
