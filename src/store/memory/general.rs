@@ -1040,4 +1040,99 @@ mod tests {
         step(&mut entry, now + 1, Op::Check(1));
         assert!(matches!(entry.state.quotas, States::Shared(_)));
     }
+
+    // Review (r1): tests written to probe the one-word quotas.
+
+    #[test]
+    fn review_one_word_ring_quotas_keep_their_count_when_the_clock_steps_back_ten_hours() {
+        // Two sliding-window quotas whose one-word layouts store the bucket on a ring of 2^18
+        // (72.8 h) windows, read up to 1/8 ahead (9.1 h). Two words per quota (and the pure
+        // arithmetic) keep the full window when the clock steps back 10 h; one word per quota
+        // reads the bucket as 62.8 h old and forgets it.
+        let strategy = Strategy::SlidingWindow;
+        let rule = Rule::parse(strategy, "4294967295/s; 4294967295/2s").unwrap();
+        let tag = rule.tag();
+        let mut entry = Entry::new();
+        let mut reference = vec![QuotaState::new(strategy); 2];
+        let t0 = 1_700_000_000 * S;
+        for (now, op) in [
+            (t0 + 10 * HOUR, Op::Check(u32::MAX)),
+            (t0, Op::Check(1)),
+            (t0, Op::Check(u32::MAX)),
+        ] {
+            let got = entry.run(&rule, tag, op, now);
+            let want = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
+            assert_eq!(got.1.outcome, want.1.outcome, "{op:?} at {now}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Under large clock jumps (forward up to 10 days, back up to 5 hours) several one-word
+        /// window quotas never admit a check the pure arithmetic (following what the entry
+        /// admitted) would reject.
+        #[test]
+        fn review_one_word_quotas_are_never_more_lenient_under_large_clock_jumps(
+            which in 0usize..3,
+            quotas in proptest::collection::vec((1u64..=u64::from(u32::MAX), 0u32..26, 0u64..=u64::MAX), 2..5),
+            start in 0u64..NOW_LIMIT / 2,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..10, 0u64..=u64::MAX), 1..60),
+        ) {
+            let strategy = WORD_STRATEGIES[which];
+            let text: Vec<String> = quotas
+                .iter()
+                .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
+                .collect();
+            let Ok(rule) = Rule::parse(strategy, &text.join("; ")) else {
+                return Ok(());
+            };
+            let tag = rule.tag();
+            let params = rule.nanos();
+            let least = params.iter().map(|p| p.limit).min().unwrap_or(1);
+            let mut entry = Entry::new();
+            let mut reference = vec![QuotaState::new(strategy); params.len()];
+            let mut now = start;
+            let mut latest = now;
+            for (i, &(dt, kind, x)) in steps.iter().enumerate() {
+                now = match kind {
+                    // Back, to within five hours of the latest time seen (a ring reads 1/8 of
+                    // itself ahead, six hours at least): further back, see the test above.
+                    0 => now.saturating_sub(dt % (5 * HOUR)).max(latest.saturating_sub(5 * HOUR)),
+                    // Forward up to ten days: past 7/8 of the smallest rings.
+                    1 => now + dt % (240 * HOUR),
+                    _ => now + dt % (HOUR / 4 + 1),
+                };
+                latest = latest.max(now);
+                let op = Op::Check((x % (least + 2)) as u32);
+                let got = entry.run(&rule, tag, op, now).1;
+                let mut trial = reference.clone();
+                let (_, want) = strategy::apply(&mut trial, strategy, params, now, op);
+                if got.outcome == Outcome::Allowed {
+                    proptest::prop_assert_eq!(
+                        want.outcome,
+                        Outcome::Allowed,
+                        "step {} {:?} at {} ({})",
+                        i,
+                        op,
+                        now,
+                        text.join("; ")
+                    );
+                    reference = trial;
+                } else if want.outcome != Outcome::Allowed {
+                    // Both rejected: the arithmetic's own state after the rejection (a rejected
+                    // check may still move a window to now's).
+                    reference = trial;
+                }
+                // A window with no count may be held as a new key's, whatever its start (as in a
+                // packed table, and in the test above): so is the reference's.
+                if let States::Packed(_, words) = &entry.state.quotas {
+                    let layouts = rule.quota_words().get(&rule).unwrap_or_default();
+                    for (((s, p), l), w) in reference.iter_mut().zip(params).zip(layouts).zip(words) {
+                        if s.fresh_at(p) == 0 {
+                            *s = l.unpack(*w, now);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

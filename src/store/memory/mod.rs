@@ -46,6 +46,9 @@ const PACKED_RULES: usize = 4;
 /// 8 s). Paced by time, not by calls: at 10^6 keys a step scans ~16 k entries (about a
 /// millisecond), so the sweep costs a fraction of a percent of a core whatever the request rate.
 const SWEEP_STEP_EVERY: u64 = 8_000_000_000 / SEGMENTS as u64;
+/// A gap between decisions after which the first one sweeps every segment first
+/// ([`MemoryStore::catch_up`]): 1/16 of the shortest ring, well before any ring time aliases.
+const CATCH_UP_AFTER: u64 = packed::RING_SPAN / 16;
 /// Segments a new key may examine to make room at the cap: bounds the work one request causes.
 const SEGMENTS_PER_ROOM_CALL: usize = 2;
 /// Entries the last-resort eviction of one key with room may look at (past the first segment
@@ -590,7 +593,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            self.sweep_step(now);
+            if due != 0 && now.saturating_sub(due) >= CATCH_UP_AFTER {
+                self.catch_up(due, now);
+            } else {
+                self.sweep_step(now);
+            }
         }
     }
 
@@ -615,10 +622,29 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     fn sweep_segment(&self, i: usize, now: u64) {
-        let removed: usize = self.tables().map(|t| t.sweep(i, now)).sum();
+        self.sweep_segment_read_at(i, now, now);
+    }
+
+    /// Drops the keys of segment `i` of every table fresh at `now`, their states read as of
+    /// `read_at`.
+    fn sweep_segment_read_at(&self, i: usize, read_at: u64, now: u64) {
+        let removed: usize = self.tables().map(|t| t.sweep(i, read_at, now)).sum();
         if removed > 0 {
             self.keys.fetch_sub(removed, Ordering::Relaxed);
         }
+    }
+
+    /// After no decision for [`CATCH_UP_AFTER`] or more (an idle store, a suspended process, a
+    /// clock jump forward): every state was written before `due`, so it is read as of then and
+    /// dropped if fresh `now`. Read as of `now`, a packed time on a ring (a first-hit start, a
+    /// large window index) older than 7/8 of its ring would look ahead of `now`, and its key stay
+    /// blocked for hours: this pass runs before the first decision after the gap.
+    #[cold]
+    fn catch_up(&self, due: u64, now: u64) {
+        for i in 0..SEGMENTS {
+            self.sweep_segment_read_at(i, due, now);
+        }
+        self.blocked.invalidate();
     }
 
     /// Sweeps every segment.
@@ -1213,5 +1239,52 @@ mod tests {
                 "key {k} was not reset"
             );
         }
+    }
+
+    #[test]
+    fn review_keys_back_after_a_forward_jump_past_seven_eighths_of_a_ring_are_not_locked_out() {
+        // Review (r1): a sliding window of 10^7/s (a byte rate, say) stores its bucket on a ring of
+        // 2^18 one-second windows (72.8 h), read up to 7/8 behind (63.7 h). After a forward jump of 70 h (a VM
+        // resumed, a store idle that long) a saturated key's bucket reads 2.8 h AHEAD: the key is
+        // rejected for 2.8 h, not "a window or two". One quota: the packed table (as before this
+        // change); two quotas: the general entry's one-word states (new: they were exact).
+        let t0 = 1_700_000_000 * S;
+        let later = t0 + 70 * 3_600 * S;
+        let mut failures = Vec::new();
+        for quotas in ["10000000/s", "10000000/s; 20000000/minute"] {
+            let rule = Rule::parse(Strategy::SlidingWindow, quotas).unwrap();
+            let store = MemoryStore::<u64>::new();
+            for key in 0..64 {
+                assert!(
+                    store
+                        .decide(&key, &rule, Op::Check(10_000_000), t0)
+                        .is_allowed()
+                );
+            }
+            let locked: Vec<(u64, u64)> = (0..64u64)
+                .filter_map(|key| {
+                    let d = store.decide(&key, &rule, Op::Check(1), later);
+                    (!d.is_allowed()).then(|| (key, d.retry_after_secs().unwrap_or(0)))
+                })
+                .collect();
+            // How long key 0 stays locked out, probed every minute (at the retry time it is told,
+            // it is still rejected).
+            let minutes = (0..24 * 60u64)
+                .find(|m| {
+                    store
+                        .decide(&0, &rule, Op::Check(1), later + 2 * S + m * 60 * S)
+                        .is_allowed()
+                })
+                .unwrap_or(u64::MAX);
+            if !locked.is_empty() {
+                failures.push(format!(
+                    "{quotas}: {} of 64 keys rejected 70 h later (key, retry after s): {:?}; key \
+                     0 admitted again after {minutes} min",
+                    locked.len(),
+                    &locked[..locked.len().min(4)]
+                ));
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
     }
 }

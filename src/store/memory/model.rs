@@ -102,7 +102,7 @@ impl Model {
                         if self.evicts(cell, now) {
                             // Only a fresh key or an unused key with room is removed.
                             assert!(
-                                self.packed.is_fresh(word, now)
+                                self.packed.is_fresh(word, now, now)
                                     || self.packed.blocked_until(word, now) <= now
                             );
                             entry = None;
@@ -136,7 +136,7 @@ impl Model {
     /// keeps a used key.
     fn evicts(&self, cell: &impl EvictableCell, now: u64) -> bool {
         let word = cell.word();
-        if self.packed.is_fresh(word, now) {
+        if self.packed.is_fresh(word, now, now) {
             true
         } else if self.packed.blocked_until(word, now) > now {
             false

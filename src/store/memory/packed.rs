@@ -513,8 +513,8 @@ impl PackedRule {
     }
 
     /// Whether the state in `word` equals a new key's at `now`.
-    pub(crate) fn is_fresh(&self, word: u64, now: u64) -> bool {
-        let fresh_at = self.unpack(word, now).fresh_at(&self.params);
+    pub(crate) fn is_fresh(&self, word: u64, read_at: u64, now: u64) -> bool {
+        let fresh_at = self.unpack(word, read_at).fresh_at(&self.params);
         fresh_at <= now && fresh_at != u64::MAX
     }
 
@@ -1062,7 +1062,7 @@ mod tests {
         );
         assert!(ring.ahead(S) >= 6 * 3600 * S);
         // A day later it is an old window, equivalent to a new key's.
-        assert!(packed.is_fresh(word, now + 86_400 * S));
+        assert!(packed.is_fresh(word, now + 86_400 * S, now + 86_400 * S));
     }
 
     proptest::proptest! {
@@ -1268,12 +1268,18 @@ mod tests {
                     packed.look(cell.load(Ordering::Relaxed), at),
                     Look::Blocked(end)
                 );
-                assert!(!packed.is_fresh(cell.load(Ordering::Relaxed), at), "{q}");
+                assert!(
+                    !packed.is_fresh(cell.load(Ordering::Relaxed), at, at),
+                    "{q}"
+                );
                 // A peek agrees.
                 let peek = packed.apply(&cell, Op::Peek, at);
                 assert_eq!(at + peek.reset_after, end, "{q} peek at {at}");
             }
-            assert!(packed.is_fresh(cell.load(Ordering::Relaxed), end), "{q}");
+            assert!(
+                packed.is_fresh(cell.load(Ordering::Relaxed), end, end),
+                "{q}"
+            );
             if end < NOW_LIMIT {
                 // At the rounded end a new window opens.
                 let v = packed.apply(&cell, Op::Check(1), end);

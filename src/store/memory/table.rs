@@ -46,7 +46,9 @@ pub(super) trait Held: Send + Sync + 'static {
     /// entries).
     type Ctx: Send + Sync + 'static;
     /// Whether the state equals a new key's at `now`.
-    fn is_fresh(&mut self, ctx: &Self::Ctx, now: u64) -> bool;
+    /// Whether the state, as written by `read_at` (its time fields read relative to that time),
+    /// is a new key's at `now`.
+    fn is_fresh(&mut self, ctx: &Self::Ctx, read_at: u64, now: u64) -> bool;
     /// How the value looks at `now` to eviction.
     fn look(&mut self, ctx: &Self::Ctx, now: u64) -> Look;
     /// Clears the second-chance bit.
@@ -58,7 +60,8 @@ pub(super) trait Held: Send + Sync + 'static {
 impl Held for Entry {
     type Ctx = Rules;
 
-    fn is_fresh(&mut self, _: &Rules, now: u64) -> bool {
+    fn is_fresh(&mut self, _: &Rules, _: u64, now: u64) -> bool {
+        // General entries keep their times whole: nothing is read relative to a time.
         Entry::is_fresh(self, now)
     }
 
@@ -78,8 +81,8 @@ impl Held for Entry {
 impl Held for AtomicU64 {
     type Ctx = PackedRule;
 
-    fn is_fresh(&mut self, rule: &PackedRule, now: u64) -> bool {
-        rule.is_fresh(*self.get_mut(), now)
+    fn is_fresh(&mut self, rule: &PackedRule, read_at: u64, now: u64) -> bool {
+        rule.is_fresh(*self.get_mut(), read_at, now)
     }
 
     fn look(&mut self, rule: &PackedRule, now: u64) -> Look {
@@ -113,8 +116,9 @@ pub(super) struct RoomScan<'a> {
 
 /// The operations the store runs on every table, whatever its value type.
 pub(super) trait Segmented: Send + Sync {
-    /// Drops the fresh keys of segment `i`, shrinking it when mostly empty; returns how many.
-    fn sweep(&self, i: usize, now: u64) -> usize;
+    /// Drops the keys of segment `i` fresh at `now` (their states read as of `read_at`, see
+    /// [`Held::is_fresh`]), shrinking it when mostly empty; returns how many.
+    fn sweep(&self, i: usize, read_at: u64, now: u64) -> usize;
     /// Frees up to the scan's batch in segment `i`: fresh keys, then the keys with room nearest a
     /// new key's state (the least spent, unused since the last look first). Never a blocked key.
     fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>);
@@ -171,11 +175,11 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
     // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
-    fn sweep(&self, i: usize, now: u64) -> usize {
+    fn sweep(&self, i: usize, read_at: u64, now: u64) -> usize {
         let segment = &self.maps[i];
         let mut removed = 0;
         segment.retain(|_, v| {
-            let keep = !v.is_fresh(&self.ctx, now);
+            let keep = !v.is_fresh(&self.ctx, read_at, now);
             removed += usize::from(!keep);
             keep
         });
