@@ -1135,4 +1135,90 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// Several one-word window quotas are never more lenient than the pure arithmetic (which
+        /// follows what the entry admitted) under the operations
+        /// `one_word_quotas_answer_as_the_pure_arithmetic` leaves out: charges above a reservation
+        /// (`actual > reserved`), settlements of any earlier time, costs up to past the largest
+        /// limit, cost 0 (the clock forward only, up to 30 h at once). Exact equality
+        /// does not hold: a rounded previous count is stricter, and a word left as it was after a
+        /// request that spent nothing may answer a reset time a nanosecond apart.
+        #[test]
+        fn review_one_word_quotas_answer_over_charges_and_large_costs_as_the_pure_arithmetic(
+            which in 0usize..3,
+            quotas in proptest::collection::vec((1u64..=u64::from(u32::MAX), 0u32..26, 0u64..=u64::MAX), 2..5),
+            start in 0u64..NOW_LIMIT / 2,
+            steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..10, 0u64..=u64::MAX, 0u64..=u64::MAX), 1..60),
+        ) {
+            let strategy = WORD_STRATEGIES[which];
+            let text: Vec<String> = quotas
+                .iter()
+                .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
+                .collect();
+            let Ok(rule) = Rule::parse(strategy, &text.join("; ")) else {
+                return Ok(());
+            };
+            let tag = rule.tag();
+            let params = rule.nanos();
+            let longest = params.iter().map(|p| p.window).max().unwrap_or(1);
+            let most = params.iter().map(|p| p.limit).max().unwrap_or(1);
+            let mut entry = Entry::new();
+            let mut reference = vec![QuotaState::new(strategy); params.len()];
+            let mut now = start;
+            for (i, &(dt, kind, x, y)) in steps.iter().enumerate() {
+                now = match kind {
+                    // No step back: behind a state's time the arithmetic clamps to it, which a
+                    // word left as it was (a rounding layout) does not (answers a unit apart).
+                    0 => now + dt % 3,
+                    1 => now + dt % (30 * HOUR),
+                    _ => now + dt % (longest / 4 + 1),
+                };
+                let cost = |v: u64| u32::try_from(v % (most + 2)).unwrap_or(u32::MAX);
+                let op = match kind {
+                    2 | 3 => Op::Settle {
+                        reserved: cost(x),
+                        actual: cost(y),
+                        at: now.saturating_sub(y % (2 * longest)),
+                    },
+                    4 => Op::Peek,
+                    5 => Op::Check(0),
+                    _ => Op::Check(cost(x)),
+                };
+                let got = entry.run(&rule, tag, op, now).1;
+                let mut trial = reference.clone();
+                let (_, want) = strategy::apply(&mut trial, strategy, params, now, op);
+                let what = format!("step {i} {op:?} at {now} ({}): {got:?} vs {want:?}", text.join("; "));
+                // (Different reported quotas, after a stricter rejection say, are not compared.)
+                if matches!(op, Op::Check(_) | Op::Peek) && got.outcome == want.outcome && got.limit == want.limit {
+                    proptest::prop_assert!(got.remaining <= want.remaining, "{}", what);
+                }
+                match op {
+                    Op::Check(_) if got.outcome == Outcome::Allowed => {
+                        proptest::prop_assert_eq!(want.outcome, Outcome::Allowed, "{}", what);
+                        reference = trial;
+                    }
+                    // Rejected by both: the windows rolled to `now` as in the entry.
+                    Op::Check(_) if want.outcome != Outcome::Allowed => reference = trial,
+                    // Rejected by the entry only (stricter): rolled, nothing counted.
+                    Op::Check(_) => {
+                        strategy::apply(&mut reference, strategy, params, now, Op::Check(0));
+                    }
+                    _ => reference = trial,
+                }
+                if let States::Packed(_, words) = &entry.state.quotas {
+                    let layouts = rule.quota_words().get(&rule).unwrap_or_default();
+                    for (((s, p), l), w) in reference.iter_mut().zip(params).zip(layouts).zip(words) {
+                        let held = l.unpack(*w, now);
+                        // A window with no count may be held as a new key's, whatever its start
+                        // (as in a packed table); a word left as it was after a request that spent
+                        // nothing (a rounding layout) may hold an older, spent-out window instead.
+                        if s.fresh_at(p) == 0 && is_new(&held, p, now) {
+                            *s = if held.fresh_at(p) == 0 { held } else { QuotaState::new(strategy) };
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
