@@ -1221,4 +1221,35 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn review_a_clone_with_another_offset_does_not_reuse_the_cached_layouts() {
+        // The layouts cached in a rule (`QuotaWords`) are cloned with it: a clone given a window
+        // offset must not hold its keys in the UTC-aligned one-word layouts.
+        use crate::offset::WindowOffset;
+        let rule = Rule::parse(Strategy::FixedWindow, "10/hour; 100/day").unwrap();
+        assert!(rule.quota_words().get(&rule).is_some());
+        let shifted = rule
+            .clone()
+            .with_window_offset(WindowOffset::from_minutes(30).unwrap());
+        assert_ne!(rule, shifted);
+        assert!(shifted.quota_words().get(&shifted).is_none());
+        let mut entry = Entry::new();
+        let mut reference = vec![QuotaState::new(shifted.strategy()); 2];
+        // Ten at 00:40 fill the hour window 00:30-01:30: rejected at 01:10, admitted at 01:31.
+        let day = 20_000 * 24 * HOUR;
+        for (now, op) in [
+            (day + 40 * 60 * S, Op::Check(10)),
+            (day + 70 * 60 * S, Op::Check(1)),
+            (day + 91 * 60 * S, Op::Check(1)),
+        ] {
+            let got = entry.run(&shifted, shifted.tag(), op, now);
+            let want =
+                strategy::apply(&mut reference, shifted.strategy(), shifted.nanos(), now, op);
+            assert_eq!(got, want, "{op:?} at {now}");
+        }
+        assert!(!one_word(&entry));
+        // The clone with the same fields shares the cache and its answers.
+        assert_eq!(rule.clone(), rule);
+    }
 }

@@ -1287,4 +1287,41 @@ mod tests {
         }
         assert!(failures.is_empty(), "{failures:#?}");
     }
+
+    #[test]
+    fn review_an_evicted_key_of_one_word_window_quotas_comes_back_as_spent() {
+        // Several window quotas held one word each, forgotten into the sketch at eviction and
+        // recalled: never less spent than they left.
+        for strategy in [
+            Strategy::FixedWindow,
+            Strategy::FixedWindowFirstHit,
+            Strategy::SlidingWindow,
+        ] {
+            let rule = Rule::parse(strategy, "10/s; 20/minute").unwrap();
+            let store = MemoryStore::<u64>::builder().max_keys(1).build();
+            let t = 1_700_000_040 * S;
+            // Key 1 keeps room (a blocked key is not evicted): 9 of 10 in the second.
+            let at =
+                |key: u64, cost: u32, now: u64| store.decide(&key, &rule, Op::Check(cost), now);
+            assert!(at(1, 9, t).is_allowed());
+            assert!(at(2, 1, t + S / 1000).is_allowed());
+            assert!(store.stats().evictions >= 1, "{strategy}");
+            let d = at(1, 2, t + 2 * S / 1000);
+            assert!(
+                !d.is_allowed(),
+                "{strategy}: 9 of the second were spent: {d:?}"
+            );
+            // Three seconds later the second has room (a recalled sliding window may be restored
+            // a bucket later: stricter), the minute 11 more: 9 + 9 = 18 of 20.
+            assert!(at(2, 1, t + 3 * S).is_allowed());
+            let d = at(1, 9, t + 3 * S + 1);
+            assert!(d.is_allowed(), "{strategy}: {d:?}");
+            assert!(at(2, 1, t + 5 * S).is_allowed());
+            let d = at(1, 3, t + 5 * S + 1);
+            assert!(
+                !d.is_allowed(),
+                "{strategy}: 18 of the minute were spent: {d:?}"
+            );
+        }
+    }
 }
