@@ -7,6 +7,7 @@ mod oracle;
 
 mod accuracy;
 mod concurrency;
+mod first_hit_grain;
 mod key_cap;
 mod memory_store;
 mod refund_and_rules;
