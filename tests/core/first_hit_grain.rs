@@ -57,3 +57,65 @@ fn a_charge_above_a_reservation_made_in_the_first_grain_is_counted() {
         }
     }
 }
+
+/// A clock that steps back by hours: the exact first-hit window clamps `now` to the window's
+/// start, so a spent window stays spent. A rounded rule's ring spans only `2^48` ns (3.26 days)
+/// and reads a start at most 1/8 of it (9.77 h) ahead: a step back of 10 h reads the spent window
+/// as 2.8 days old, i.e. over, and admits a whole new limit. (Before `packed-speed` these rules
+/// were general entries, exact under any step back; `10/s`, packed whole on a ring of 2^59 ns,
+/// is the control and rejects.)
+#[test]
+fn a_clock_step_back_of_hours_keeps_a_spent_window_spent() {
+    const H: u64 = 3_600 * S;
+    for (quota, limit) in [
+        ("10/s", 10u32),
+        ("32768/s", 32_768),
+        ("4294967295/s", u32::MAX),
+    ] {
+        for back in [6 * H, 10 * H] {
+            let t0 = 1_700_000_000 * S + 1;
+            let (l, clock) = limiter(quota, t0);
+            assert!(l.check_now(&"k", limit).is_allowed(), "{quota}");
+            clock.set_nanos(t0 - back);
+            let d = l.check_now(&"k", 1);
+            assert_eq!(
+                d.outcome(),
+                Outcome::Rejected,
+                "{quota}: the clock stepped back {} h, a spent window admitted again (remaining {})",
+                back / H,
+                d.remaining()
+            );
+        }
+    }
+}
+
+/// A clock that jumps forward (an idle store, a suspended host): after more than `W` the exact
+/// first-hit window is over and the key admits. A rounded rule's ring (2^48 ns, 3.26 days) reads a
+/// state between 7/8 of the ring and the ring old as a window starting up to 9.77 h AHEAD: the key
+/// is rejected for hours under a 1 s window while each rejection says "retry after ~1 s". The
+/// control `10/s` (a ring of 2^59 ns) admits. Stricter, not more lenient, but hours of false
+/// rejections with a false retry time (the module doc says "a window or two").
+#[test]
+fn a_forward_jump_of_days_does_not_block_a_key_for_hours() {
+    const H: u64 = 3_600 * S;
+    let ring = 1u64 << 48;
+    for (quota, limit) in [
+        ("10/s", 10u32),
+        ("32768/s", 32_768),
+        ("4294967295/s", u32::MAX),
+    ] {
+        for jump in [2 * 86_400 * S, ring - H, ring] {
+            let t0 = 1_700_000_000 * S + 1;
+            let (l, clock) = limiter(quota, t0);
+            assert!(l.check_now(&"k", limit).is_allowed(), "{quota}");
+            clock.set_nanos(t0 + jump);
+            let d = l.check_now(&"k", 1);
+            assert!(
+                d.is_allowed(),
+                "{quota}: {} s after a spent 1 s window the key is rejected, retry after {:?}",
+                jump / S,
+                d.retry_after()
+            );
+        }
+    }
+}
