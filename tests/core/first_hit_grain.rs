@@ -32,6 +32,7 @@ fn limiter(quota: &str, at: u64) -> (Limiter, ManualClock) {
 #[test]
 fn a_charge_above_a_reservation_made_in_the_first_grain_is_counted() {
     // (quota, grain): 32768/s packs with g = 2 ns, 4294967295/s with g = 2^17 ns.
+    let mut failures = Vec::new();
     for (quota, limit, g) in [
         ("32768/s", 32_768u32, 2u64),
         ("4294967295/s", u32::MAX, 1 << 17),
@@ -47,15 +48,17 @@ fn a_charge_above_a_reservation_made_in_the_first_grain_is_counted() {
             l.settle_now(&"k", r, limit);
             clock.set_nanos(t0 + 2000);
             let after = l.check_now(&"k", 1);
-            assert_eq!(
-                after.outcome(),
-                Outcome::Rejected,
-                "{quota}, window opened {off} ns after a grain boundary: the charge of {limit} \
-                 for a reservation of 1 was dropped (remaining {})",
-                after.remaining()
-            );
+            if after.outcome() != Outcome::Rejected {
+                failures.push(format!(
+                    "{quota}, window opened {off} ns after a grain boundary: the charge of \
+                     {limit} for a reservation of 1 was dropped ({:?}, remaining {})",
+                    after.outcome(),
+                    after.remaining()
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// A clock that steps back by hours: the exact first-hit window clamps `now` to the window's
@@ -67,6 +70,7 @@ fn a_charge_above_a_reservation_made_in_the_first_grain_is_counted() {
 #[test]
 fn a_clock_step_back_of_hours_keeps_a_spent_window_spent() {
     const H: u64 = 3_600 * S;
+    let mut failures = Vec::new();
     for (quota, limit) in [
         ("10/s", 10u32),
         ("32768/s", 32_768),
@@ -78,15 +82,17 @@ fn a_clock_step_back_of_hours_keeps_a_spent_window_spent() {
             assert!(l.check_now(&"k", limit).is_allowed(), "{quota}");
             clock.set_nanos(t0 - back);
             let d = l.check_now(&"k", 1);
-            assert_eq!(
-                d.outcome(),
-                Outcome::Rejected,
-                "{quota}: the clock stepped back {} h, a spent window admitted again (remaining {})",
-                back / H,
-                d.remaining()
-            );
+            if d.outcome() != Outcome::Rejected {
+                failures.push(format!(
+                    "{quota}: the clock stepped back {} h, a spent window admitted again \
+                     (remaining {})",
+                    back / H,
+                    d.remaining()
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// A clock that jumps forward (an idle store, a suspended host): after more than `W` the exact
@@ -99,6 +105,7 @@ fn a_clock_step_back_of_hours_keeps_a_spent_window_spent() {
 fn a_forward_jump_of_days_does_not_block_a_key_for_hours() {
     const H: u64 = 3_600 * S;
     let ring = 1u64 << 48;
+    let mut failures = Vec::new();
     for (quota, limit) in [
         ("10/s", 10u32),
         ("32768/s", 32_768),
@@ -110,12 +117,28 @@ fn a_forward_jump_of_days_does_not_block_a_key_for_hours() {
             assert!(l.check_now(&"k", limit).is_allowed(), "{quota}");
             clock.set_nanos(t0 + jump);
             let d = l.check_now(&"k", 1);
-            assert!(
-                d.is_allowed(),
-                "{quota}: {} s after a spent 1 s window the key is rejected, retry after {:?}",
-                jump / S,
-                d.retry_after()
-            );
+            if !d.is_allowed() {
+                // How long it stays blocked: retry as told until admitted.
+                let mut at = t0 + jump;
+                let mut tries = 0u64;
+                while !l.check_now(&"k", 1).is_allowed() && tries < 100_000 {
+                    at += l
+                        .check_now(&"k", 1)
+                        .retry_after()
+                        .unwrap_or_default()
+                        .as_nanos() as u64;
+                    clock.set_nanos(at);
+                    tries += 1;
+                }
+                failures.push(format!(
+                    "{quota}: {} s after a spent 1 s window the key is rejected (retry after \
+                     {:?}); admitted again {} s later, after {tries} rejected retries",
+                    jump / S,
+                    d.retry_after(),
+                    (at - t0 - jump) / S
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
