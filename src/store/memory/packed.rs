@@ -1324,3 +1324,54 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod review2 {
+    //! Review of the first-hit grain: an evicted rounded first-hit key comes back at least as
+    //! spent (sketch `forget` / `recall`).
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    proptest::proptest! {
+        /// A rounded first-hit key evicted at `evict` (its word folded into the sketch) and
+        /// recalled at `back` never has more room than the evicted word at any time from `back`
+        /// on, nor a window ending earlier.
+        #[test]
+        fn a_recalled_rounded_first_hit_key_is_at_least_as_spent(
+            q in proptest::sample::select(vec!["32768/s", "4294967295/ms", "4294967295/s", "4294967295/day", "70000/40hours", "4294967295/3660days"]),
+            start in 0u64..NOW_LIMIT - 4 * 86_400 * S,
+            used in 1u64..=4_294_967_295,
+            evict_after in 0u64..=u64::MAX,
+            back_after in 0u64..=u64::MAX,
+            probes in proptest::collection::vec(0u64..=u64::MAX, 1..20),
+        ) {
+            let rule = Rule::parse(Strategy::FixedWindowFirstHit, q).unwrap();
+            let packed = PackedRule::for_rule(&rule).unwrap();
+            let p = rule.nanos()[0];
+            let cell = AtomicU64::new(0);
+            let cost = (used % p.limit).max(1).min(u64::from(u32::MAX)) as u32;
+            proptest::prop_assert_eq!(packed.apply(&cell, Op::Check(cost), start).outcome, Outcome::Allowed);
+            let word = cell.load(Ordering::Relaxed);
+            let evict = start + evict_after % p.window.min(1 << 50);
+            let back = evict + back_after % p.window.min(1 << 50);
+            let sketch = Sketch::new(1000);
+            packed.forget(word, 42, evict, &sketch);
+            let restored = packed.recall(&sketch, 42, back);
+            let orig_end = packed.unpack(word, back).fresh_at(&p);
+            let new_end = packed.unpack(restored, back).fresh_at(&p);
+            proptest::prop_assert!(
+                new_end >= orig_end || orig_end <= back,
+                "{}: restored window ends at {} before the evicted one's {}", q, new_end, orig_end
+            );
+            for &x in &probes {
+                let t = back + x % (p.window.saturating_add(1 << 20));
+                if t >= NOW_LIMIT { continue; }
+                let a = packed.apply(&AtomicU64::new(word), Op::Peek, t);
+                let b = packed.apply(&AtomicU64::new(restored), Op::Peek, t);
+                proptest::prop_assert!(b.remaining <= a.remaining, "{} at {}: restored {} > evicted {}", q, t, b.remaining, a.remaining);
+                proptest::prop_assert!(b.outcome != Outcome::Allowed || a.outcome == Outcome::Allowed);
+            }
+        }
+    }
+}
