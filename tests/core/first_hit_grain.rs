@@ -142,3 +142,44 @@ fn a_forward_jump_of_days_does_not_block_a_key_for_hours() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// The hand-over at the end of packed time (2^62 ns): a rounded window opened 1 ns before it
+/// (its rounded start is 2^62 itself) moves to a general entry with its rounded start: spent
+/// until the rounded end, across a clock step back below 2^62, and open again at that end.
+#[test]
+fn a_rounded_window_opened_just_before_the_end_of_packed_time_is_handed_over_spent() {
+    const LIMIT: u64 = 1 << 62;
+    for (quota, limit, w) in [
+        ("4294967295/s", u32::MAX, S),
+        ("32768/s", 32_768, S),
+        ("4294967295/ms", u32::MAX, S / 1000),
+    ] {
+        let t0 = LIMIT - 1;
+        let (l, clock) = limiter(quota, t0);
+        let d = l.check_now(&"k", limit);
+        assert!(d.is_allowed(), "{quota}");
+        let end = LIMIT + w;
+        assert_eq!(d.reset_after(), Duration::from_nanos(end - t0), "{quota}");
+        for at in [LIMIT, LIMIT + 5, end - 1, LIMIT - 1000, end - 1] {
+            clock.set_nanos(at);
+            let d = l.check_now(&"k", 1);
+            assert_eq!(
+                d.outcome(),
+                Outcome::Rejected,
+                "{quota} at 2^62 + {}",
+                at as i128 - LIMIT as i128
+            );
+            if at >= LIMIT {
+                assert_eq!(
+                    d.retry_after(),
+                    Some(Duration::from_nanos(end - at)),
+                    "{quota}"
+                );
+            }
+        }
+        clock.set_nanos(end);
+        let d = l.check_now(&"k", 1);
+        assert!(d.is_allowed(), "{quota} at the rounded end");
+        assert_eq!(u64::from(d.remaining()), u64::from(limit) - 1, "{quota}");
+    }
+}
