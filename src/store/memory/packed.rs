@@ -15,9 +15,12 @@
 //! Windows whose absolute index and counts do not fit (large limits, short windows) store the index
 //! on a ring: modulo `2^k` with `2^k` windows spanning at least [`RING_SPAN`] (two days), read back
 //! relative to the current window: up to 7/8 of the ring behind it, up to 1/8 ahead (a clock that
-//! went back). A state with zero counts reads as a new key's whatever its index. A state older than
-//! 7/8 of the ring that no sweep removed (the store idle that long) can be read as a recent one: its
-//! counts then apply again for a window or two, which only errs on the side of rejecting. A sliding
+//! went back: a clock stepped back further than 1/8 of the ring, 6 hours at least, reads a state as
+//! old and forgets its counts; the crate's clocks never go back, a custom [`Clock`](crate::Clock)
+//! may). A state with zero counts reads as a new key's whatever its index. A state older than 7/8
+//! of the ring would read as one ahead of now; the store never keeps one: while decisions come, the
+//! sweep drops states once fresh (a whole rotation takes seconds), and the first decision after a
+//! gap of 3 hours or more sweeps every state read as of the gap's start. A sliding
 //! window counter whose two counts still do not fit keeps the previous bucket's count rounded up to
 //! a multiple of `2^s` (it only weighs on the estimate, which it can raise by less than `2^s`: again
 //! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
@@ -36,7 +39,8 @@
 //! `now + W`), the state stays held until it ([`FixedWindow::fresh_at`] of the rounded start),
 //! and the rule's horizon ([`Rule::horizon`]) is `W + g - 1` (see [`first_hit_grain`]). A
 //! refund (settlement) of a reservation made in the window's first `g` ns, before its rounded
-//! start, is dropped (as one made in an earlier window is): stricter, never more lenient.
+//! start, is dropped (as one made in an earlier window is): stricter, never more lenient; a charge
+//! above such a reservation is counted in the window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -474,6 +478,7 @@ impl PackedRule {
         let params = std::slice::from_ref(&self.params);
         swap_loop(cell, |word| {
             let mut state = self.unpack(word, now);
+            let op = self.charge_in_rounded_window(op, &state);
             let states = std::slice::from_mut(&mut state);
             let verdict = strategy::apply(states, self.strategy, params, now, op).1;
             let verdict = self.honest(verdict, &state, now);
@@ -484,6 +489,39 @@ impl PackedRule {
             }
             (new, verdict)
         })
+    }
+
+    /// A settlement that charges more than was reserved, on a first-hit window held with its start
+    /// rounded up (`state`): a reservation made in the window's first grain, before the start as
+    /// held, is charged to the window (its charge was dropped as if from the window before: more
+    /// lenient). A refund keeps its time: dropped there, it only stays spent.
+    #[inline]
+    fn charge_in_rounded_window(&self, op: Op, state: &QuotaState) -> Op {
+        match (self.layout, op, state) {
+            (
+                Layout::FirstHit(hit),
+                Op::Settle {
+                    reserved,
+                    actual,
+                    at,
+                },
+                QuotaState::Fixed(w),
+            ) if hit.grain_bits > 0 && actual > reserved => {
+                let (start, _) = w.parts();
+                let grain = 1u64 << hit.grain_bits;
+                let at = if at < start && start - at < grain {
+                    start
+                } else {
+                    at
+                };
+                Op::Settle {
+                    reserved,
+                    actual,
+                    at,
+                }
+            }
+            _ => op,
+        }
     }
 
     /// The word to keep after an operation that spent nothing (a peek, a rejection, a check of
