@@ -17,6 +17,10 @@
 //! Instructions per check = (total at 2n - total at n) / n, which cancels the set-up (see
 //! `scripts/bench_callgrind.sh`).
 
+#[path = "../threads.rs"]
+mod threads;
+use threads::{cpu_nanos, pin};
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -156,28 +160,6 @@ fn main() {
         elapsed.as_nanos() as f64 / total as f64,
         cpu as f64 / total as f64
     );
-}
-
-/// With `TOLLGATE_PIN=1`, pins the calling thread to CPU `t` (modulo the CPUs available), so that
-/// two benchmark threads run on two CPUs at once instead of where the scheduler happens to put them.
-fn pin(t: usize) {
-    if std::env::var_os("TOLLGATE_PIN").is_some_and(|v| v == "1") {
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        let mut set = rustix::thread::CpuSet::new();
-        set.set(t % cpus);
-        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
-            eprintln!("TOLLGATE_PIN: {e}");
-        }
-    }
-}
-
-/// The calling thread's time on a CPU so far, in nanoseconds (`/proc/thread-self/schedstat`; 0 where
-/// it is missing).
-fn cpu_nanos() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 fn populate_with(keys: u64, f: impl Fn(u64) -> bool) {

@@ -26,6 +26,10 @@
 //! `TOLLGATE_PIN=1` pins thread `t` to CPU `t`. Each round first times a cache line's round trip
 //! between two threads (CPUs 0 and 1 when pinned): on a VM it tells where the vCPUs ran.
 
+#[path = "../threads.rs"]
+mod threads;
+use threads::{cpu_nanos, pin};
+
 use std::alloc::System;
 use std::hash::BuildHasher;
 use std::hint::black_box;
@@ -161,27 +165,6 @@ fn build(name: &str, keys: u64) -> Box<dyn Map> {
             ))
         }
     }
-}
-
-/// With `TOLLGATE_PIN=1`, pins the calling thread to CPU `t` (modulo the CPUs available), so that
-/// two benchmark threads run on two CPUs at once instead of where the scheduler happens to put them.
-fn pin(t: usize) {
-    if std::env::var_os("TOLLGATE_PIN").is_some_and(|v| v == "1") {
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        let mut set = rustix::thread::CpuSet::new();
-        set.set(t % cpus);
-        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
-            eprintln!("TOLLGATE_PIN: {e}");
-        }
-    }
-}
-
-/// The calling thread's time on a CPU so far, in nanoseconds.
-fn cpu_nanos() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Runs `n` checks over `maps.len()` threads (thread `t` on `maps[t]`): wall ns and CPU ns summed.
