@@ -897,6 +897,17 @@ mod tests {
         assert!(v.remaining <= 1, "{v:?}");
     }
 
+    /// A rule of `strategy` from proptest's `(limit, bits, raw)` triples: periods from 1 ms to
+    /// about 9 hours (`1 + raw mod 2^bits` ms), spread over their orders of magnitude; and its text.
+    fn random_rule(strategy: Strategy, quotas: &[(u64, u32, u64)]) -> Option<(Rule, String)> {
+        let text: Vec<String> = quotas
+            .iter()
+            .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
+            .collect();
+        let text = text.join("; ");
+        Rule::parse(strategy, &text).ok().map(|rule| (rule, text))
+    }
+
     proptest::proptest! {
         /// Several window or bucket quotas held one word each (while they fit, below the end of
         /// packed time) answer every check, peek, settlement and reset as the pure arithmetic on
@@ -910,12 +921,7 @@ mod tests {
             steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..12, 0u64..=u64::MAX), 1..80),
         ) {
             let strategy = WORD_STRATEGIES[which];
-            // Periods from 1 ms to about 9 hours, spread over their orders of magnitude.
-            let text: Vec<String> = quotas
-                .iter()
-                .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
-                .collect();
-            let Ok(rule) = Rule::parse(strategy, &text.join("; ")) else {
+            let Some((rule, _)) = random_rule(strategy, &quotas) else {
                 return Ok(());
             };
             let tag = rule.tag();
@@ -1078,11 +1084,7 @@ mod tests {
             steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..10, 0u64..=u64::MAX), 1..60),
         ) {
             let strategy = WORD_STRATEGIES[which];
-            let text: Vec<String> = quotas
-                .iter()
-                .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
-                .collect();
-            let Ok(rule) = Rule::parse(strategy, &text.join("; ")) else {
+            let Some((rule, text)) = random_rule(strategy, &quotas) else {
                 return Ok(());
             };
             let tag = rule.tag();
@@ -1114,7 +1116,7 @@ mod tests {
                         i,
                         op,
                         now,
-                        text.join("; ")
+                        text
                     );
                     reference = trial;
                 } else if want.outcome != Outcome::Allowed {
@@ -1152,11 +1154,7 @@ mod tests {
             steps in proptest::collection::vec((0u64..=u64::MAX, 0u8..10, 0u64..=u64::MAX, 0u64..=u64::MAX), 1..60),
         ) {
             let strategy = WORD_STRATEGIES[which];
-            let text: Vec<String> = quotas
-                .iter()
-                .map(|&(limit, bits, raw)| format!("{limit}/{}ms", 1 + raw % (1 << bits)))
-                .collect();
-            let Ok(rule) = Rule::parse(strategy, &text.join("; ")) else {
+            let Some((rule, text)) = random_rule(strategy, &quotas) else {
                 return Ok(());
             };
             let tag = rule.tag();
@@ -1188,7 +1186,7 @@ mod tests {
                 let got = entry.run(&rule, tag, op, now).1;
                 let mut trial = reference.clone();
                 let (_, want) = strategy::apply(&mut trial, strategy, params, now, op);
-                let what = format!("step {i} {op:?} at {now} ({}): {got:?} vs {want:?}", text.join("; "));
+                let what = format!("step {i} {op:?} at {now} ({}): {got:?} vs {want:?}", text);
                 // (Different reported quotas, after a stricter rejection say, are not compared.)
                 if matches!(op, Op::Check(_) | Op::Peek) && got.outcome == want.outcome && got.limit == want.limit {
                     proptest::prop_assert!(got.remaining <= want.remaining, "{}", what);
