@@ -1325,3 +1325,62 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod review3_tests {
+    //! Review r3: the catch-up sweep ([`MemoryStore::catch_up`]) runs in the thread that moved
+    //! the step deadline while other threads keep deciding; it reads every state as of `due`, the
+    //! gap's start, including states those threads wrote at `now`, after `due`.
+    use super::*;
+    use crate::strategy::Strategy;
+
+    const S: u64 = 1_000_000_000;
+
+    /// The interleaving replayed step by step in one thread: thread A wins the deadline
+    /// (`timed_step`'s compare-and-swap) 70 h after the last decision; before A's sweep reaches
+    /// the key's segment, thread B (whose `tick` now sees the new deadline and does not step)
+    /// spends a key's whole quota at `later`; A's catch-up then reads that state as of `due`.
+    #[test]
+    fn review3_catch_up_keeps_a_state_written_after_due_by_another_thread() {
+        let t0 = 1_700_000_000 * S;
+        let later = t0 + 70 * 3_600 * S;
+        let mut failures = Vec::new();
+        for (strategy, quotas) in [
+            (Strategy::SlidingWindow, "10000000/s"),
+            (Strategy::FixedWindow, "10000000/s"),
+        ] {
+            let rule = Rule::parse(strategy, quotas).unwrap();
+            let store = MemoryStore::<u64>::new();
+            // Some traffic at t0 sets the step deadline.
+            assert!(store.decide(&1, &rule, Op::Check(1), t0).is_allowed());
+            let due = store.next_step_at.load(Ordering::Relaxed);
+            assert!(due > t0 && due <= t0 + S);
+            // Thread A: `timed_step(due, later)` wins the compare-and-swap ...
+            let next = later + SWEEP_STEP_EVERY;
+            store
+                .next_step_at
+                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+                .unwrap();
+            // ... thread B decides meanwhile: its tick sees `next` and does not step.
+            assert!(
+                store
+                    .decide(&7, &rule, Op::Check(10_000_000), later)
+                    .is_allowed()
+            );
+            assert!(!store.decide(&7, &rule, Op::Check(1), later).is_allowed());
+            // ... thread A's catch-up then sweeps key 7's segment.
+            store.catch_up(due, later);
+            // The key spent its whole quota at `later`: still rejected 1 ms later.
+            let d = store.decide(&7, &rule, Op::Check(10_000_000), later + 1_000_000);
+            if d.is_allowed() {
+                failures.push(format!(
+                    "{strategy:?} {quotas}: a key spent in full at `later` by another thread \
+                     during the catch-up was dropped by it and admitted 10^7 more 1 ms later \
+                     (keys held: {})",
+                    store.len()
+                ));
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+}
