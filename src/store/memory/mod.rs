@@ -1383,4 +1383,65 @@ mod review3_tests {
         }
         assert!(failures.is_empty(), "{failures:#?}");
     }
+
+    /// The same race with real threads: thread A's decision 70 h after the last one runs the
+    /// catch-up over 200 000 held keys; thread B, once A moved the deadline, spends the whole
+    /// quota of new keys at `later`. Every key B spent must stay rejected afterwards.
+    #[test]
+    fn review3_catch_up_races_with_decisions_in_other_threads() {
+        let t0 = 1_700_000_000 * S;
+        let later = t0 + 70 * 3_600 * S;
+        let rule = Rule::parse(Strategy::SlidingWindow, "10000000/s").unwrap();
+        let store = MemoryStore::<u64>::new();
+        for key in 0..200_000u64 {
+            store.decide(&key, &rule, Op::Check(1), t0);
+        }
+        let due = store.next_step_at.load(Ordering::Relaxed);
+        let a_done = AtomicBool::new(false);
+        let spent = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                store.decide(&u64::MAX, &rule, Op::Check(1), later);
+                a_done.store(true, Ordering::Release);
+            });
+            let b = s.spawn(|| {
+                while store.next_step_at.load(Ordering::Relaxed) == due {
+                    std::hint::spin_loop();
+                }
+                let mut spent = Vec::new();
+                let mut key = 1_000_000u64;
+                while !a_done.load(Ordering::Acquire) || spent.len() < 64 {
+                    if store
+                        .decide(&key, &rule, Op::Check(10_000_000), later)
+                        .is_allowed()
+                    {
+                        spent.push(key);
+                    }
+                    key += 1;
+                    if spent.len() >= 20_000 {
+                        break;
+                    }
+                }
+                spent
+            });
+            a.join().unwrap();
+            b.join().unwrap()
+        });
+        let readmitted: Vec<u64> = spent
+            .iter()
+            .copied()
+            .filter(|k| {
+                store
+                    .decide(k, &rule, Op::Check(10_000_000), later + 1_000_000)
+                    .is_allowed()
+            })
+            .collect();
+        assert!(
+            readmitted.is_empty(),
+            "{} of {} keys spent in full by thread B at `later` during thread A's catch-up were \
+             dropped and admitted another 10^7 1 ms later (first: {:?})",
+            readmitted.len(),
+            spent.len(),
+            &readmitted[..readmitted.len().min(4)]
+        );
+    }
 }
