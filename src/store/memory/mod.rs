@@ -1345,9 +1345,10 @@ mod review3_tests {
         let t0 = 1_700_000_000 * S;
         let later = t0 + 70 * 3_600 * S;
         let mut failures = Vec::new();
-        for (strategy, quotas) in [
-            (Strategy::SlidingWindow, "10000000/s"),
-            (Strategy::FixedWindow, "10000000/s"),
+        for (strategy, quotas, limit) in [
+            (Strategy::SlidingWindow, "10000000/s", 10_000_000),
+            (Strategy::FixedWindow, "10000000/s", 10_000_000),
+            (Strategy::FixedWindowFirstHit, "4294967295/s", u32::MAX),
         ] {
             let rule = Rule::parse(strategy, quotas).unwrap();
             let store = MemoryStore::<u64>::new();
@@ -1364,18 +1365,18 @@ mod review3_tests {
             // ... thread B decides meanwhile: its tick sees `next` and does not step.
             assert!(
                 store
-                    .decide(&7, &rule, Op::Check(10_000_000), later)
+                    .decide(&7, &rule, Op::Check(limit), later)
                     .is_allowed()
             );
             assert!(!store.decide(&7, &rule, Op::Check(1), later).is_allowed());
             // ... thread A's catch-up then sweeps key 7's segment.
             store.catch_up(due, later);
             // The key spent its whole quota at `later`: still rejected 1 ms later.
-            let d = store.decide(&7, &rule, Op::Check(10_000_000), later + 1_000_000);
+            let d = store.decide(&7, &rule, Op::Check(limit), later + 1_000_000);
             if d.is_allowed() {
                 failures.push(format!(
                     "{strategy:?} {quotas}: a key spent in full at `later` by another thread \
-                     during the catch-up was dropped by it and admitted 10^7 more 1 ms later \
+                     during the catch-up was dropped by it and admitted {limit} more 1 ms later \
                      (keys held: {})",
                     store.len()
                 ));
