@@ -397,16 +397,30 @@ pub(crate) fn write_allowed_headers(
                 _ if ietf || wins => {
                     headers.insert(name, value);
                 }
-                // The tighter inner limiter wrote no `x-ratelimit-*` fields (IETF fields only):
-                // this layer's style asks for them, so they carry the inner limiter's numbers.
-                None => {
-                    if let Some(r) = below {
-                        if let Some(v) = reported_field(&name, r, d, cfg) {
-                            headers.insert(name, v);
-                        }
+                _ => {}
+            }
+        }
+        // The tightest inner limiter wrote no `x-ratelimit-*` fields (IETF fields only): the
+        // ones there (if any) are a looser layer's. This layer's style asks for them, so they
+        // carry the tightest limiter's numbers.
+        if let Some(r) = below.filter(|_| !wins) {
+            let shows = |name: &HeaderName, n: u32| {
+                headers
+                    .get(name)
+                    .is_some_and(|v| v.as_bytes() == n.to_string().as_bytes())
+            };
+            let tightest_shown =
+                shows(&X_RATELIMIT_LIMIT, r.limit) && shows(&X_RATELIMIT_REMAINING, r.remaining);
+            if matches!(cfg.style, HeaderStyle::XRateLimit | HeaderStyle::Both) && !tightest_shown {
+                for name in [
+                    &X_RATELIMIT_LIMIT,
+                    &X_RATELIMIT_REMAINING,
+                    &X_RATELIMIT_RESET,
+                ] {
+                    if let Some(v) = reported_field(name, r, d, cfg) {
+                        headers.insert(name.clone(), v);
                     }
                 }
-                _ => {}
             }
         }
     }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::GlobalKey;
-use tollgate::layer::{HeaderStyle, RateLimitLayer};
+use tollgate::layer::{HeaderStyle, RateLimitLayer, ResetFormat};
 use tollgate::rules::{Rules, RulesOptions};
 use tollgate::store::MemoryStore;
 use tollgate::{ManualClock, RateLimiter, Strategy};
@@ -305,4 +305,53 @@ async fn an_ietf_only_inner_limiter_that_runs_out_first_fills_the_outer_x_rateli
     let res = ip.layer(plan.layer(ok())).oneshot(get()).await.unwrap();
     assert_eq!(res.headers()["x-ratelimit-limit"], "1");
     assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+}
+
+#[tokio::test]
+async fn review3_an_ietf_only_limiter_between_two_x_ratelimit_ones_that_runs_out_first_fills_them()
+{
+    // Review r3: three layers. The innermost writes `x-ratelimit-*` (50 a minute), the middle one
+    // the IETF fields only (3 a minute, the tightest), the outer one `x-ratelimit-*` (100 a
+    // minute). The module's rule: the `x-ratelimit-*` fields are the limiter's with the fewest
+    // remaining, here the middle one's (2 left). The fix for an IETF-only inner limiter only
+    // writes them when the response has none; here the innermost limiter's fields are there.
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(limiter("inner", "50/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::XRateLimit);
+    let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Ietf);
+    let ip = RateLimitLayer::new(limiter("ip", "100/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::XRateLimit);
+    let svc = ip.layer(plan.layer(inner.layer(ok())));
+    let res = svc.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["ratelimit"], "\"plan\";r=2;t=60");
+    assert_eq!(
+        (
+            res.headers()["x-ratelimit-limit"].to_str().unwrap(),
+            res.headers()["x-ratelimit-remaining"].to_str().unwrap()
+        ),
+        ("3", "2"),
+        "the x-ratelimit-* fields are the tightest limiter's (plan: 2 left)"
+    );
+}
+
+#[tokio::test]
+async fn review3_an_ietf_only_inner_report_in_unix_reset_format() {
+    // Review r3 (passes): the outer layer writes the tighter IETF-only inner limiter's reset as a
+    // Unix time, as of its own decision (one clock here): the inner window's end, T0 + 60 s.
+    let clock = ManualClock::new(T0);
+    clock.advance(Duration::from_millis(12_345));
+    let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
+        .header_style(HeaderStyle::Ietf);
+    let ip = RateLimitLayer::new(limiter("ip", "100/hour", &clock), GlobalKey)
+        .header_style(HeaderStyle::XRateLimit)
+        .reset_format(ResetFormat::Unix);
+    let res = ip.layer(plan.layer(ok())).oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    assert_eq!(
+        res.headers()["x-ratelimit-reset"],
+        (T0.as_secs() + 60).to_string().as_str()
+    );
 }
