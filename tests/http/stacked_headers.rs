@@ -308,8 +308,7 @@ async fn an_ietf_only_inner_limiter_that_runs_out_first_fills_the_outer_x_rateli
 }
 
 #[tokio::test]
-async fn review3_an_ietf_only_limiter_between_two_x_ratelimit_ones_that_runs_out_first_fills_them()
-{
+async fn an_ietf_only_limiter_between_two_x_ratelimit_ones_that_runs_out_first_fills_them() {
     // Review r3: three layers. The innermost writes `x-ratelimit-*` (50 a minute), the middle one
     // the IETF fields only (3 a minute, the tightest), the outer one `x-ratelimit-*` (100 a
     // minute). The module's rule: the `x-ratelimit-*` fields are the limiter's with the fewest
@@ -337,7 +336,7 @@ async fn review3_an_ietf_only_limiter_between_two_x_ratelimit_ones_that_runs_out
 }
 
 #[tokio::test]
-async fn review3_an_ietf_only_inner_report_in_unix_reset_format() {
+async fn an_ietf_only_inner_report_in_unix_reset_format() {
     // Review r3 (passes): the outer layer writes the tighter IETF-only inner limiter's reset as a
     // Unix time, as of its own decision (one clock here): the inner window's end, T0 + 60 s.
     let clock = ManualClock::new(T0);

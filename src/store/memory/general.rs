@@ -1050,7 +1050,7 @@ mod tests {
     // Review (r1): tests written to probe the one-word quotas.
 
     #[test]
-    fn review_one_word_ring_quotas_keep_their_count_when_the_clock_steps_back_ten_hours() {
+    fn one_word_ring_quotas_keep_their_count_when_the_clock_steps_back_ten_hours() {
         // Two sliding-window quotas whose one-word layouts store the bucket on a ring of 2^18
         // (72.8 h) windows, read up to 1/8 ahead (9.1 h). Two words per quota (and the pure
         // arithmetic) keep the full window when the clock steps back 10 h; one word per quota
@@ -1077,7 +1077,7 @@ mod tests {
         /// window quotas never admit a check the pure arithmetic (following what the entry
         /// admitted) would reject.
         #[test]
-        fn review_one_word_quotas_are_never_more_lenient_under_large_clock_jumps(
+        fn one_word_quotas_are_never_more_lenient_under_large_clock_jumps(
             which in 0usize..3,
             quotas in proptest::collection::vec((1u64..=u64::from(u32::MAX), 0u32..26, 0u64..=u64::MAX), 2..5),
             start in 0u64..NOW_LIMIT / 2,
@@ -1147,7 +1147,7 @@ mod tests {
         /// does not hold: a rounded previous count is stricter, and a word left as it was after a
         /// request that spent nothing may answer a reset time a nanosecond apart.
         #[test]
-        fn review_one_word_quotas_answer_over_charges_and_large_costs_as_the_pure_arithmetic(
+        fn one_word_quotas_answer_over_charges_and_large_costs_as_the_pure_arithmetic(
             which in 0usize..3,
             quotas in proptest::collection::vec((1u64..=u64::from(u32::MAX), 0u32..26, 0u64..=u64::MAX), 2..5),
             start in 0u64..NOW_LIMIT / 2,
@@ -1221,7 +1221,7 @@ mod tests {
     }
 
     #[test]
-    fn review_a_clone_with_another_offset_does_not_reuse_the_cached_layouts() {
+    fn a_clone_with_another_offset_does_not_reuse_the_cached_layouts() {
         // The layouts cached in a rule (`QuotaWords`) are cloned with it: a clone given a window
         // offset must not hold its keys in the UTC-aligned one-word layouts.
         use crate::offset::WindowOffset;

@@ -1242,7 +1242,7 @@ mod tests {
     }
 
     #[test]
-    fn review_keys_back_after_a_forward_jump_past_seven_eighths_of_a_ring_are_not_locked_out() {
+    fn keys_back_after_a_forward_jump_past_seven_eighths_of_a_ring_are_not_locked_out() {
         // Review (r1): a sliding window of 10^7/s (a byte rate, say) stores its bucket on a ring of
         // 2^18 one-second windows (72.8 h), read up to 7/8 behind (63.7 h). After a forward jump of 70 h (a VM
         // resumed, a store idle that long) a saturated key's bucket reads 2.8 h AHEAD: the key is
@@ -1289,7 +1289,7 @@ mod tests {
     }
 
     #[test]
-    fn review_an_evicted_key_of_one_word_window_quotas_comes_back_as_spent() {
+    fn an_evicted_key_of_one_word_window_quotas_comes_back_as_spent() {
         // Several window quotas held one word each, forgotten into the sketch at eviction and
         // recalled: never less spent than they left.
         for strategy in [
@@ -1327,7 +1327,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod review3_tests {
+mod catch_up_tests {
     //! Review r3: the catch-up sweep ([`MemoryStore::catch_up`]) runs in the thread that moved
     //! the step deadline while other threads keep deciding; it reads every state as of `due`, the
     //! gap's start, including states those threads wrote at `now`, after `due`.
@@ -1341,7 +1341,7 @@ mod review3_tests {
     /// the key's segment, thread B (whose `tick` now sees the new deadline and does not step)
     /// spends a key's whole quota at `later`; A's catch-up then reads that state as of `due`.
     #[test]
-    fn review3_catch_up_keeps_a_state_written_after_due_by_another_thread() {
+    fn catch_up_keeps_a_state_written_after_due_by_another_thread() {
         let t0 = 1_700_000_000 * S;
         let later = t0 + 70 * 3_600 * S;
         let mut failures = Vec::new();
@@ -1389,7 +1389,7 @@ mod review3_tests {
     /// catch-up over 200 000 held keys; thread B, once A moved the deadline, spends the whole
     /// quota of new keys at `later`. Every key B spent must stay rejected afterwards.
     #[test]
-    fn review3_catch_up_races_with_decisions_in_other_threads() {
+    fn catch_up_races_with_decisions_in_other_threads() {
         let t0 = 1_700_000_000 * S;
         let later = t0 + 70 * 3_600 * S;
         let rule = Rule::parse(Strategy::SlidingWindow, "10000000/s").unwrap();

@@ -1388,7 +1388,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod review2 {
+mod rounded_first_hit_recall {
     //! Review of the first-hit grain: an evicted rounded first-hit key comes back at least as
     //! spent (sketch `forget` / `recall`).
     use super::*;
