@@ -641,8 +641,22 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     /// blocked for hours: this pass runs before the first decision after the gap.
     #[cold]
     fn catch_up(&self, due: u64, now: u64) {
+        // Only the packed tables that keep a time on a ring can misread one: the others (whole
+        // times, buckets, general entries) wait for the paced sweep, and the pause stays short.
+        let rings: Vec<&Table<K, AtomicU64>> = self
+            .packed
+            .iter()
+            .filter_map(OnceLock::get)
+            .filter(|t| t.ctx.keeps_a_ring())
+            .collect();
+        if rings.is_empty() {
+            return;
+        }
         for i in 0..SEGMENTS {
-            self.sweep_segment_read_at(i, due, now);
+            let removed: usize = rings.iter().map(|t| t.sweep(i, due, now)).sum();
+            if removed > 0 {
+                self.keys.fetch_sub(removed, Ordering::Relaxed);
+            }
         }
         self.blocked.invalidate();
     }

@@ -553,6 +553,16 @@ impl PackedRule {
         }
     }
 
+    /// Whether the layout keeps a time on a ring (read relative to now): a first-hit start, or a
+    /// window index too large to keep whole.
+    pub(super) fn keeps_a_ring(&self) -> bool {
+        match self.layout {
+            Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => ring.bits != 0,
+            Layout::FirstHit(_) => true,
+            Layout::Gcra => false,
+        }
+    }
+
     /// Whether the state in `word` equals a new key's at `now`. With `read_at` before `now` (the
     /// catch-up sweep after a gap, `read_at` the last step before it): the word may have been
     /// written before the gap (read right as of `read_at`) or by a decision since (read right as of
@@ -609,11 +619,7 @@ impl PackedRule {
         if one.nanos() != [*rule.nanos().get(i)?] {
             return None;
         }
-        Self::for_rule(&one).filter(|p| match p.layout {
-            Layout::Fixed { ring, .. } | Layout::Sliding { ring, .. } => ring.bits == 0,
-            Layout::FirstHit(_) => false,
-            Layout::Gcra => true,
-        })
+        Self::for_rule(&one).filter(|p| !p.keeps_a_ring())
     }
 
     /// How the key in `word` looks to eviction at `now`.
