@@ -17,6 +17,12 @@ if ! command -v redis-sentinel >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-sentinel >/dev/null
 fi
+# openssl makes the CA and certificates of the Redis TLS tests at test time.
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "installing openssl (Debian package) for the Redis TLS tests"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssl >/dev/null
+fi
 # The package starts no server we rely on: every Redis test starts its own on a free port.
 need_chromium() { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }
 if need_chromium; then
