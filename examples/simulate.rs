@@ -604,7 +604,7 @@ fn plot(path: &Path, run: &Run, quota: &Quota, trace: &[Request]) -> Result<(), 
     });
     let (steps, per_request) = trailing_counts(&run.allowed, trace, w_ms);
     let end_ms = trace.last().map_or(0, |r| r.t_ms);
-    let x_max = (end_ms as f64 / 1000.0) * 1.04 + 0.001;
+    let x_max = (end_ms as f64 / 1000.0).mul_add(1.04, 0.001);
     let y_top = steps.iter().map(|s| s.1).max().unwrap_or(0).max(n);
     // Headroom above the highest count for the legend.
     let y_max = (y_top as f64 * 1.7).max(2.0);
@@ -711,7 +711,7 @@ fn plot(path: &Path, run: &Run, quota: &Quota, trace: &[Request]) -> Result<(), 
             _ => 0,
         };
         run = Some((r.t_ms, r.key.as_str(), j));
-        let y = (*c as f64 + 0.5 + j as f64 * 0.6).min(y_max * 0.97);
+        let y = (j as f64).mul_add(0.6, *c as f64 + 0.5).min(y_max * 0.97);
         crosses.push(Cross::new(
             (r.t_ms as f64 / 1000.0, y),
             4,

@@ -1186,7 +1186,7 @@ mod tests {
                 let got = entry.run(&rule, tag, op, now).1;
                 let mut trial = reference.clone();
                 let (_, want) = strategy::apply(&mut trial, strategy, params, now, op);
-                let what = format!("step {i} {op:?} at {now} ({}): {got:?} vs {want:?}", text);
+                let what = format!("step {i} {op:?} at {now} ({text}): {got:?} vs {want:?}");
                 // (Different reported quotas, after a stricter rejection say, are not compared.)
                 if matches!(op, Op::Check(_) | Op::Peek) && got.outcome == want.outcome && got.limit == want.limit {
                     proptest::prop_assert!(got.remaining <= want.remaining, "{}", what);
