@@ -407,10 +407,10 @@ struct Settings {
     /// Read by the Redis store only.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     store_timeout: Option<Duration>,
-    /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
     lease: bool,
+    /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     local_instances: Option<u32>,
     /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
