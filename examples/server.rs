@@ -408,6 +408,7 @@ struct Settings {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     store_timeout: Option<Duration>,
     /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     lease: bool,
     /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
