@@ -47,6 +47,11 @@
 //!   rolled back. During a reload, requests still in flight on the old rules may take the
 //!   all-or-nothing path while new ones take this one: at worst one false rejection per in-flight
 //!   rollback, never an over-admission.
+//! - **What the two-phase protocol can lose**: a settlement that fails leaves its units spent, and
+//!   a multi-limit call whose reply comes after its caller gave up is not refunded (counted in the
+//!   store's late replies): under-admission, never over. A multi-limit call that fails on Redis with
+//!   a local fallback is never sent again: each limit decides locally at once. Whether the store is
+//!   a Cluster comes from its URL, never from a connection still being made.
 //! - **A failing store blocks no other limit.** Every answer is read before acting: under
 //!   `FailurePolicy::FailClosed` the limits that admitted are given back once and the request is
 //!   answered `503`; under `FailOpen` the failed limit is skipped. A limit left unanswered counts

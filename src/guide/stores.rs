@@ -58,13 +58,52 @@
 //!   per capped key, 256 KiB to 64 MiB, allocated at the first such eviction), so a flood of new keys
 //!   never gives a key back quota it spent. The price is a bounded over-count: a returning evicted key,
 //!   rarely, is counted as having spent as much as another evicted key it collides with
-//!   (RELIABILITY.md, "Bounded memory"). When every held key is blocked, new keys share one overflow
-//!   quota and a warning is logged.
+//!   (below). When every held key is blocked, new keys share one overflow quota and a warning is
+//!   logged.
 //! - With millions of keys a check waits on memory: each lookup touches pages spread over the whole table,
 //!   and with 4 KiB pages most miss the CPU's address cache. On glibc 2.35 or later,
 //!   `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` in the service's environment lets the allocator use
 //!   transparent huge pages: at 10^6 keys a check took 298 ns instead of 346 ns on the machine of
 //!   BENCHMARKS.md (governor: 306 instead of 367 ns).
+//!
+//! # What the key cap forgets, and its bounds
+//!
+//! At the cap a new key makes room by dropping keys whose state equals a new key's, then the keys
+//! with room *nearest a new key's state*: the least spent share of the reported quota first, and
+//! among equals those not used since the last look (a second-chance bit). Recency alone would let a
+//! flood of new keys evict, and so reset, a client that had spent 9 of its 10. A blocked key is never
+//! evicted.
+//!
+//! An evicted key that still had spent quota is folded into a sketch before it is dropped: per quota,
+//! `(units spent, time its state would be fresh)` goes into 8 cells of one array chosen by a hash of
+//! the key, its rule and the quota index; each cell keeps the maximum of the units and of the times
+//! folded into it, and empties when its time has passed. A key inserted later reads its 8 cells: if
+//! all are live, its state is restored at least as spent as the smallest units and earliest time among
+//! them say (per strategy: a window's count, a sliding counter's current or previous bucket, a moving
+//! window's entries at the latest time they could have, a bucket's `TAT`).
+//!
+//! - **Never an under-count.** Every cell a key was folded into holds at least its units and time
+//!   until that time passes, so the smallest over its cells is still an upper bound. Times are kept
+//!   in steps of 2^20 ns, rounded up: a restored state may count up to about 1 ms longer.
+//! - **Memory bound.** `max(2^15, 2 x max_keys)` cells rounded up to a power of two, at most 2^23:
+//!   16 bytes per capped key, between 256 KiB and 64 MiB (64 MiB at the default cap), allocated at
+//!   the first eviction of a key with spent quota.
+//! - **False-reject bound.** A key (new or returning) is over-counted only when all 8 of its cells
+//!   also hold another evicted key's larger record; with `n` live records in `m` cells that happens
+//!   with probability about `(1 - e^(-8n/m))^8`: under 10^-5 while `n <= m/64`, 5 x 10^-4 at
+//!   `n = m/16`, tending to 1 when a flood of many times the cap saturates the cells within one
+//!   horizon. The over-count is then at most the largest record among its cells. An attacker whose
+//!   flood keys each spend all but one of their limit (and so stay evictable) can, once the cells
+//!   saturate, make new keys start with as little as 1 left until the flood's records expire (one
+//!   horizon): the price of never forgetting with bounded memory. Set the cap well above the
+//!   legitimate key count, so that eviction is rare.
+//! - A peek at an evicted key reports it as new (a peek does not consult the sketch); its next check
+//!   is counted as restored. A key held under a rule the store has not seen a key inserted with (a
+//!   tier change on an existing key) is recorded as fully spent until its state would be fresh
+//!   (over-count, never less); so are keys of rules beyond the 4096 distinct rules remembered.
+//! - After a clock step back, a key that the blocked-key cache holds is answered as blocked at that
+//!   earlier time (its rejection is true for that time), where the map alone may admit. Never an
+//!   extra admission.
 //!
 //! # Redis in production: overload, outages, TLS, Sentinel
 //!
@@ -75,7 +114,12 @@
 //!   `Retry-After: 1`), never admitted and never a 5xx, in every failure policy. A shed check whose reply
 //!   comes late and admitted is refunded at its own time. Bound: a key is never admitted past its limit by
 //!   overload, on one instance or many, for one hot key or many keys (each key is still decided by Redis or
-//!   rejected). `RedisStore::counters()` reports shed, timed-out, late and refunded calls.
+//!   rejected). A hung Redis is shed for its first 2 s, then handled as an outage. A caller whose own
+//!   timer fired a whole timeout late (a process starved by the flood, its reply reader with it) sheds
+//!   too, rather than failing open. A sent call keeps its slot until its reply comes (at most the
+//!   timeout + 1 s), so at most 256 stale calls queue in front of a stalled server; the refund of a
+//!   late admission waits up to the timeout + 1 s more (no caller waits for it).
+//!   `RedisStore::counters()` reports shed, timed-out, late and refunded calls.
 //! - **Many keys: shedding is per store, not per key.** While the store is overloaded, a check of any
 //!   key may be shed, not only of the flooded one: a false rejection (`429`, `Retry-After: 1`) of a key
 //!   that had quota left. It spends nothing of that key's quota (a late admission is refunded; a refund
