@@ -9,11 +9,11 @@
 //! - T-10: full-range `u64` times, `u32` limits, costs and bursts, periods up to `MAX_PERIOD`: no
 //!   panic. The test profile has `overflow-checks = true`, so a debug run without panic proves that no
 //!   arithmetic wrapped on these inputs, hence a release build computes the same results. Also run:
-//!   `cargo test --release --all-features --test time_and_numbers`.
+//!   `cargo test --release --all-features --test core time_and_numbers`.
 //!
 //! Scaling: `PROPTEST_CASES` (default 256; the 10^4 in the longer tier) and `TOLLGATE_SCALE`.
 //! Longer tier: `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release --all-features
-//! --test time_and_numbers`. Failures persist to `tests/time_and_numbers.proptest-regressions`.
+//! --test core time_and_numbers`. Failures persist to `tests/core/time_and_numbers.proptest-regressions`.
 
 use crate::oracle;
 
