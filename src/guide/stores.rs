@@ -20,7 +20,6 @@
 //!   per key.
 //!
 //! ```
-//! use tollgate::store::MemoryStore;
 //! use tollgate::{RateLimiter, SystemClock};
 //!
 //! // A memory store of at most 100 000 keys, on the precise clock.
@@ -31,7 +30,6 @@
 //!     .build()
 //!     .unwrap();
 //! assert!(limiter.check_now(&42u64, 1).is_allowed());
-//! # let _ = MemoryStore::builder();
 //! ```
 //!
 //! # The memory store
