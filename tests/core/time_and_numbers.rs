@@ -470,9 +470,9 @@ fn jumps_forward_by_years_and_to_the_end_of_time() {
     }
 }
 
-/// At exactly `u64::MAX` ns: no panic and sane figures. (Bounds are asserted up to `u64::MAX - 1`:
-/// the memory store treats a state whose `fresh_at` saturated to `u64::MAX` as fresh when swept at
-/// `now == u64::MAX`, which resets the key; reported to the lead, `src/store/memory.rs`.)
+/// At exactly `u64::MAX` ns: no panic and sane figures. (Bounds are asserted up to `u64::MAX - 1`;
+/// a sweep at `now == u64::MAX` is checked by the memory store's unit test
+/// `regression_a_sweep_at_the_end_of_time_kept_blocked_keys`.)
 /// The token and leaky bucket admit nothing within `c*T` of the end: the new TAT would not fit.
 #[test]
 fn end_of_time_exactly() {
