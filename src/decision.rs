@@ -18,7 +18,7 @@ pub enum Outcome {
 ///
 /// The values are those of the *reported* quota: on a rejection the rejecting quota with the
 /// longest wait; when allowed the quota with the fewest remaining (ties: the later reset).
-/// The [guide](crate::guide#formulas-per-strategy) defines each value per strategy.
+/// The [guide](crate::guide::strategies#formulas-per-strategy) defines each value per strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Decision {
     pub(crate) outcome: Outcome,

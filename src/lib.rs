@@ -54,9 +54,9 @@
 //! # }
 //! ```
 //!
-//! The [`guide`] explains which strategy to pick, what each header means (with the formulas per
-//! strategy), the bounds each strategy keeps, the trust rules for forwarded headers and how to choose
-//! a store.
+//! The [`guide`] has a chapter per subject: which strategy to pick (with the formulas and bounds),
+//! keys and trusted proxies, headers, stores and Redis in production, leasing, rules files,
+//! metrics, gRPC, settlement, concurrency, shaping queues and time zones, changing limits.
 //!
 //! # Features
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.

@@ -17,8 +17,8 @@
 //!   warned about at most once a second and counted in [`Stats::fail_open`](crate::Stats)), or
 //!   answers `503` ([`fail_closed`](RateLimitLayer::fail_closed)).
 //!
-//! Header values follow the [guide](crate::guide#headers) (the formulas per strategy are
-//! [there](crate::guide#formulas-per-strategy) too): `x-ratelimit-reset` is the delay in seconds
+//! Header values follow the [guide](crate::guide::headers) (the formulas per strategy are
+//! [there](crate::guide::strategies#formulas-per-strategy) too): `x-ratelimit-reset` is the delay in seconds
 //! (rounded up; [`ResetFormat::Unix`] for Unix time), the IETF draft's `RateLimit` and
 //! `RateLimit-Policy` fields are available with [`HeaderStyle`].
 //!

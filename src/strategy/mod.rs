@@ -20,7 +20,7 @@ pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::{MovingWindow, SharedLog};
 pub(crate) use sliding_window::SlidingWindow;
 
-/// Which algorithm a rule uses. The [guide](crate::guide#choosing-a-strategy) compares them.
+/// Which algorithm a rule uses. The [guide](crate::guide::strategies) compares them.
 ///
 /// # Drawn: the edge attack
 ///

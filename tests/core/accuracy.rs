@@ -16,7 +16,7 @@
 //!   decision is a coin toss on the boundary); the totals and the trailing maximum are the figures
 //!   that bound what a client gets.
 //!
-//! The figures are printed (`cargo test --all-features --test accuracy -- --nocapture`).
+//! The figures are printed (`cargo test --all-features --test core accuracy -- --nocapture`).
 //! Scaling: `TOLLGATE_SCALE` (default 1) runs that many seeds per rate (seed 1 is always first).
 
 use crate::oracle;

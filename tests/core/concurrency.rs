@@ -12,7 +12,7 @@
 //! Sizes: by default 2 threads x 50,000 and 8 threads x 12,500 attempts per strategy (a debug build
 //! on 2 shared cores). `TOLLGATE_SCALE=10` (or more) runs the full sizes: 2 x 5*10^5 and
 //! 8 x 5*10^5 attempts (use `--release`: `TOLLGATE_SCALE=10 cargo test --release --all-features
-//! --test concurrency`). `TOLLGATE_SCALE` also multiplies the phases of T-13.
+//! --test core concurrency`). `TOLLGATE_SCALE` also multiplies the phases of T-13.
 
 use crate::oracle;
 

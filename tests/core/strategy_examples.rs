@@ -2,7 +2,7 @@
 //! `RateLimiter` API on a `ManualClock` (T-02, T-01, T-03, T-04, T-05).
 //!
 //! "Previous" and "current" bucket counts are set up by driving real requests into earlier buckets.
-//! Run: `cargo test --all-features --test strategy_examples` (no scaling: fixed examples).
+//! Run: `cargo test --all-features --test core strategy_examples` (no scaling: fixed examples).
 
 use std::num::NonZeroU32;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //!
 //! Scaling: `PROPTEST_CASES` (default 256) and `TOLLGATE_SCALE` (default 1; multiplies the 200 steps
 //! per trace). Longer tier: `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release
-//! --all-features --test strategy_props`. Failures persist to `tests/strategy_props.proptest-regressions`.
+//! --all-features --test core strategy_props`. Failures persist to `tests/core/strategy_props.proptest-regressions`.
 
 use crate::oracle;
 

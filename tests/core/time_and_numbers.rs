@@ -9,11 +9,11 @@
 //! - T-10: full-range `u64` times, `u32` limits, costs and bursts, periods up to `MAX_PERIOD`: no
 //!   panic. The test profile has `overflow-checks = true`, so a debug run without panic proves that no
 //!   arithmetic wrapped on these inputs, hence a release build computes the same results. Also run:
-//!   `cargo test --release --all-features --test time_and_numbers`.
+//!   `cargo test --release --all-features --test core time_and_numbers`.
 //!
 //! Scaling: `PROPTEST_CASES` (default 256; the 10^4 in the longer tier) and `TOLLGATE_SCALE`.
 //! Longer tier: `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release --all-features
-//! --test time_and_numbers`. Failures persist to `tests/time_and_numbers.proptest-regressions`.
+//! --test core time_and_numbers`. Failures persist to `tests/core/time_and_numbers.proptest-regressions`.
 
 use crate::oracle;
 
@@ -470,9 +470,9 @@ fn jumps_forward_by_years_and_to_the_end_of_time() {
     }
 }
 
-/// At exactly `u64::MAX` ns: no panic and sane figures. (Bounds are asserted up to `u64::MAX - 1`:
-/// the memory store treats a state whose `fresh_at` saturated to `u64::MAX` as fresh when swept at
-/// `now == u64::MAX`, which resets the key; reported to the lead, `src/store/memory.rs`.)
+/// At exactly `u64::MAX` ns: no panic and sane figures. (Bounds are asserted up to `u64::MAX - 1`;
+/// a sweep at `now == u64::MAX` is checked by the memory store's unit test
+/// `regression_a_sweep_at_the_end_of_time_kept_blocked_keys`.)
 /// The token and leaky bucket admit nothing within `c*T` of the end: the new TAT would not fit.
 #[test]
 fn end_of_time_exactly() {

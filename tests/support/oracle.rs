@@ -10,7 +10,7 @@
 //! - `PROPTEST_CASES` (default 256): cases per proptest;
 //! - `TOLLGATE_SCALE` (default 1): multiplies the steps per trace (200 by default) and the sizes of
 //!   the simulations and concurrency runs. The longer tier runs
-//!   `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release --all-features --test <name>`.
+//!   `PROPTEST_CASES=10000 TOLLGATE_SCALE=10 cargo test --release --all-features --test <area> <module>`.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, VecDeque};

@@ -1,0 +1,45 @@
+//! Metrics and tracing: what the layers count and log.
+//!
+//! # Metrics
+//!
+//! Recorded through the [`metrics`](https://docs.rs/metrics) facade (pick any exporter; feature
+//! `metrics`, which `rules` turns on) by the rules file's layer and by every plain `RateLimitLayer` (its
+//! `limit` label is its limiter's name); handles are resolved when the rules are loaded or the layer is
+//! built (install the recorder first), so a request costs one atomic add per metric. The key is never a
+//! label. Call `publish_stats()` (on `Rules` or on the layer) before a scrape for the gauges.
+//!
+//! | Metric | Type | Labels | Meaning |
+//! | --- | --- | --- | --- |
+//! | `tollgate_requests_total` | counter | `limit`, `outcome` | per matching limit and request: `allowed` (forwarded), `rejected`, `shadow_rejected`, `fail_open`, `fail_closed`, `local_allowed` and `local_rejected` (the Redis store's local fallback decided during an outage), `no_key`; nothing for a limit whose reservation another limit's rejection rolled back |
+//! | `tollgate_units_total` | counter | `limit` | units spent by forwarded requests (the plain layer counts each admitted request's cost, before any settlement) |
+//! | `tollgate_store_errors_total` | counter | `limit` | store failures (decisions and rollbacks) |
+//! | `tollgate_store_latency_seconds` | histogram | `limit` | remote stores only: the time of each decision; buckets `rules::STORE_LATENCY_BUCKETS` (0.5 ms .. 1 s), set them in your exporter |
+//! | `tollgate_keys` | gauge | `limit` | memory store: keys held (published by `Rules::publish_stats`, at every reload poll and by the server before each scrape) |
+//! | `tollgate_evictions_total` | counter | `limit` | memory store: keys evicted at the `max_keys` cap (published with `tollgate_keys`) |
+//! | `tollgate_breaker_open` | gauge | `limit` | Redis store: 1 while its circuit breaker is open, else 0 (published with `tollgate_keys`) |
+//! | `tollgate_rules_reloads_total` | counter | `result` = `ok`, `error` | reloads (the first load is not counted) |
+//!
+//! Rejections, store errors and no-key answers are logged with the limit's name (`limit` field); each
+//! decision runs in a `trace`-level span `tollgate.rules.decide`.
+
+//! With no recorder installed, a metric costs a branch.
+//!
+//! # Tracing
+//!
+//! The layers log through `tracing`. A store failure under fail-open is warned about at most once a
+//! second; a misconfiguration (a flag or option without effect) is warned about once. Keys appear in
+//! events only with [`log_keys(true)`](crate::RateLimitLayer::log_keys), and then as a short keyed
+//! hash (`#` and 12 hex digits, keyed per process) unless the key is an IP address, so that one key's
+//! events can be followed without the logs holding API keys or user ids. `RUST_LOG=tollgate=debug`
+//! gives one line per rejection in the `server` example.
+//!
+//! ```
+//! # #[cfg(feature = "metrics")] {
+//! use tollgate::{RateLimitLayer, RateLimiter, key::PeerIp};
+//!
+//! // Install the recorder (any `metrics` exporter) before building the layers, then:
+//! let limiter = RateLimiter::builder().name("api").quotas("100/minute").unwrap().build().unwrap();
+//! let layer = RateLimitLayer::new(limiter, PeerIp::default());
+//! layer.publish_stats(); // before each scrape: tollgate_keys{limit="api"}, evictions, breaker
+//! # }
+//! ```

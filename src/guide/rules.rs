@@ -1,0 +1,142 @@
+//! Rules files and reloads: limits from a TOML file (feature `rules`), matched per path and
+//! method, decided all or nothing across their keys, reloaded without losing state.
+//!
+//! Limits can come from a TOML file instead of code (feature `rules`):
+//! `tollgate::rules::Rules::memory(text, options)` (or `Rules::new` with any store, e.g. a Redis store
+//! shared by all limits), then `rules.layer()` on a router, and `rules.watch(path, interval)` to reload
+//! it. The server runs one with `cargo run --example server -- --rules examples/rules.toml`. The schema
+//! is pinned (scripts rely on it):
+//!
+//! ```toml
+//! [[limit]]
+//! name = "login"              # required, unique, [A-Za-z0-9_.-]{1,64}
+//! path = "/login"             # default "/*"; "/api/*" = "/api/" and below (not "/api"); "{x}" = one
+//!                             # non-empty segment; raw path, case-sensitive, no trailing-slash folding
+//! methods = ["POST"]          # default all; case-insensitive; HEAD is not GET
+//! key = "ip"                  # default "ip"; ip | global | header:NAME | A+B composite ("ip+header:x-user")
+//! on_missing_key = "reject"   # reject (400) | global; default from --on-missing-key
+//! strategy = "moving-window"  # the --strategy names; default sliding-window
+//! quotas = "5/minute; 20/hour"
+//! burst = 10                  # bucket strategies only; an error elsewhere
+//! cost = 1                    # units per request, default 1
+//! shadow = false              # true: decided and counted, never rejects
+//! window_offset = "8h"        # fixed-window and sliding-window only: windows follow the clock of
+//!                             # the time zone at this UTC offset ("+08:00", "-05:00", "5h30m")
+//! queue_ms = 2000             # leaky-bucket with one quota only: a shaping queue, requests wait up
+//!                             # to this long for their departure (429 at once beyond)
+//! # reserved, refused until their features land: fail_mode, concurrency
+//! ```
+//!
+//! - **Every matching limit applies, all or nothing.** The enforced limits that match a request are
+//!   decided together in one `Store::apply_all` call, in the file's order: either every one of them
+//!   spends the request's cost, or (one rejects) none does, so a rejected request spends nothing
+//!   anywhere and the `429` is the first rejecting limit's. It never over-admits. In memory the keys'
+//!   lock stripes are taken in one fixed order (no global lock) and no other request ever sees a
+//!   reservation that is then rolled back: a request that fits every limit is admitted. On Redis, one
+//!   script call decides all the limits when their keys are in one slot (single node and Sentinel:
+//!   always; Cluster: limits on the same key): one round trip per request instead of one per limit,
+//!   and no false rejection. Otherwise (a Cluster with a `global` key next to per-client keys, which
+//!   keep their own hash tags so that all traffic does not land in one slot; quota leasing on, whose
+//!   answers are local) the limits are reserved in the file's order and settled back to 0 on a
+//!   rejection: never over-admits, and a concurrent request on one of the keys may be falsely
+//!   rejected for the time of that decision. A third-party store gets the same two-phase protocol
+//!   from the trait's default.
+//! - **One limit, no rollback.** When no request can match two enforced limits of a file (checked
+//!   pairwise at load, by method and path pattern, for files of up to 64 enforced limits), a
+//!   request's one limit is decided by its limiter alone, as a plain layer does: nothing is ever
+//!   rolled back. During a reload, requests still in flight on the old rules may take the
+//!   all-or-nothing path while new ones take this one: at worst one false rejection per in-flight
+//!   rollback, never an over-admission.
+//! - **What the two-phase protocol can lose**: a settlement that fails leaves its units spent, and
+//!   a multi-limit call whose reply comes after its caller gave up is not refunded (counted in the
+//!   store's late replies): under-admission, never over. A multi-limit call that fails on Redis with
+//!   a local fallback is never sent again: each limit decides locally at once. Whether the store is
+//!   a Cluster comes from its URL, never from a connection still being made.
+//! - **A failing store blocks no other limit.** Every answer is read before acting: under
+//!   `FailurePolicy::FailClosed` the limits that admitted are given back once and the request is
+//!   answered `503`; under `FailOpen` the failed limit is skipped. A limit left unanswered counts
+//!   as failed. A request without a key for one of its limits is answered `400` before anything is
+//!   spent.
+//! - **Settlement**: a handler's `Settle` marker (`Settle::refund()` on a successful login: only
+//!   failures count) settles the request's reservation with every enforced limit of the file, or
+//!   only with the limit it names (`Settle::for_limiter`); see [settlement](super::settlement).
+//! - **Headers** follow the stacked-limiter rule: a `429` carries the rejecting limit's fields; a
+//!   success the `x-ratelimit-*` of the limit with the fewest remaining, and one IETF item per limit,
+//!   named after it, counting the limits of `RateLimitLayer`s inside and around the rules layer too.
+//! - **Errors** point at the file: `line L, column C: ...` for TOML that does not parse, an unknown field,
+//!   strategy or key, a quota that does not parse, an empty quota list, a duplicate name, a path that can
+//!   never match, a `burst` with a window strategy, a `window_offset` that does not parse or with a
+//!   strategy without clock-aligned windows, a `queue_ms` on another strategy than `leaky-bucket`, on
+//!   several quotas, on a shadow limit, with a `burst`, or shorter than one interval, and a second
+//!   `queue_ms` limit that can match a request the first one matches. The server exits 2 with it.
+//! - **Shaping queues** (`queue_ms`) work as `RateLimitLayer::queue`: each request gets its departure
+//!   when it arrives (FIFO, one interval apart, the queue's depth `queue_ms / interval + 1`), waits for
+//!   it on tokio's timer, and is forwarded with the headers of its departure. They are checked after
+//!   every other enforced limit of the request admitted it, and their slots are never given back (a
+//!   rejection by a later queue, or a refund, leaves a gap: under-admission, never two waiters in one
+//!   slot). A request waits in one queue at most: two `queue_ms` limits whose methods and
+//!   path patterns some request matches both of (`/api/*` and `/api/{v}/upload`, `/a` and `/{x}`)
+//!   are refused at load, since a request under two queues could only leave at the later departure
+//!   and share the other queue's interval with another request. A waiting request holds no capacity
+//!   of the inner service (its `poll_ready` is given back and asked again at departure).
+//! - **A limit removed and added back** (a rename and back, a line commented out and in) reloads
+//!   while requests started on older rules are still in flight: it reuses the limiter those requests
+//!   hold, so a store shared by every limit (Redis) never refuses its name, and the name of a removed
+//!   limit is released on the store when the last request holding it ends.
+//! - **In handlers**: `Rules::peek(limit, &parts)` reads a request's state under a limit (the attempts
+//!   left), `Rules::reset(limit, &parts)` forgets it (a successful login), and a `429` of the rules
+//!   layer carries `rules::RejectedBy` (the limit's name and decision) in its extensions, for an outer
+//!   layer that answers with a page of its own. `Rules::with_clock` runs the limits on another clock
+//!   (tests). The `login` example (`examples/login.rs`) puts it together: per IP + username and per
+//!   IP from a rules file, all or nothing, only failures counted.
+//! - **Reload.** The file is polled every `--reload-interval` ms (default 1000; 0 disables) and swapped
+//!   in atomically when its content hash changes; requests in flight finish on the rules they started
+//!   with. A file that does not parse, vanished, or was caught half-written is refused with a log line
+//!   (`rules reload refused`) and `tollgate_rules_reloads_total{result="error"}`; the old rules keep
+//!   serving. Each reload logs the limits added, removed, changed and started fresh. A limit whose
+//!   name, strategy, quotas and key are unchanged keeps every key's state (a changed path, method list,
+//!   cost or shadow flag keeps it too). Changed quotas convert each key's state when the key is next
+//!   seen (within the old rule's horizon): the units spent under the old rule are charged to the new
+//!   one, capped at its smallest limit, if the new list has a quota of the same period (a removed
+//!   period's count is dropped, a new one starts empty; rounding toward the stricter state; the same
+//!   on Redis). A changed strategy or key starts that limit fresh with a warning; a rename is a new
+//!   limit. Instances polling one file may run the old and the new
+//!   rules side by side for up to one interval.
+//! - **Shadow limits** (`shadow = true`) are decided and counted after the enforced limits admitted the
+//!   request; they never reject and never roll anything back, so a tighter limit can be rolled out next
+//!   to the one enforced on the same key and watched in `tollgate_requests_total{outcome="shadow_rejected"}`.
+//!   They write no headers unless `RulesOptions::shadow_headers` (`x-ratelimit-shadow-limit`,
+//!   `-remaining`, `-reset`).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use axum::{Router, body::Body, routing::post};
+//! use http::{Request, StatusCode};
+//! use tollgate::rules::{Rules, RulesOptions};
+//! use tower::ServiceExt;
+//!
+//! let rules = Rules::memory(
+//!     r#"
+//!     [[limit]]
+//!     name = "login"
+//!     path = "/login"
+//!     methods = ["POST"]
+//!     key = "global"
+//!     strategy = "moving-window"
+//!     quotas = "2/minute"
+//!     "#,
+//!     RulesOptions::default(),
+//! )
+//! .unwrap();
+//! let app = Router::new().route("/login", post(|| async { "ok" })).layer(rules.layer());
+//! let login = || Request::post("/login").body(Body::empty()).unwrap();
+//! for _ in 0..2 {
+//!     assert_eq!(app.clone().oneshot(login()).await.unwrap().status(), StatusCode::OK);
+//! }
+//! assert_eq!(app.oneshot(login()).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+//! // A file with a mistake says where: line and column.
+//! let err = Rules::memory("[[limit]]\nname = \"x\"\nquotas = \"5/fortnight\"\n", RulesOptions::default());
+//! assert!(err.unwrap_err().to_string().contains("line 3"));
+//! # }
+//! ```

@@ -1,0 +1,230 @@
+//! Stores and Redis in production: where the state lives, and what happens when the store is slow
+//! or gone.
+//!
+//! A key's state belongs to the rule it is used with, in every store: a route layer with its own
+//! rule counts only the requests it sees, and a key moved to another rule (another tier, a per-request
+//! rule) starts afresh there while its old state expires by itself ([changing limits](super::changing_limits)).
+//!
+//! - **In memory** ([`MemoryStore`](crate::store::MemoryStore), the default): for one process, or
+//!   when every instance may count on its own. Decisions are atomic per key (no lost updates under
+//!   concurrency) and cost no I/O.
+//! - **Redis** (`RedisStore` in `store::redis`, feature `redis`): when several instances must share
+//!   one limit. Single node, Cluster or Sentinel; one Lua script call per decision, time from the
+//!   Redis server (instances need not agree on the time), all keys of one logical key in one Cluster
+//!   slot (hash tags), TTLs on every key. Each call has a short timeout (50 ms by default); on a store
+//!   error the layer fails open by default (the request passes, without headers, and is counted and
+//!   logged, warned about at most once a second), answers `503` with
+//!   [`fail_closed`](crate::RateLimitLayer::fail_closed), or decides locally (below).
+//! - **Your own**: implement [`Store`](crate::store::Store); the strategies are shared, so the
+//!   arithmetic of [strategies](super::strategies) holds for any store that applies them atomically
+//!   per key.
+//!
+//! ```
+//! use tollgate::{RateLimiter, SystemClock};
+//!
+//! // A memory store of at most 100 000 keys, on the precise clock.
+//! let limiter = RateLimiter::builder()
+//!     .quotas("10/second").unwrap()
+//!     .max_keys(100_000)
+//!     .clock(SystemClock::new())
+//!     .build()
+//!     .unwrap();
+//! assert!(limiter.check_now(&42u64, 1).is_allowed());
+//! ```
+//!
+//! # The memory store
+//!
+//! - [`MemoryStore`](crate::store::MemoryStore) (default): `dashmap`, no lost updates. Under a one-quota rule of the fixed window
+//!   (clock-aligned or from the first hit), the sliding window counter (any limit up to `u32::MAX` per
+//!   period) or the buckets a key costs its own size plus 8 bytes in the map (the state packed in one
+//!   word, updated by compare-and-swap; a first-hit window whose start does not fit whole stores it
+//!   rounded up, by less than 131 µs for windows up to a day and 0.54 s for a ten-year window: the window
+//!   ends that much later, never sooner). A rule of several window quotas keeps one word per quota in the key's entry; keys
+//!   known to be blocked are answered from a small front cache without touching the map (the flood case).
+//!   The default clock (`SystemClock::suited_to` the rule) reads a process-wide time refreshed every
+//!   millisecond when every quota has windows of a second or more and buckets at least 2 ms deep, and
+//!   the precise monotonic clock otherwise: a lagging time never admits more, and the rules it is kept
+//!   from are those where a millisecond step would admit less ([`SystemClock`](crate::SystemClock)). Pass
+//!   `.clock(SystemClock::new())` for the precise clock always. Expired keys are evicted incrementally as traffic
+//!   flows (no call needed) and memory is returned, moving-window logs included as their entries expire.
+//! - The memory store is bounded by default: at most 8 x 10^6 keys (`DEFAULT_MAX_KEYS`, about 430 MiB of
+//!   one-quota `u64` keys at 56 B each), more than a single service holds by accident and a ceiling an attacker's key
+//!   flood cannot pass. Change it with `.max_keys(n)` on the limiter's builder (or
+//!   `MemoryStore::builder().max_keys(n)`); `.max_keys(usize::MAX)` lifts it. At the cap a new key makes
+//!   room by evicting the keys nearest a new key's state (fresh ones, then the least spent); a blocked key
+//!   is never evicted; and what an evicted key had spent is kept in a bounded sketch (at most 16 bytes
+//!   per capped key, 256 KiB to 64 MiB, allocated at the first such eviction), so a flood of new keys
+//!   never gives a key back quota it spent. The price is a bounded over-count: a returning evicted key,
+//!   rarely, is counted as having spent as much as another evicted key it collides with
+//!   (below). When every held key is blocked, new keys share one overflow quota and a warning is
+//!   logged.
+//! - With millions of keys a check waits on memory: each lookup touches pages spread over the whole table,
+//!   and with 4 KiB pages most miss the CPU's address cache. On glibc 2.35 or later,
+//!   `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` in the service's environment lets the allocator use
+//!   transparent huge pages: at 10^6 keys a check took 298 ns instead of 346 ns on the machine of
+//!   BENCHMARKS.md (governor: 306 instead of 367 ns).
+//!
+//! # What the key cap forgets, and its bounds
+//!
+//! At the cap a new key makes room by dropping keys whose state equals a new key's, then the keys
+//! with room *nearest a new key's state*: the least spent share of the reported quota first, and
+//! among equals those not used since the last look (a second-chance bit). Recency alone would let a
+//! flood of new keys evict, and so reset, a client that had spent 9 of its 10. A blocked key is never
+//! evicted.
+//!
+//! An evicted key that still had spent quota is folded into a sketch before it is dropped: per quota,
+//! `(units spent, time its state would be fresh)` goes into 8 cells of one array chosen by a hash of
+//! the key, its rule and the quota index; each cell keeps the maximum of the units and of the times
+//! folded into it, and empties when its time has passed. A key inserted later reads its 8 cells: if
+//! all are live, its state is restored at least as spent as the smallest units and earliest time among
+//! them say (per strategy: a window's count, a sliding counter's current or previous bucket, a moving
+//! window's entries at the latest time they could have, a bucket's `TAT`).
+//!
+//! - **Never an under-count.** Every cell a key was folded into holds at least its units and time
+//!   until that time passes, so the smallest over its cells is still an upper bound. Times are kept
+//!   in steps of 2^20 ns, rounded up: a restored state may count up to about 1 ms longer.
+//! - **Memory bound.** `max(2^15, 2 x max_keys)` cells rounded up to a power of two, at most 2^23:
+//!   16 bytes per capped key, between 256 KiB and 64 MiB (64 MiB at the default cap), allocated at
+//!   the first eviction of a key with spent quota.
+//! - **False-reject bound.** A key (new or returning) is over-counted only when all 8 of its cells
+//!   also hold another evicted key's larger record; with `n` live records in `m` cells that happens
+//!   with probability about `(1 - e^(-8n/m))^8`: under 10^-5 while `n <= m/64`, 5 x 10^-4 at
+//!   `n = m/16`, tending to 1 when a flood of many times the cap saturates the cells within one
+//!   horizon. The over-count is then at most the largest record among its cells. An attacker whose
+//!   flood keys each spend all but one of their limit (and so stay evictable) can, once the cells
+//!   saturate, make new keys start with as little as 1 left until the flood's records expire (one
+//!   horizon): the price of never forgetting with bounded memory. Set the cap well above the
+//!   legitimate key count, so that eviction is rare.
+//! - A peek at an evicted key reports it as new (a peek does not consult the sketch); its next check
+//!   is counted as restored. A key held under a rule the store has not seen a key inserted with (a
+//!   tier change on an existing key) is recorded as fully spent until its state would be fresh
+//!   (over-count, never less); so are keys of rules beyond the 4096 distinct rules remembered.
+//! - After a clock step back, a key that the blocked-key cache holds is answered as blocked at that
+//!   earlier time (its rejection is true for that time), where the map alone may admit. Never an
+//!   extra admission.
+//!
+//! # Redis in production: overload, outages, TLS, Sentinel
+//!
+//! - **Overload is not an outage.** The store keeps at most 256 calls in flight
+//!   (`RedisStoreBuilder::max_in_flight`); a check waits for a slot only until its timeout (50 ms by
+//!   default), never longer. A check that gets no slot or no reply in time while Redis is answering other
+//!   calls (any reply within the last 2 s, connection intact) is **shed**: rejected locally (`429`,
+//!   `Retry-After: 1`), never admitted and never a 5xx, in every failure policy. A shed check whose reply
+//!   comes late and admitted is refunded at its own time. Bound: a key is never admitted past its limit by
+//!   overload, on one instance or many, for one hot key or many keys (each key is still decided by Redis or
+//!   rejected). A hung Redis is shed for its first 2 s, then handled as an outage. A caller whose own
+//!   timer fired a whole timeout late (a process starved by the flood, its reply reader with it) sheds
+//!   too, rather than failing open. A sent call keeps its slot until its reply comes (at most the
+//!   timeout + 1 s), so at most 256 stale calls queue in front of a stalled server; the refund of a
+//!   late admission waits up to the timeout + 1 s more (no caller waits for it).
+//!   `RedisStore::counters()` reports shed, timed-out, late and refunded calls.
+//! - **Many keys: shedding is per store, not per key.** While the store is overloaded, a check of any
+//!   key may be shed, not only of the flooded one: a false rejection (`429`, `Retry-After: 1`) of a key
+//!   that had quota left. It spends nothing of that key's quota (a late admission is refunded; a refund
+//!   that fails too is counted as `late_admitted - late_refunded`), and it ends with the overload: calls
+//!   in flight finish within the timeout + 1 s, then the key's next check is decided by Redis. A flood on
+//!   one key that Redis has blocked costs about one call per second per instance (the cache below), so it
+//!   sheds other keys mainly while that key is still being admitted.
+//! - **Blocked-key cache on by default** (10,000 keys): a key Redis rejected is answered locally until its
+//!   wait is over, but at most 1 s (`block_cache_staleness`), so a reset or refund through another instance
+//!   is seen within 1 s; under a flood on one key Redis sees about one call per second per instance.
+//! - **Outages** (connection refused or lost, no reply for 2 s, error replies such as `OOM`) go to the
+//!   failure policy: **open** (the layer's default: let the request through, counted in
+//!   `Stats::fail_open`), **closed** (`503`), or **local** (`RedisStoreBuilder::local_fallback(instances)`:
+//!   an in-memory limiter of the same rule with each limit divided by `instances`; keys Redis reported
+//!   blocked stay blocked for the wait it reported; local decisions carry their headers and are counted in
+//!   `counters().local_allowed/local_rejected`). The library default stays fail-open, because a rate limiter
+//!   that takes the service down with its store is usually the worse failure; choose local when the limit
+//!   protects something (logins, paid APIs), closed when nothing may pass unchecked. Bound in local mode:
+//!   at most the limit per key per outage across `instances` instances (plus what Redis had admitted).
+//! - **Circuit breaker**, for every policy: after 5 consecutive outage failures the store stops calling
+//!   Redis and answers by the policy at once (no timeout per request); every 500 ms one call probes Redis,
+//!   and its reply closes the circuit (`circuit_breaker(failures, cool_down)`).
+//! - **Start-up**: an unreachable Redis does not fail `build()`: the store serves by its policy and connects
+//!   in the background (an attempt every 250 ms, each at most 750 ms), limiting from the first call after
+//!   Redis accepts connections. Redis answering and refusing (a wrong password, an unknown TLS CA) fails
+//!   at start with the server's own words (`WRONGPASS invalid username-password pair ...`), never the
+//!   password.
+//! - **TLS** (rustls, no OpenSSL): `rediss://host:port`, `rediss+cluster://H1:P1,H2:P2` and
+//!   `rediss+sentinel://...` (TLS to the sentinels and to the primary), with the web roots by default, or `tls_ca_file(PEM)` for a private CA and `tls_client_cert(cert, key)` for servers
+//!   that require client certificates. TLS options with a plain URL are an error.
+//! - **Sentinel**: `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`.
+//!   The store asks the sentinels for the primary, again whenever the connection fails or a demoted
+//!   primary answers `READONLY`, and every 250 ms (a demoted primary that stays up keeps accepting writes
+//!   until the sentinels reconfigure it, up to 10 s later). Bound across a failover: Redis replication is
+//!   asynchronous, so the counts the old primary had not yet replicated are lost, and so are the checks a
+//!   live old primary took after the promotion, before the store switched (at most 250 ms of them); each
+//!   key may admit that many again (at most its limit). Decisions made during the switch (seconds: the
+//!   sentinels' `down-after-milliseconds` plus the election) follow the policy. Redis's
+//!   `min-replicas-to-write` / `min-replicas-max-lag` turn a lagging or isolated primary's writes into
+//!   errors (the policy) instead of lost counts.
+//! - **Cluster failover**: the store follows `MOVED` after a failover and, if the `redis` crate's Cluster
+//!   connection stays stuck after one, builds a new one when a probe of the open circuit fails. The
+//!   circuit breaker is per store: while a master is down (the node timeout plus the replica's election)
+//!   it can open, and then every key follows the failure policy, not only the keys of that master's
+//!   slots.
+//!
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tollgate::store::redis::RedisStore;
+//! use tollgate::{RateLimiter, Strategy};
+//!
+//! // Three instances share a login limit; during an outage each decides locally with a third of it.
+//! let store = RedisStore::builder("rediss+sentinel://:secret@10.0.0.5:26379,10.0.0.6:26379/main")
+//!     .tls_ca_file("/etc/ssl/private-ca.pem")
+//!     .timeout(Duration::from_millis(20))
+//!     .circuit_breaker(5, Duration::from_millis(500))
+//!     .local_fallback(3)
+//!     .build()
+//!     .await?;
+//! let limiter = RateLimiter::builder()
+//!     .strategy(Strategy::MovingWindow)
+//!     .quotas("5/15m")?
+//!     .store(store)
+//!     .build()?;
+//! # let _: RateLimiter<String, _> = limiter;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Errors
+//!
+//! Two kinds, never mixed: what can be fixed only by changing the configuration, found when
+//! something is built, and what a store fails to do per call.
+//!
+//! - [`ConfigError`](crate::ConfigError) at build time: a quota, rule, name or queue that cannot
+//!   work, and for the Redis store a URL, key prefix or TLS option or file that cannot
+//!   ([`ConfigError::RedisUrl`](crate::ConfigError::RedisUrl): a scheme, Sentinel or Cluster URL
+//!   that cannot work; [`RedisPrefix`](crate::ConfigError::RedisPrefix): a brace or more than 64
+//!   bytes; [`TlsNeedsTlsUrl`](crate::ConfigError::TlsNeedsTlsUrl): a CA bundle or client
+//!   certificate with a plain URL; [`TlsFile`](crate::ConfigError::TlsFile): a TLS file missing,
+//!   unreadable or not PEM), found before any connection. Its message says what to fix (a URL's
+//!   password masked). A rules file's mistakes are `RulesError`s with their line and column
+//!   ([rules](super::rules)).
+//! - [`StoreError`](crate::StoreError) per call (and when a store that answered refuses to connect):
+//!   its [`kind`](crate::StoreError::kind) drives the failure policy; its message, what logs print,
+//!   is complete; [`source`](std::error::Error::source) is the cause (on Redis, the
+//!   `redis::RedisError`, for `downcast_ref`).
+//! - [`BuildError`](crate::BuildError), from building a store that connects
+//!   (`RedisStoreBuilder::build`, `RedisStore::connect`), is one or the other:
+//!   `BuildError::Config` for a mistake in the settings, `BuildError::Store` when Redis answered and
+//!   refused.
+//!
+//! ```
+//! use tollgate::{BuildError, ConfigError};
+//! # #[cfg(feature = "redis")]
+//! # async fn demo() {
+//! use tollgate::store::redis::RedisStore;
+//!
+//! match RedisStore::builder("redis://127.0.0.1:6379").prefix("api{v2}:").build().await {
+//!     Err(BuildError::Config(ConfigError::RedisPrefix(p))) => eprintln!("fix the prefix {p:?}"),
+//!     Err(BuildError::Config(e)) => eprintln!("fix the settings: {e}"),
+//!     Err(e) => eprintln!("Redis refused: {e}"),
+//!     Ok(_store) => {}
+//! }
+//! # }
+//! # let _ = std::marker::PhantomData::<(BuildError, ConfigError)>;
+//! ```
