@@ -59,14 +59,16 @@
 //! metrics, gRPC, settlement, concurrency, shaping queues and time zones, changing limits.
 //!
 //! # Features
+//! Only `axum` is on by default; the others opt in.
 //! - `axum` (default): the peer-IP extractor also reads axum's `ConnectInfo<SocketAddr>`.
-//! - `redis`: [`store::redis::RedisStore`], single node and Cluster.
+//! - `redis`: `store::redis::RedisStore`: single node, Cluster, Sentinel, TLS.
+//! - `tonic`: the peer-IP extractor also reads tonic's `TcpConnectInfo`.
 //! - `metrics` (on with `rules`): every rate-limit layer records the `tollgate_*` metrics through
-//!   the `metrics` facade ([`metrics`]).
-//! - `rules` (default): limits from a TOML rules file, reloaded without losing state, with
-//!   metrics through the `metrics` facade ([`rules`]).
-//! - `serde`: `Serialize`/`Deserialize` on [`Quota`], [`Strategy`], [`Rule`] and the layer's
-//!   options.
+//!   the `metrics` facade (`tollgate::metrics`).
+//! - `rules`: limits from a TOML rules file, reloaded without losing state, with metrics through
+//!   the `metrics` facade (`tollgate::rules`).
+//! - `serde` (on with `rules`): `Serialize`/`Deserialize` on [`Quota`], [`Strategy`], [`Rule`]
+//!   and the layer's options.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics outside tests: a panic on the request path takes the service down.
 #![cfg_attr(
