@@ -133,7 +133,7 @@ pub(crate) use layer::{in_ticks, queue_quota};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
-    RATELIMIT, RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
+    RATELIMIT, RATELIMIT_POLICY, Refusal, RejectedBy, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
     X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;

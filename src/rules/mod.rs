@@ -116,6 +116,7 @@ pub use file::{
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
+pub use crate::layer::RejectedBy;
 use crate::layer::response::{
     HeaderConfig, Reported, rejected_inside, write_allowed_headers, write_headers,
 };
@@ -1044,18 +1045,6 @@ enum Verdict<B> {
         shadow: Option<(usize, Decision)>,
         wait: Duration,
     },
-}
-
-/// Which limit of a rules file rejected a request, and its decision: in the extensions of the
-/// `429` the rules layer answers, so that an outer layer can answer with a page of its own (the
-/// `login` example does).
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct RejectedBy {
-    /// The limit's name.
-    pub limit: Arc<str>,
-    /// Its decision (the wait is [`Decision::retry_after`]).
-    pub decision: Decision,
 }
 
 /// Waits on tokio's timer for the departure of a request admitted by shaping queues, then reads

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub use key::StoreKey;
+pub(crate) use memory::TableHint;
 pub use memory::{DEFAULT_MAX_KEYS, MAX_SKETCH_BYTES, MemoryStore, MemoryStoreBuilder};
-pub(crate) use memory::{QuotaWords, TableHint, first_hit_grain};
 
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
