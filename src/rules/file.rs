@@ -12,6 +12,12 @@ use crate::{Rule, Strategy, WindowOffset, validate_name};
 /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
 pub const MAX_RULES_FILE_BYTES: usize = 16 << 20;
 
+/// The most limits a rules file may have.
+pub const MAX_LIMITS: usize = 10_000;
+
+/// The most entries a limit's `methods` may list.
+pub const MAX_METHODS: usize = 16;
+
 /// A rules file that cannot be used: where (1-based line and column, when known) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RulesError {
@@ -254,6 +260,12 @@ impl PathPattern {
         if !text.starts_with('/') {
             return Err(format!("path {text:?} must start with \"/\""));
         }
+        if text.contains(|c: char| c.is_ascii_control() || c == ' ') {
+            return Err(format!(
+                "path {text:?} can never match: a request path holds no space or control \
+                 character (NUL included)"
+            ));
+        }
         if text.contains(['?', '#']) {
             return Err(format!(
                 "path {text:?} can never match: a request path holds no \"?\" or \"#\""
@@ -401,7 +413,8 @@ impl RulesFile {
     /// unknown field, strategy or key, a quota that does not parse, a duplicate or invalid name,
     /// a path that can never match, a `burst` with a window strategy, a `window_offset` that does
     /// not parse or with a strategy without clock-aligned windows, a `queue_ms` that a queue
-    /// cannot honour, a reserved field.
+    /// cannot honour, a reserved field, more than [`MAX_LIMITS`] limits or [`MAX_METHODS`]
+    /// methods in one limit.
     pub fn parse(text: &str) -> Result<Self, RulesError> {
         if text.len() > MAX_RULES_FILE_BYTES {
             return Err(RulesError::whole(format!(
@@ -413,8 +426,14 @@ impl RulesFile {
             .map_err(|e| RulesError::at(text, e.span(), e.message().trim_end().to_owned()))?;
         let mut limits: Vec<LimitSpec> = Vec::with_capacity(repr.limit.len());
         let mut names = std::collections::HashSet::new();
-        for l in repr.limit {
+        for (n, l) in repr.limit.into_iter().enumerate() {
             let err = |span: Range<usize>, m: String| RulesError::at(text, Some(span), m);
+            if n == MAX_LIMITS {
+                return Err(err(
+                    l.name.span(),
+                    format!("more than {MAX_LIMITS} limits: a rules file may have {MAX_LIMITS}"),
+                ));
+            }
             let name = l.name.get_ref().clone();
             validate_name(&name).map_err(|e| err(l.name.span(), e.to_string()))?;
             if !names.insert(name.clone()) {
@@ -433,6 +452,12 @@ impl RulesFile {
                 None => PathPattern::parse("/*")?,
             };
             let mut methods = Vec::new();
+            if let Some(extra) = l.methods.iter().flatten().nth(MAX_METHODS) {
+                return Err(err(
+                    extra.span(),
+                    format!("more than {MAX_METHODS} methods: a limit may list {MAX_METHODS}"),
+                ));
+            }
             for m in l.methods.iter().flatten() {
                 let upper = m.get_ref().to_ascii_uppercase();
                 let method = Method::from_bytes(upper.as_bytes())
@@ -660,6 +685,8 @@ mod tests {
             ("path = \"login\"", "start with"),
             ("path = \"/a/*/b\"", "final"),
             ("path = \"/a?b=1\"", "never match"),
+            ("path = \"/a\\u0000b\"", "NUL"),
+            ("path = \"/a b\"", "never match"),
             ("path = \"/a/x{id}\"", "braces"),
             ("path = \"/a/{}\"", "segment"),
             ("methods = [\"\"]", "not a method"),
@@ -866,5 +893,44 @@ mod tests {
         }
         let plain = two("path = \"/a\"", "").replace("queue_ms = 1000\n\n", "\n");
         RulesFile::parse(&plain).unwrap();
+    }
+
+    #[test]
+    fn a_file_may_have_max_limits_and_a_limit_max_methods_but_no_more() {
+        let limits = |n: usize| -> String {
+            (0..n)
+                .map(|i| {
+                    format!("[[limit]]\nname = \"l{i}\"\npath = \"/p{i}\"\nquotas = \"5/minute\"\n")
+                })
+                .collect()
+        };
+        assert_eq!(
+            RulesFile::parse(&limits(MAX_LIMITS)).unwrap().limits.len(),
+            MAX_LIMITS
+        );
+        let e = RulesFile::parse(&limits(MAX_LIMITS + 1)).unwrap_err();
+        assert!(e.message().contains("more than 10000 limits"), "{e}");
+        assert_eq!(
+            e.position(),
+            Some((4 * MAX_LIMITS + 2, 8)),
+            "at the extra limit's name"
+        );
+
+        let methods = |n: usize| -> String {
+            let list: Vec<String> = (0..n).map(|i| format!("\"M{i}\"")).collect();
+            format!(
+                "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nmethods = [{}]\n",
+                list.join(", ")
+            )
+        };
+        assert_eq!(
+            RulesFile::parse(&methods(MAX_METHODS)).unwrap().limits[0]
+                .methods
+                .len(),
+            MAX_METHODS
+        );
+        let e = RulesFile::parse(&methods(MAX_METHODS + 1)).unwrap_err();
+        assert!(e.message().contains("more than 16 methods"), "{e}");
+        assert_eq!(e.position().map(|(line, _)| line), Some(4));
     }
 }

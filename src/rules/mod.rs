@@ -34,7 +34,9 @@
 //! is answered `400` before anything is spent), then the limits are decided together in one
 //! [`Store::apply_all`] call, in the file's order: every limit spends its cost, or, when one
 //! rejects, none does, so a rejected request spends nothing anywhere once its decision completes;
-//! the `429` is the first rejecting limit's. It never over-admits (each limit admits only within
+//! the `429` is the rejecting limit's with the longest `Retry-After` (on the memory store every
+//! limit is checked, so the longest wait is known; a store ending its answer at the first
+//! rejection names that one). It never over-admits (each limit admits only within
 //! its own quota). How the store keeps it atomic:
 //!
 //! - **Memory**: the items' lock stripes are taken in one fixed order (no global lock), and the
@@ -110,8 +112,8 @@ use tower_service::Service;
 use tracing::Instrument as _;
 
 pub use file::{
-    KeyPart, KeySpec, LimitSpec, MAX_RULES_FILE_BYTES, MissingKey, PathPattern, RulesError,
-    RulesFile,
+    KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
+    PathPattern, RulesError, RulesFile,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
@@ -567,7 +569,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
 
     /// Polls `path` every `every` (at least 50 ms) on the tokio runtime and reloads it when its
     /// content changes and then holds still for 25 ms (a file caught in the middle of an in-place
-    /// write is not loaded; an empty one is refused). The task ends when every [`Rules`] handle and layer is dropped. A file
+    /// write is not loaded; an empty one is refused). A new file is parsed and compiled on a
+    /// blocking thread (requests go on meanwhile on the old rules) and swapped in at once. The
+    /// task ends when every [`Rules`] handle and layer is dropped. A file
     /// that stays invalid is reported once per content, not once per poll.
     pub fn watch(&self, path: impl Into<PathBuf>, every: Duration) -> tokio::task::JoinHandle<()> {
         let path = path.into();
@@ -603,9 +607,13 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                     Ok(again) if again == text => {}
                     _ => continue,
                 }
-                match rules.reload_text(&text) {
-                    Ok(_) => refused = None,
-                    Err(_) => refused = Some(hash),
+                // Parsing and compiling a large file takes a while: on a blocking thread, so the
+                // runtime's workers keep serving requests on the old rules until the swap.
+                let compiling = rules.clone();
+                match tokio::task::spawn_blocking(move || compiling.reload_text(&text)).await {
+                    Ok(Ok(_)) => refused = None,
+                    Ok(Err(_)) => refused = Some(hash),
+                    Err(e) => tracing::error!(error = %e, "rules reload failed to run"),
                 }
             }
         })
@@ -1326,13 +1334,14 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     };
     drop((one, many));
     // Every answer is read before acting on any: on the two-phase path a failed item blocks no
-    // other, so items after it may hold a reservation, and a rejection (the last answer) means
-    // the store already settled the admitted ones to 0.
+    // other, so items after it may hold a reservation, and a rejection means the store already
+    // settled the admitted ones to 0. The 429 is the rejection with the longest wait (one whose
+    // cost can never be admitted first), so a client never retries too early.
     let mut got: Vec<Option<Result<Decision, StoreError>>> = held.iter().map(|_| None).collect();
     let mut rejected: Option<(usize, Decision)> = None;
     for (i, answer) in answers {
         if let Ok(d) = &answer {
-            if !d.is_allowed() && rejected.is_none() {
+            if !d.is_allowed() && rejected.is_none_or(|(_, r)| waits_longer(d, &r)) {
                 rejected = Some((i, *d));
             }
         }
@@ -1344,25 +1353,14 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         let Some(limit) = held.get(at).and_then(|h| compiled.limits.get(h.index)) else {
             return Ok(Vec::new());
         };
-        // The store gave back what the items before the rejection reserved; an answer after it
-        // (a store breaking the contract) is given back here.
-        let mut after: Vec<Held> = Vec::new();
-        for (n, (mut h, a)) in held.into_iter().zip(got).enumerate() {
-            match a {
-                Some(Ok(d)) if n > at && d.is_allowed() => {
-                    h.decision = d;
-                    after.push(h);
+        for (h, a) in held.iter().zip(got) {
+            if let Some(Err(e)) = a {
+                if let Some(failed) = compiled.limits.get(h.index) {
+                    failed.metrics.store_errors.increment(1);
+                    tracing::warn!(limit = %failed.spec.name, error = %e, "rate-limit store error");
                 }
-                Some(Err(e)) => {
-                    if let Some(failed) = compiled.limits.get(h.index) {
-                        failed.metrics.store_errors.increment(1);
-                        tracing::warn!(limit = %failed.spec.name, error = %e, "rate-limit store error");
-                    }
-                }
-                _ => {}
             }
         }
-        rollback(compiled, &after).await;
         return Err(rejection(limit, d));
     }
     let mut failed: Option<StoreError> = None;
@@ -1401,6 +1399,16 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     // A limit whose store failed open holds nothing.
     held.retain(|h| h.decision.is_allowed());
     Ok(held)
+}
+
+/// Whether rejection `a` asks the client to wait longer than `b`: a cost that can never be
+/// admitted (no `Retry-After`) before any wait, then the longer wait.
+fn waits_longer(a: &Decision, b: &Decision) -> bool {
+    match (a.retry_after(), b.retry_after()) {
+        (None, Some(_)) => true,
+        (Some(x), Some(y)) => x > y,
+        _ => false,
+    }
 }
 
 /// An item of a rules file's [`Store::apply_all`] call.
