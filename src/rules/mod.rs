@@ -508,10 +508,20 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     /// [`RulesError`] for a file that cannot be used: the old rules stay (logged at `error` and
     /// counted in `tollgate_rules_reloads_total{result="error"}`).
     pub fn reload_text(&self, text: &str) -> Result<Option<ReloadReport>, RulesError> {
+        self.reload(text).map(|(report, _old)| report)
+    }
+
+    /// [`Rules::reload_text`], handing back the rules it replaced (to be dropped off the request
+    /// path: see [`retire`]).
+    #[allow(clippy::type_complexity)]
+    fn reload(
+        &self,
+        text: &str,
+    ) -> Result<(Option<ReloadReport>, Option<Arc<Compiled<St, C>>>), RulesError> {
         let hash = content_hash(text.as_bytes());
         let mut loaded = self.shared.loaded.lock();
         if *loaded == hash {
-            return Ok(None);
+            return Ok((None, None));
         }
         let mut report = ReloadReport::default();
         let result = if text.trim().is_empty() {
@@ -524,7 +534,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         };
         match result {
             Ok(compiled) => {
-                self.shared.current.store(Arc::new(compiled));
+                let old = self.shared.current.swap(Arc::new(compiled));
                 *loaded = hash;
                 self.shared.reloads.ok.increment(1);
                 tracing::info!(
@@ -541,7 +551,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                         "rules reload: strategy or key changed: the limit starts fresh"
                     );
                 }
-                Ok(Some(report))
+                Ok((Some(report), Some(old)))
             }
             Err(e) => {
                 self.shared.reloads.error.increment(1);
@@ -610,8 +620,18 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                 // Parsing and compiling a large file takes a while: on a blocking thread, so the
                 // runtime's workers keep serving requests on the old rules until the swap.
                 let compiling = rules.clone();
-                match tokio::task::spawn_blocking(move || compiling.reload_text(&text)).await {
-                    Ok(Ok(_)) => refused = None,
+                let reload = move || {
+                    let (result, old) = match compiling.reload(&text) {
+                        Ok((_, old)) => (Ok(()), old),
+                        Err(e) => (Err(e), None),
+                    };
+                    if let Some(old) = old {
+                        retire(old);
+                    }
+                    result
+                };
+                match tokio::task::spawn_blocking(reload).await {
+                    Ok(Ok(())) => refused = None,
                     Ok(Err(_)) => refused = Some(hash),
                     Err(e) => tracing::error!(error = %e, "rules reload failed to run"),
                 }
@@ -752,6 +772,20 @@ fn own_rule<St: Store<Vec<u8>>, C: Clock>(
         .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)).caused_by(e))?;
     Ok(Some(spec.rule.clone()))
 }
+
+/// Drops the rules a reload replaced on this thread (a blocking one of [`Rules::watch`]), not
+/// on a request's: freeing thousands of limits takes a while. Waits up to [`RETIRE_WAIT`] for the requests still deciding
+/// on them; after that the last of them drops what is left.
+fn retire<T>(old: Arc<T>) {
+    let start = std::time::Instant::now();
+    while Arc::strong_count(&old) > 1 && start.elapsed() < RETIRE_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(old);
+}
+
+/// How long a reload waits for the requests still on the rules it replaced (see [`retire`]).
+const RETIRE_WAIT: Duration = Duration::from_millis(200);
 
 /// How long a changed rules file must keep the same content before it is loaded.
 const SETTLE_TIME: Duration = Duration::from_millis(25);
