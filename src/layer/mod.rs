@@ -137,6 +137,8 @@ pub use response::{
     X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
+#[cfg(feature = "rules")]
+pub(crate) use settle::warn_bad_value;
 pub use settle::{SettleFrom, UsedUnits};
 
 #[allow(unused_imports)]

@@ -108,6 +108,7 @@ struct LimitRepr {
     concurrency: Option<Spanned<toml::Value>>,
     window_offset: Option<Spanned<String>>,
     queue_ms: Option<Spanned<u64>>,
+    settle: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -380,6 +381,44 @@ pub struct LimitSpec {
     /// is then the queue's: the leaky bucket's one quota with a burst of the queue's depth
     /// (`queue_ms / T + 1` places, `T = period / limit`).
     pub queue: Option<std::time::Duration>,
+    /// Where the request's actual cost comes from once the handler answered (`settle`); `None`:
+    /// the estimate (`cost`) stands, unless a [`Settle`](crate::layer::Settle) marker names the
+    /// limit.
+    pub settle: Option<SettleSpec>,
+}
+
+/// Where a limit of a rules file learns what a request actually cost (its `settle` field).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettleSpec {
+    /// `"marker"`: a [`Settle`](crate::layer::Settle) marker without a limiter name, as well as
+    /// one naming the limit (which every limit takes).
+    Marker,
+    /// `"header:NAME"`: the response header `NAME`, a decimal count of units, as
+    /// [`SettleFrom::header`](crate::layer::SettleFrom::header).
+    Header(HeaderName),
+}
+
+impl SettleSpec {
+    fn parse_text(text: &str) -> Result<Self, String> {
+        if text == "marker" {
+            return Ok(Self::Marker);
+        }
+        if let Some(name) = text.strip_prefix("header:") {
+            return HeaderName::from_bytes(name.as_bytes())
+                .map(Self::Header)
+                .map_err(|_| format!("settle {text:?}: {name:?} is not a header name"));
+        }
+        if text.starts_with("trailer:") {
+            return Err(format!(
+                "settle {text:?}: a rules file settles before the response leaves (marker or \
+                 header:NAME); a trailer comes after the body, which a rules limit does not wait for"
+            ));
+        }
+        Err(format!(
+            "settle {text:?}: expected \"marker\" or \"header:NAME\""
+        ))
+    }
 }
 
 impl LimitSpec {
@@ -536,7 +575,12 @@ impl RulesFile {
                 }
                 rule = rule.with_window_offset(offset);
             }
+            let settle = match &l.settle {
+                Some(v) => Some(SettleSpec::parse_text(v.get_ref()).map_err(|m| err(v.span(), m))?),
+                None => None,
+            };
             let spec = LimitSpec {
+                settle,
                 name,
                 path,
                 methods,
@@ -698,6 +742,9 @@ mod tests {
             ("window_offset = 8", "string"),
             ("queue_ms = 10", "leaky-bucket"),
             ("queue_ms = -1", "-1"),
+            ("settle = \"markers\"", "expected"),
+            ("settle = \"header:a b\"", "header name"),
+            ("settle = \"trailer:x-used\"", "trailer"),
         ] {
             let text = if field.starts_with("name") {
                 format!("[[limit]]\n{field}\nquotas = \"1/second\"\n")

@@ -17,6 +17,7 @@
 //! shadow = false              # true: decided and counted, never rejects
 //! window_offset = "8h"        # fixed-window, sliding-window: windows in that time zone's clock
 //! queue_ms = 2000             # leaky-bucket, one quota: a shaping queue, at most this long a wait
+//! settle = "marker"           # marker | header:NAME: where the actual cost comes from
 //! ```
 //!
 //! A limit with `queue_ms` is a shaping queue, as [`RateLimitLayer::queue`](crate::RateLimitLayer::queue):
@@ -69,9 +70,15 @@
 //! settles those to 0). Shadow limits are checked after the enforced ones admitted the request:
 //! they are counted and never reject or roll anything back.
 //!
-//! A handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful login: only failures
-//! count) settles the request's reservation with every enforced limit of the file, or only with the
-//! limit it names ([`Settle::for_limiter`]).
+//! Settlement (`settle`): a handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful
+//! login: only failures count) settles the request's reservation with the limit it names
+//! ([`Settle::for_limiter`]: every limit takes a marker named for it), and an unnamed one with
+//! every matching limit whose `settle` is `marker`; a file with no such limit leaves an unnamed
+//! marker to the layer around it (never a global limit's count by accident). `settle =
+//! "header:NAME"` settles to the response header `NAME` (a decimal count; missing, unusable or
+//! repeated: the estimate stands, warned once per limit) before the response leaves; a value above
+//! what was left is charged in full (the key's debt carries, as with
+//! [`SettleFrom`](crate::layer::SettleFrom)). Shadow limits settle like enforced ones.
 //!
 //! Headers follow the stacked-limiter rule: on a `429` the rejecting limit's; on a success the
 //! `x-ratelimit-*` fields of the limit with the fewest remaining, and one IETF item per limit.
@@ -113,7 +120,7 @@ use tracing::Instrument as _;
 
 pub use file::{
     KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
-    PathPattern, RulesError, RulesFile,
+    PathPattern, RulesError, RulesFile, SettleSpec,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
@@ -124,6 +131,7 @@ use crate::layer::response::{
 };
 use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
+    SettleFrom, warn_bad_value,
 };
 use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, StoreErrorKind, SystemClock};
@@ -228,6 +236,10 @@ struct Limit<St, C> {
     missing_global: bool,
     headers: HeaderConfig,
     metrics: LimitMetrics,
+    /// The response header a `settle = "header:NAME"` limit reads.
+    settle_from: Option<SettleFrom>,
+    /// Whether an unusable settle value was warned about (once per limit).
+    settle_warned: std::sync::atomic::AtomicBool,
 }
 
 /// The rule a limit had before its quotas changed, and until when a key may still hold state under
@@ -717,6 +729,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
                     == MissingKey::Global,
                 metrics: LimitMetrics::new(&spec.name),
+                settle_from: match &spec.settle {
+                    Some(SettleSpec::Header(name)) => Some(SettleFrom::header(name.clone())),
+                    _ => None,
+                },
+                settle_warned: std::sync::atomic::AtomicBool::new(false),
                 headers,
                 limiter,
                 spec,
@@ -836,6 +853,27 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
                     .store_latency
                     .record(start.elapsed().as_secs_f64());
                 result
+            }
+        }
+    }
+
+    /// Whether this limit settles with `marker`: one naming it, or an unnamed one when the
+    /// limit's `settle` is `marker`.
+    fn takes(&self, marker: &Settle) -> bool {
+        match marker.limiter() {
+            Some(name) => name == self.spec.name,
+            None => self.spec.settle == Some(SettleSpec::Marker),
+        }
+    }
+
+    /// The units the response reports for a `settle = "header:NAME"` limit; `None` (the
+    /// estimate stands) without one or for a value it cannot use (warned once).
+    fn settle_value<B>(&self, res: &Response<B>) -> Option<u32> {
+        match self.settle_from.as_ref()?.read_head(res) {
+            Ok(units) => units,
+            Err(bad) => {
+                warn_bad_value(&self.settle_warned, &self.spec.name, bad);
+                None
             }
         }
     }
@@ -1057,6 +1095,7 @@ where
                     mut allowed,
                     shadow,
                     wait,
+                    mut shadows,
                 } => {
                     if !wait.is_zero() {
                         // Give back what the ready service holds (e.g. a concurrency permit)
@@ -1067,7 +1106,7 @@ where
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     }
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
-                    settle(&compiled, &mut allowed, res.extensions_mut()).await;
+                    settle(&compiled, &mut allowed, &mut shadows, &mut res).await;
                     write_success_headers(&compiled, &shared.options, &allowed, shadow, &mut res);
                     Ok(res)
                 }
@@ -1086,6 +1125,8 @@ enum Verdict<B> {
         allowed: Vec<Held>,
         shadow: Option<(usize, Decision)>,
         wait: Duration,
+        /// The shadow limits that admitted the request: settled like enforced ones.
+        shadows: Vec<Held>,
     },
 }
 
@@ -1109,31 +1150,39 @@ async fn depart<St: Store<Vec<u8>>, C: Clock>(
     }
 }
 
-/// Settles the reservations of the forwarded request as the handler's [`Settle`] marker says (if
-/// any): with every limit of the file, or only the one it names; counts the units spent. A shaping
-/// queue's slot is never given back (two waiters would share one departure).
-async fn settle<St: Store<Vec<u8>>, C: Clock>(
+/// Settles the reservations of the forwarded request (enforced limits, then shadow ones) to what
+/// the response says it cost, and counts the units spent. A limit takes a [`Settle`] marker named
+/// for it, and an unnamed one when its `settle` is `marker` (the marker is then taken out: an
+/// enclosing layer never settles it again; a file without such a limit leaves an unnamed marker
+/// to the layer around it); a `settle = "header:NAME"` limit reads that header (a value it
+/// cannot use leaves the estimate, warned once per limit). A shaping queue's slot is never given
+/// back (two waiters would share one departure).
+async fn settle<St: Store<Vec<u8>>, C: Clock, B>(
     compiled: &Compiled<St, C>,
     allowed: &mut [Held],
-    extensions: &mut http::Extensions,
+    shadows: &mut [Held],
+    res: &mut Response<B>,
 ) {
-    let marker = extensions.get::<Settle>().cloned();
+    let marker = res.extensions().get::<Settle>().cloned();
     let mut taken = false;
-    for h in allowed.iter_mut() {
+    for h in allowed.iter_mut().chain(shadows.iter_mut()) {
         let Some(limit) = compiled.limits.get(h.index) else {
             continue;
         };
         let mut units = limit.spec.cost;
-        if let Some(m) = marker
-            .as_ref()
-            .filter(|m| limit.spec.queue.is_none() && m.is_for(&limit.spec.name))
-        {
-            if let Some(r) = h.decision.reservation() {
+        let wanted = match marker.as_ref().filter(|m| limit.takes(m)) {
+            Some(m) => {
                 taken = true;
-                match limit.apply(&h.key, Op::settle(r, m.charged())).await {
+                Some(m.charged())
+            }
+            None => limit.settle_value(res),
+        };
+        if let Some(wanted) = wanted.filter(|_| limit.spec.queue.is_none()) {
+            if let Some(r) = h.decision.reservation() {
+                match limit.apply(&h.key, Op::settle(r, wanted)).await {
                     Ok(d) => {
                         h.decision = d;
-                        units = m.charged();
+                        units = wanted;
                     }
                     Err(e) => {
                         limit.metrics.store_errors.increment(1);
@@ -1145,7 +1194,7 @@ async fn settle<St: Store<Vec<u8>>, C: Clock>(
         limit.metrics.units.increment(u64::from(units));
     }
     if taken {
-        extensions.remove::<Settle>();
+        res.extensions_mut().remove::<Settle>();
     }
 }
 
@@ -1249,6 +1298,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     }
     let allowed = held;
     let mut shadow: Option<(usize, Decision)> = None;
+    let mut admitted_shadows: Vec<Held> = Vec::new();
     for index in shadows {
         let Some(limit) = compiled.limits.get(index) else {
             continue;
@@ -1261,8 +1311,13 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         match limit.apply(&key, Op::Check(limit.spec.cost)).await {
             Ok(d) => {
                 if d.is_allowed() {
+                    // Units are counted once settled.
                     limit.metrics.allowed.increment(1);
-                    limit.metrics.units.increment(u64::from(limit.spec.cost));
+                    admitted_shadows.push(Held {
+                        index,
+                        key: key.clone(),
+                        decision: d,
+                    });
                 } else {
                     limit.metrics.shadow_rejected.increment(1);
                     tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
@@ -1284,6 +1339,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         allowed,
         shadow,
         wait,
+        shadows: admitted_shadows,
     }
 }
 

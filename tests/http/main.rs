@@ -32,6 +32,7 @@ mod problem_json;
 mod rules_file;
 mod rules_many;
 mod rules_queue_and_reset;
+mod rules_settle;
 mod server_cli;
 mod settle_from_response;
 mod settlement;
