@@ -575,7 +575,7 @@ async fn concurrency_caps_requests_in_flight_per_key() {
     server.stop().await;
 }
 
-/// The flag table of the example's docs and of the README's "The `server` example" section.
+/// The flag table of the example's docs and of the guide's "The `server` example's flags".
 fn flag_table(text: &str, line_prefix: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| l.strip_prefix(line_prefix))
@@ -586,15 +586,15 @@ fn flag_table(text: &str, line_prefix: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readme_and_the_example_docs_show_the_same_flag_table() {
+fn the_guide_and_the_example_docs_show_the_same_flag_table() {
     let root = env!("CARGO_MANIFEST_DIR");
     let docs = std::fs::read_to_string(format!("{root}/examples/server.rs")).unwrap();
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let guide = std::fs::read_to_string(format!("{root}/src/guide.rs")).unwrap();
     let table = flag_table(&docs, "//! ");
     assert_eq!(
         table,
-        flag_table(&readme, ""),
-        "README.md and examples/server.rs differ"
+        flag_table(&guide, "//! "),
+        "src/guide.rs and examples/server.rs differ"
     );
     for flag in FLAGS.iter().filter(|f| **f != "--help") {
         assert!(
