@@ -78,7 +78,7 @@
 //! "header:NAME"` settles to the response header `NAME` (a decimal count; missing, unusable or
 //! repeated: the estimate stands, warned once per limit) before the response leaves; a value above
 //! what was left is charged in full (the key's debt carries, as with
-//! [`SettleFrom`](crate::layer::SettleFrom)). Shadow limits settle like enforced ones.
+//! [`SettleFrom`]). Shadow limits settle like enforced ones.
 //!
 //! Headers follow the stacked-limiter rule: on a `429` the rejecting limit's; on a success the
 //! `x-ratelimit-*` fields of the limit with the fewest remaining, and one IETF item per limit.
