@@ -313,7 +313,10 @@ async fn every_family_in_the_multi_limit_script_answers_as_the_memory_store() {
             // later ones given back, so the 429 can name the longest wait): alike up to there,
             // and the states stay alike (the next steps compare them).
             let mut expected = view(&m);
-            if let Some(at) = expected.iter().position(|a| a.1 != tollgate::Outcome::Allowed) {
+            if let Some(at) = expected
+                .iter()
+                .position(|a| a.1 != tollgate::Outcome::Allowed)
+            {
                 expected.truncate(at + 1);
                 rejections += 1;
             }
