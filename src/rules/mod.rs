@@ -485,6 +485,15 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         Some(limit.apply(&key, op).await)
     }
 
+    /// The counters of the limit named `limit` ([`Stats`](crate::Stats)): what its store
+    /// counts, and the requests let through because its store failed (`fail_open`). `None` when
+    /// the current rules have no such limit.
+    pub fn stats(&self, limit: &str) -> Option<crate::Stats> {
+        let current = self.shared.current.load();
+        let limit = current.limits.iter().find(|l| l.spec.name == limit)?;
+        Some(limit.limiter.stats())
+    }
+
     /// The names of the current limits, in the file's order.
     pub fn names(&self) -> Vec<String> {
         let current = self.shared.current.load();
@@ -1477,6 +1486,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
                     }
                 } else {
                     limit.metrics.fail_open.increment(1);
+                    limit.limiter.record_fail_open();
                 }
             }
         }
@@ -1585,6 +1595,7 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
                 return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
             }
             limit.metrics.fail_open.increment(1);
+            limit.limiter.record_fail_open();
             Ok(None)
         }
     }

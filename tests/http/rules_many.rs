@@ -362,6 +362,11 @@ fn a_failed_limit_under_fail_open_is_skipped_and_the_others_charged() {
     let (statuses, left) = send_in_turn(&rules, &[("bad", 9), ("bad", 9)]);
     assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
     assert_eq!(left(9), 0);
+    // Counted in the failed limit's `Stats`, as a plain layer counts it (the second request was
+    // rejected by another limit: nothing let through on the failure).
+    assert_eq!(rules.stats("per-user").unwrap().fail_open, 1);
+    assert_eq!(rules.stats("global").unwrap().fail_open, 0);
+    assert!(rules.stats("nope").is_none());
 }
 
 /// Two limits reject one request: its `429` is the one with the longest wait (a client retrying
