@@ -151,7 +151,10 @@ use crate::{Decision, RateLimiter};
 ///
 /// Only one limiter settles it, never another's reservation: by default the innermost layer that
 /// counted the request (it takes the marker out of the response, so enclosing layers keep their
-/// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead.
+/// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead. A
+/// [rules file](crate::rules) takes an unnamed marker only for its limits with `settle =
+/// "marker"` (and a named one for the limit of that name), and otherwise leaves it to the layer
+/// around it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settle {
     units: u32,
