@@ -36,7 +36,8 @@ use tollgate::rules::{IpSource, RejectedBy, Rules, RulesOptions};
 use tollgate::store::{MemoryStore, StoreKey};
 use tollgate::{Clock, Decision, RateLimiter, Strategy};
 
-/// The two limits decided together, all or nothing. The username reaches them in the
+/// The two limits decided together, all or nothing; both take the success's unnamed
+/// [`Settle`] marker (`settle = "marker"`). The username reaches them in the
 /// [`USER_HEADER`] header, which [`read_form`] sets from the form (a client's own is dropped).
 pub const RULES: &str = r#"
 [[limit]]
@@ -46,6 +47,7 @@ methods = ["POST"]
 key = "ip+header:x-login-user"
 strategy = "moving-window"
 quotas = "5/15m"
+settle = "marker"
 
 [[limit]]
 name = "login-ip"
@@ -54,6 +56,7 @@ methods = ["POST"]
 key = "ip"
 strategy = "fixed-window-first-hit"
 quotas = "100/day"
+settle = "marker"
 "#;
 
 /// The internal header carrying the normalised username to the rules' key.

@@ -19,38 +19,39 @@
 //!
 //! # Flags
 //!
-//! A flag that has no effect in the chosen combination prints one warning on stderr. With `--rules`,
-//! per-limit flags exit 2 ("set it in the rules file") and process-wide flags apply to every limit.
+//! A flag that has no effect in the chosen combination prints one warning on stderr; one that
+//! cannot apply exits 2 saying why, never ignored. With `--rules`, per-limit flags exit 2 ("set it
+//! in the rules file") and process-wide flags apply to every limit of the file.
 //! The `--store redis...` forms need a build with `--features redis` (or `--all-features`).
 //!
 //! | Flag | Default | Effect (memory store unless said) | With `--rules` |
 //! | --- | --- | --- | --- |
 //! | `--addr HOST:PORT` | `127.0.0.1:3000` | listen address; a host name is resolved and the first address that binds is used; port 0 picks a free port | process-wide |
-//! | `--strategy NAME` | `sliding-window` | `fixed-window`, `fixed-window-first-hit`, `moving-window`, `sliding-window`, `token-bucket`, `leaky-bucket` | exit 2 |
-//! | `--quota Q` | `10/minute` | quotas, repeatable or `;`-separated (`"5/second; 100/minute"`); all must admit | exit 2 |
-//! | `--burst B` | the quota's limit | capacity of `token-bucket` and `leaky-bucket`; with a window strategy it warns and is ignored | exit 2 |
-//! | `--key ip\|header:NAME\|global` | `ip` | what identifies a client | exit 2 |
-//! | `--on-missing-key reject\|global` | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | process-wide (the default of the file's `on_missing_key`) |
-//! | `--trust-proxy CIDR` | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | process-wide |
-//! | `--forwarded-header xff\|forwarded\|x-real-ip` | `xff` | the header trusted proxies set; warns without `--trust-proxy` | process-wide |
-//! | `--store memory\|URL` | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | process-wide |
-//! | `--fail-mode open\|closed\|local` | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | process-wide |
-//! | `--fail-closed` | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | process-wide |
-//! | `--reset-format delta\|unix` | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | process-wide |
-//! | `--max-keys N` | 8 x 10^6 (the store's default) | cap on the keys the memory store holds; warns with Redis | process-wide |
-//! | `--store-timeout MS` | 50 | how long a Redis decision may take; warns with the memory store | process-wide |
-//! | `--redis-ca FILE` | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
-//! | `--redis-cert FILE`, `--redis-key FILE` | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
-//! | `--instances N` | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
-//! | `--redis-lease [on\|off]` | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | process-wide |
+//! | `--strategy NAME` | `sliding-window` | `fixed-window`, `fixed-window-first-hit`, `moving-window`, `sliding-window`, `token-bucket`, `leaky-bucket` | exit 2: set `strategy` in the file |
+//! | `--quota Q` | `10/minute` | quotas, repeatable or `;`-separated (`"5/second; 100/minute"`); all must admit | exit 2: set `quotas` in the file |
+//! | `--burst B` | the quota's limit | capacity of `token-bucket` and `leaky-bucket`; with a window strategy it warns and is ignored | exit 2: set `burst` in the file |
+//! | `--key ip\|header:NAME\|global` | `ip` | what identifies a client | exit 2: set `key` in the file |
+//! | `--on-missing-key reject\|global` | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | the default of each limit's `on_missing_key` |
+//! | `--trust-proxy CIDR` | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | the `ip` key part of every limit |
+//! | `--forwarded-header xff\|forwarded\|x-real-ip` | `xff` | the header trusted proxies set; warns without `--trust-proxy` | the `ip` key part of every limit |
+//! | `--store memory\|URL` | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | every limit on that store: in memory one store per limit (with `--max-keys`), on Redis clones of one store, every URL form |
+//! | `--fail-mode open\|closed\|local` | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | every limit; `local` gives each limit the Redis store's local limiter (its limit divided by `--instances`) |
+//! | `--fail-closed` | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | every limit |
+//! | `--reset-format delta\|unix` | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | every limit |
+//! | `--max-keys N` | 8 x 10^6 (the store's default) | cap on the keys the memory store holds; warns with Redis | each limit's memory store; warns with Redis |
+//! | `--store-timeout MS` | 50 | how long a Redis decision may take; warns with the memory store | the Redis store of every limit; warns with the memory store |
+//! | `--redis-ca FILE` | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | the Redis store of every limit; exit 2 with a non-TLS store |
+//! | `--redis-cert FILE`, `--redis-key FILE` | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | the Redis store of every limit; exit 2 with a non-TLS store |
+//! | `--instances N` | 1 | `--fail-mode local` divides the limit by N; warns without it | as without `--rules`: the local limiter of every limit |
+//! | `--redis-lease [on\|off]` | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | leasing on the store of every limit; a limit whose strategy leasing cannot bound exits 2 naming the limit (a reload adding one is refused, the old rules kept) |
 //! | `--rules FILE` | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
-//! | `--reload-interval MS` | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
-//! | `--settle-header NAME` | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
-//! | `--cost N` | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2 |
-//! | `--concurrency N` | none | cap on requests in flight per key (429 at once above it, `Retry-After: 1`); on Redis shared by the instances (leases: two Redis calls per request) | exit 2 |
-//! | `--delay-ms MS` | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
-//! | `--window-offset OFFSET` | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
-//! | `--queue MAX_WAIT_MS` | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2 |
+//! | `--reload-interval MS` | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | the file is polled at this interval, compiled off the request path and swapped in |
+//! | `--settle-header NAME` | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | the handler sets header NAME to `used` on every path (no estimate: without `used` no header); the limits with `settle = "header:NAME"` settle to it, the others keep their estimate |
+//! | `--cost N` | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2: set `cost` in the file |
+//! | `--concurrency N` | none | cap on requests in flight per key (429 at once above it, `Retry-After: 1`); on Redis shared by the instances (leases: two Redis calls per request) | exit 2: a rules file has no concurrency cap |
+//! | `--delay-ms MS` | 0 | the `GET /` handler takes this long (at most 600000) | every path takes this long |
+//! | `--window-offset OFFSET` | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2: set `window_offset` in the file |
+//! | `--queue MAX_WAIT_MS` | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2: set `queue_ms` in the file |
 //!
 //! `GET /metrics` is served in every mode, never limited: the Prometheus text format of
 //! the `tollgate_*` metrics (expose it on an internal port in production). With `--rules`, the file
@@ -405,11 +406,10 @@ struct Settings {
     /// Read by the Redis store only.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     store_timeout: Option<Duration>,
-    /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    lease: bool,
     /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
+    lease: bool,
     local_instances: Option<u32>,
     /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -536,13 +536,19 @@ fn rules_exclusions(cli: &Cli) -> Result<(), Usage> {
         ("--cost", cli.cost.is_some()),
         ("--window-offset", cli.window_offset.is_some()),
         ("--queue", cli.queue.is_some()),
-        ("--concurrency", cli.concurrency.is_some()),
     ];
     if let Some((flag, _)) = per_limit.iter().find(|(_, given)| *given) {
         return Err(Usage(format!(
             "{flag} is a per-limit flag: set it in the rules file (--rules {})",
             file.display()
         )));
+    }
+    if cli.concurrency.is_some() {
+        return Err(Usage(
+            "--concurrency cannot apply with --rules: a rules file has no concurrency cap (put a \
+             ConcurrencyLayer around the rules layer in code)"
+                .into(),
+        ));
     }
     readable("--rules", file)
 }
@@ -747,27 +753,11 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
     let published = layer.clone();
     let _ = PUBLISH.set(Box::new(move || published.publish_stats()));
     let delay = o.delay;
-    let settle = o.settle_header.clone().map(|name| (name, cost.max(1)));
-    let router = Router::new().route(
-        "/",
-        get(move |uri: http::Uri| async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            let mut res = "ok".into_response();
-            if let Some((name, estimate)) = settle {
-                // `used` verbatim (the limiter judges it), the estimate without one.
-                let used = uri
-                    .query()
-                    .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("used=")))
-                    .map_or_else(|| estimate.to_string(), str::to_owned);
-                if let Ok(v) = http::HeaderValue::from_str(&used) {
-                    res.headers_mut().insert(name, v);
-                }
-            }
-            res
-        }),
-    );
+    let settle = o
+        .settle_header
+        .clone()
+        .map(|name| (name, Some(cost.max(1))));
+    let router = Router::new().route("/", get(move |uri: http::Uri| handler(uri, delay, settle)));
     // The rate limit first, then the cap on requests in flight (inside it: a request refused by
     // the rate limit never takes a slot).
     let router = match concurrency {
@@ -775,6 +765,31 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
         None => router.layer(layer),
     };
     Ok(router.route("/metrics", get(metrics)))
+}
+
+/// The demo's handler: `ok` after `delay`; with `--settle-header NAME`, the header NAME set to the
+/// query parameter `used` verbatim (the limiter judges it), else to the estimate if there is one
+/// (a rules file's limits each have their own: no header then).
+async fn handler(
+    uri: http::Uri,
+    delay: Duration,
+    settle: Option<(http::HeaderName, Option<u32>)>,
+) -> axum::response::Response {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let mut res = "ok".into_response();
+    if let Some((name, estimate)) = settle {
+        let used = uri
+            .query()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("used=")))
+            .map(str::to_owned)
+            .or_else(|| estimate.map(|e| e.to_string()));
+        if let Some(v) = used.and_then(|u| http::HeaderValue::from_str(&u).ok()) {
+            res.headers_mut().insert(name, v);
+        }
+    }
+    res
 }
 
 /// The Prometheus recorder's handle, installed once in `main`.
@@ -798,17 +813,13 @@ async fn metrics() -> ([(http::HeaderName, &'static str); 1], String) {
     )
 }
 
-/// The app of `--rules`: every path and method answers `ok` (after `--delay-ms`), limited by the
-/// file; `GET /metrics` is outside the limits.
+/// The app of `--rules`: every path and method answers `ok` (after `--delay-ms`, with
+/// `--settle-header`'s header), limited by the file; `GET /metrics` is outside the limits.
 fn rules_app<St: Store<Vec<u8>>>(rules: &Rules<St>, o: &Settings) -> Router {
     let delay = o.delay;
+    let settle = o.settle_header.clone().map(|name| (name, None));
     Router::new()
-        .fallback(move || async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            "ok"
-        })
+        .fallback(move |uri: http::Uri| handler(uri, delay, settle))
         .layer(rules.layer())
         .route("/metrics", get(metrics))
 }
@@ -1046,15 +1057,15 @@ async fn main() -> ExitCode {
     }
 }
 
-/// `--store redis://...` or `redis+cluster://...`: the limiter on the Redis store. A store the
-/// library refuses as configured is a configuration error (exit 2); one that cannot be reached or
-/// refuses the connection is a run-time failure (exit 1).
+/// The Redis store every flag asks for (`--store-timeout`, `--fail-mode local --instances N`,
+/// `--redis-lease`, `--redis-ca`, `--redis-cert`/`--redis-key`), for one limiter or a rules
+/// file alike. A store the library refuses as configured is a configuration error (exit 2); one
+/// that cannot be reached or refuses the connection is a run-time failure (exit 1).
 #[cfg(feature = "redis")]
-async fn serve_redis(
-    builder: tollgate::Builder<Vec<u8>>,
+async fn redis_store(
     url: &RedisUrl,
     o: &Settings,
-) -> ExitCode {
+) -> Result<tollgate::store::redis::RedisStore, ExitCode> {
     let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
     let store = match o.store_timeout {
         Some(timeout) => store.timeout(timeout),
@@ -1077,10 +1088,10 @@ async fn serve_redis(
         Some((cert, key)) => store.tls_client_cert(cert, key),
         None => store,
     };
-    let store = match store.build().await {
-        Ok(store) => store,
+    match store.build().await {
+        Ok(store) => Ok(store),
         Err(tollgate::BuildError::Config(e)) => {
-            return usage_error(&url.scrub(&format!("--store: {e}")));
+            Err(usage_error(&url.scrub(&format!("--store: {e}"))))
         }
         Err(e) => {
             eprintln!(
@@ -1088,8 +1099,21 @@ async fn serve_redis(
                 url.scrub(&url.url),
                 url.scrub(&e.to_string())
             );
-            return ExitCode::FAILURE;
+            Err(ExitCode::FAILURE)
         }
+    }
+}
+
+/// `--store redis://...` or `redis+cluster://...`: the limiter on the Redis store.
+#[cfg(feature = "redis")]
+async fn serve_redis(
+    builder: tollgate::Builder<Vec<u8>>,
+    url: &RedisUrl,
+    o: &Settings,
+) -> ExitCode {
+    let store = match redis_store(url, o).await {
+        Ok(store) => store,
+        Err(exit) => return exit,
     };
     match builder.store(store.clone()).build() {
         Ok(limiter) => {
@@ -1107,32 +1131,13 @@ async fn serve_redis(
     }
 }
 
-/// `--rules` on a Redis store: every limit on a clone of one store.
+/// `--rules` on a Redis store: every limit on a clone of one store, built from the same flags as
+/// a single limiter's.
 #[cfg(feature = "redis")]
 async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCode {
-    let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
-    let store = match o.store_timeout {
-        Some(timeout) => store.timeout(timeout),
-        None => store,
-    };
-    let store = if o.lease {
-        store.leases(tollgate::store::redis::Leasing::default())
-    } else {
-        store
-    };
-    let store = match store.build().await {
+    let store = match redis_store(url, o).await {
         Ok(store) => store,
-        Err(tollgate::BuildError::Config(e)) => {
-            return usage_error(&url.scrub(&format!("--store: {e}")));
-        }
-        Err(e) => {
-            eprintln!(
-                "server: cannot start the Redis store at {}: {}",
-                url.scrub(&url.url),
-                url.scrub(&e.to_string())
-            );
-            return ExitCode::FAILURE;
-        }
+        Err(exit) => return exit,
     };
     match Rules::from_path(path, rules_options(o), move || store.clone()) {
         Ok(rules) => serve_rules(rules, path, o).await,

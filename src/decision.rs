@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::strategy::Verdict;
+
 /// Whether a request was admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
@@ -154,6 +156,23 @@ impl Decision {
 /// Whole seconds, rounded up, from nanoseconds.
 pub(crate) fn ceil_nanos_to_secs(nanos: u64) -> u64 {
     nanos.div_ceil(1_000_000_000)
+}
+
+/// A verdict in ticks of `tick_nanos` as a [`Decision`].
+#[inline]
+pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: u64) -> Decision {
+    let limit = u32::try_from(v.limit).unwrap_or(u32::MAX);
+    Decision {
+        outcome: v.outcome,
+        limit,
+        remaining: u32::try_from(v.remaining).unwrap_or(u32::MAX).min(limit),
+        reset_after: v.reset_after.saturating_mul(tick_nanos),
+        retry_after: v.retry_after.saturating_mul(tick_nanos),
+        time: now_ticks.saturating_mul(tick_nanos),
+        quota: u16::try_from(index).unwrap_or(u16::MAX),
+        cost: 0,
+        local: false,
+    }
 }
 
 #[cfg(test)]

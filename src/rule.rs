@@ -1,11 +1,12 @@
 //! A rule: one strategy and the quotas that must all admit a request.
 
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::offset::WindowOffset;
 use crate::quota::{MAX_PERIOD, Quota, parse_quotas};
-use crate::store::QuotaWords;
 use crate::strategy::{MAX_MOVING_WINDOW_LIMIT, Params, Strategy};
 
 /// The most quotas one rule may have.
@@ -31,9 +32,8 @@ pub struct Rule {
     /// A fingerprint of the strategy, quotas and offset, the same in every process (see
     /// [`Rule::tag`]).
     tag: u64,
-    /// How the memory store holds each quota in one word, worked out on first use (derived from
-    /// the fields above: not part of the rule's identity).
-    words: QuotaWords,
+    /// What a store works out from the rule once and keeps with it (see [`Rule::store_cache`]).
+    cache: StoreCache,
 }
 
 impl Rule {
@@ -61,7 +61,7 @@ impl Rule {
             nanos,
             offset: WindowOffset::UTC,
             tag,
-            words: QuotaWords::default(),
+            cache: StoreCache::default(),
         })
     }
 
@@ -98,7 +98,7 @@ impl Rule {
             p.offset = offset.phase(q.period_nanos().max(1), Duration::from_nanos(1));
         }
         self.tag = fingerprint(self.strategy, &self.quotas, offset);
-        self.words = QuotaWords::default();
+        self.cache = StoreCache::default();
         self
     }
 
@@ -147,9 +147,13 @@ impl Rule {
         self.tag
     }
 
-    /// How the memory store holds each quota in one word (see [`QuotaWords`]).
-    pub(crate) fn quota_words(&self) -> &QuotaWords {
-        &self.words
+    /// What a store derives from this rule, worked out by `init` on first use and kept with the
+    /// rule, so a decision reads it without a lock (the memory store keeps how each quota fits a
+    /// word). `None` if a value of another type is kept already.
+    #[inline]
+    pub(crate) fn store_cache<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Option<&T> {
+        let kept: &Arc<dyn Any + Send + Sync> = self.cache.0.get_or_init(|| Arc::new(init()));
+        kept.downcast_ref::<T>()
     }
 
     /// The quotas in nanoseconds (the memory store's unit).
@@ -166,6 +170,25 @@ impl Rule {
         params_in(self.strategy, &self.quotas, tick_nanos, self.offset)
     }
 }
+
+/// A value a store derives from a rule (see [`Rule::store_cache`]): opaque to the rule, and not
+/// part of its identity (equal whenever the rules' other fields are).
+#[derive(Clone, Default)]
+struct StoreCache(OnceLock<Arc<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for StoreCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreCache")
+    }
+}
+
+impl PartialEq for StoreCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for StoreCache {}
 
 /// FNV-1a over the strategy's name, each quota's limit, period and burst, and the window offset
 /// (when not UTC, so that the keys of rules without one stay as they were).
@@ -198,7 +221,7 @@ pub(crate) fn horizon_ticks(strategy: Strategy, p: &Params) -> u64 {
         // Redis's microsecond ticks the same sum only lengthens the key's TTL a little.)
         Strategy::FixedWindowFirstHit => p
             .window
-            .saturating_add(crate::store::first_hit_grain(p) - 1),
+            .saturating_add(crate::strategy::first_hit_grain(p) - 1),
         _ => p.window,
     }
 }

@@ -20,38 +20,39 @@
 //!
 //! Every flag below is parsed and checked. A flag that has no effect in the chosen combination (`--burst` with a
 //! window strategy, `--max-keys` with Redis, `--store-timeout` with the memory store, ...) prints one
-//! warning on stderr. With `--rules`, the per-limit flags exit 2 ("set it in the rules file") and the
-//! process-wide flags apply to every limit. Repeating a single-valued flag keeps the last value;
+//! warning on stderr; one that cannot apply exits 2 saying why, never ignored. With `--rules`, the
+//! per-limit flags exit 2 ("set it in the rules file") and the process-wide flags apply to every
+//! limit of the file; the last column says how. Repeating a single-valued flag keeps the last value;
 //! `--quota` and `--trust-proxy` add up.
 //!
 //! | Flag | Default | Effect (memory store unless said) | With `--rules` |
 //! | --- | --- | --- | --- |
 //! | `--addr HOST:PORT` | `127.0.0.1:3000` | listen address; a host name is resolved and the first address that binds is used; port 0 picks a free port | process-wide |
-//! | `--strategy NAME` | `sliding-window` | `fixed-window`, `fixed-window-first-hit`, `moving-window`, `sliding-window`, `token-bucket`, `leaky-bucket` | exit 2 |
-//! | `--quota Q` | `10/minute` | quotas, repeatable or `;`-separated (`"5/second; 100/minute"`); all must admit | exit 2 |
-//! | `--burst B` | the quota's limit | capacity of `token-bucket` and `leaky-bucket`; with a window strategy it warns and is ignored | exit 2 |
-//! | `--key ip\|header:NAME\|global` | `ip` | what identifies a client | exit 2 |
-//! | `--on-missing-key reject\|global` | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | process-wide (the default of the file's `on_missing_key`) |
-//! | `--trust-proxy CIDR` | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | process-wide |
-//! | `--forwarded-header xff\|forwarded\|x-real-ip` | `xff` | the header trusted proxies set; warns without `--trust-proxy` | process-wide |
-//! | `--store memory\|URL` | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | process-wide |
-//! | `--fail-mode open\|closed\|local` | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | process-wide |
-//! | `--fail-closed` | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | process-wide |
-//! | `--reset-format delta\|unix` | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | process-wide |
-//! | `--max-keys N` | 8 x 10^6 (the store's default) | cap on the keys the memory store holds; warns with Redis | process-wide |
-//! | `--store-timeout MS` | 50 | how long a Redis decision may take; warns with the memory store | process-wide |
-//! | `--redis-ca FILE` | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | process-wide |
-//! | `--redis-cert FILE`, `--redis-key FILE` | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | process-wide |
-//! | `--instances N` | 1 | `--fail-mode local` divides the limit by N; warns without it | process-wide |
-//! | `--redis-lease [on\|off]` | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | process-wide |
+//! | `--strategy NAME` | `sliding-window` | `fixed-window`, `fixed-window-first-hit`, `moving-window`, `sliding-window`, `token-bucket`, `leaky-bucket` | exit 2: set `strategy` in the file |
+//! | `--quota Q` | `10/minute` | quotas, repeatable or `;`-separated (`"5/second; 100/minute"`); all must admit | exit 2: set `quotas` in the file |
+//! | `--burst B` | the quota's limit | capacity of `token-bucket` and `leaky-bucket`; with a window strategy it warns and is ignored | exit 2: set `burst` in the file |
+//! | `--key ip\|header:NAME\|global` | `ip` | what identifies a client | exit 2: set `key` in the file |
+//! | `--on-missing-key reject\|global` | `reject` | a request without a key: 400, or the one shared global bucket; warns with `--key global` | the default of each limit's `on_missing_key` |
+//! | `--trust-proxy CIDR` | none | repeatable; the `ip` key reads the forwarded header of peers in these ranges; warns with another key | the `ip` key part of every limit |
+//! | `--forwarded-header xff\|forwarded\|x-real-ip` | `xff` | the header trusted proxies set; warns without `--trust-proxy` | the `ip` key part of every limit |
+//! | `--store memory\|URL` | `memory` | `redis://H:P[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, `rediss+cluster://...` (needs `--features redis`); `redis+sentinel://[user:pass@]H1:P1[,H2:P2]/SERVICE[/DB]` and `rediss+sentinel://...`; an unreachable Redis is not a start-up error (the server answers by `--fail-mode` and connects in the background) | every limit on that store: in memory one store per limit (with `--max-keys`), on Redis clones of one store, every URL form |
+//! | `--fail-mode open\|closed\|local` | `open` | on a store failure: pass, 503, or a local limiter of the same rule (its limit divided by `--instances`); overload is never a failure (shed as 429); warns with the memory store, which never fails | every limit; `local` gives each limit the Redis store's local limiter (its limit divided by `--instances`) |
+//! | `--fail-closed` | off | alias of `--fail-mode closed`; with a contradicting `--fail-mode`, exit 2 | every limit |
+//! | `--reset-format delta\|unix` | `delta` | `x-ratelimit-reset` as seconds from now or Unix time | every limit |
+//! | `--max-keys N` | 8 x 10^6 (the store's default) | cap on the keys the memory store holds; warns with Redis | each limit's memory store; warns with Redis |
+//! | `--store-timeout MS` | 50 | how long a Redis decision may take; warns with the memory store | the Redis store of every limit; warns with the memory store |
+//! | `--redis-ca FILE` | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | the Redis store of every limit; exit 2 with a non-TLS store |
+//! | `--redis-cert FILE`, `--redis-key FILE` | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | the Redis store of every limit; exit 2 with a non-TLS store |
+//! | `--instances N` | 1 | `--fail-mode local` divides the limit by N; warns without it | as without `--rules`: the local limiter of every limit |
+//! | `--redis-lease [on\|off]` | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | leasing on the store of every limit; a limit whose strategy leasing cannot bound exits 2 naming the limit (a reload adding one is refused, the old rules kept) |
 //! | `--rules FILE` | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
-//! | `--reload-interval MS` | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | process-wide |
-//! | `--settle-header NAME` | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | process-wide |
-//! | `--cost N` | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2 |
-//! | `--concurrency N` | none | cap on requests in flight per key (429 at once above it, `Retry-After: 1`); on Redis shared by the instances (leases: two Redis calls per request) | exit 2 |
-//! | `--delay-ms MS` | 0 | the `GET /` handler takes this long (at most 600000) | process-wide |
-//! | `--window-offset OFFSET` | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2 |
-//! | `--queue MAX_WAIT_MS` | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2 |
+//! | `--reload-interval MS` | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | the file is polled at this interval, compiled off the request path and swapped in |
+//! | `--settle-header NAME` | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | the handler sets header NAME to `used` on every path (no estimate: without `used` no header); the limits with `settle = "header:NAME"` settle to it, the others keep their estimate |
+//! | `--cost N` | 1 | units each request costs (0 = a peek that never spends); the estimate with `--settle-header` (at least 1 there) | exit 2: set `cost` in the file |
+//! | `--concurrency N` | none | cap on requests in flight per key (429 at once above it, `Retry-After: 1`); on Redis shared by the instances (leases: two Redis calls per request) | exit 2: a rules file has no concurrency cap |
+//! | `--delay-ms MS` | 0 | the `GET /` handler takes this long (at most 600000) | every path takes this long |
+//! | `--window-offset OFFSET` | `+00:00` | UTC offset of clock-aligned windows (`+08:00`, `-5h`, `30m`, `5h30m`; under 24 h) for `fixed-window` and `sliding-window` (memory and Redis); warns with other strategies | exit 2: set `window_offset` in the file |
+//! | `--queue MAX_WAIT_MS` | off | with `leaky-bucket`, a FIFO queue drained at the constant rate: each request leaves at its reserved departure, one interval after the previous, or gets 429 at once if that is more than MAX_WAIT_MS away (memory and Redis); warns with other strategies | exit 2: set `queue_ms` in the file |
 //!
 //! `GET /metrics` is served in every mode and never limited: the `tollgate_*` [metrics](super::metrics) in the
 //! Prometheus text format (through `metrics-exporter-prometheus`). In production, expose it on an

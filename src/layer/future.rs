@@ -262,7 +262,12 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
                 FailurePolicy::FailClosed => "failing closed (503)",
                 _ => "failing open",
             };
-            tracing::warn!(error = %e, key = self.key_text(), "rate-limit store failed; {policy}");
+            tracing::warn!(
+                limit = self.core.options.limiter.name(),
+                error = %e,
+                key = self.key_text(),
+                "rate-limit store failed; {policy}"
+            );
         }
     }
 
@@ -273,8 +278,9 @@ impl<K: StoreKey, St: Store<K>, C: Clock, R> Ctx<K, St, C, R> {
         R: OnRejected<ResponseBody<B>>,
     {
         tracing::debug!(
+            limit = self.core.options.limiter.name(),
             key = self.key_text(),
-            limit = d.limit(),
+            quota_limit = d.limit(),
             retry_after = d.retry_after_secs(),
             exceeds = d.outcome() == Outcome::Exceeds,
             "rate limited"

@@ -133,10 +133,12 @@ pub(crate) use layer::{in_ticks, queue_quota};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
-    RATELIMIT, RATELIMIT_POLICY, Refusal, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
+    RATELIMIT, RATELIMIT_POLICY, Refusal, RejectedBy, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
     X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimitService;
+#[cfg(feature = "rules")]
+pub(crate) use settle::warn_bad_value;
 pub use settle::{SettleFrom, UsedUnits};
 
 #[allow(unused_imports)]
@@ -149,7 +151,10 @@ use crate::{Decision, RateLimiter};
 ///
 /// Only one limiter settles it, never another's reservation: by default the innermost layer that
 /// counted the request (it takes the marker out of the response, so enclosing layers keep their
-/// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead.
+/// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead. A
+/// [rules file](crate::rules) takes an unnamed marker only for its limits with `settle =
+/// "marker"` (and a named one for the limit of that name), and otherwise leaves it to the layer
+/// around it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settle {
     units: u32,

@@ -314,20 +314,22 @@ pub(crate) fn write_headers(
     }
 }
 
+/// Which limit of a rules file rejected a request, and its decision: in the extensions of the
+/// `429` the rules layer answers, so that an outer layer can answer with a page of its own (the
+/// `login` example does).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RejectedBy {
+    /// The limit's name.
+    pub limit: std::sync::Arc<str>,
+    /// Its decision (the wait is [`Decision::retry_after`]).
+    pub decision: Decision,
+}
+
 /// Whether a response (its `extensions`) is a rejection by a layer inside (a rate-limit layer's or a rules layer's `429`, a
 /// concurrency cap's): it keeps its own, more telling, fields.
 pub(crate) fn rejected_inside(extensions: &http::Extensions) -> bool {
-    let rules = {
-        #[cfg(feature = "rules")]
-        {
-            extensions.get::<crate::rules::RejectedBy>().is_some()
-        }
-        #[cfg(not(feature = "rules"))]
-        {
-            false
-        }
-    };
-    rules
+    extensions.get::<RejectedBy>().is_some()
         || extensions.get::<Decision>().is_some()
         || extensions.get::<super::concurrency::OverCap>().is_some()
 }

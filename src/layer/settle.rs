@@ -36,8 +36,8 @@ pub struct UsedUnits(pub u64);
 ///   body ends (or is dropped: a client that goes away pays for what it got), capped per stream;
 ///   the fields show the estimate, as the head is sent before the count is known.
 ///
-/// A value that is missing, negative, not a number or above `u32::MAX` leaves the estimate
-/// charged, with one warning per layer. A [`Settle`](super::Settle) marker for the limiter wins
+/// A value that is missing, negative, not a number, above `u32::MAX` or given more than once (a
+/// header or trailer repeated) leaves the estimate charged, with one warning per layer. A [`Settle`](super::Settle) marker for the limiter wins
 /// over the source.
 #[derive(Clone)]
 pub struct SettleFrom {
@@ -119,10 +119,7 @@ impl SettleFrom {
     /// `Err` for a missing or unusable value.
     pub(crate) fn read_head<B>(&self, res: &Response<B>) -> Result<Option<u32>, BadValue> {
         let units = match &self.source {
-            Source::Header(name) => {
-                let value = res.headers().get(name).ok_or(BadValue::Missing)?;
-                parse_units(value.as_bytes())?
-            }
+            Source::Header(name) => parse_units(only_value(res.headers(), name)?.as_bytes())?,
             Source::Extension => {
                 let UsedUnits(n) = res.extensions().get().ok_or(BadValue::Missing)?;
                 u32::try_from(*n).map_err(|_| BadValue::TooLarge)?
@@ -139,6 +136,8 @@ pub(crate) enum BadValue {
     Missing,
     NotANumber,
     TooLarge,
+    /// The header or trailer came more than once: which one counts cannot be told.
+    Repeated,
 }
 
 impl BadValue {
@@ -147,8 +146,23 @@ impl BadValue {
             Self::Missing => "missing",
             Self::NotANumber => "not a non-negative decimal number",
             Self::TooLarge => "above u32::MAX",
+            Self::Repeated => "given more than once",
         }
     }
+}
+
+/// The one value of `name` in `map`: a field given twice is refused, not read from its first
+/// copy (a proxy or the handler may have appended a second).
+fn only_value<'a>(
+    map: &'a http::HeaderMap,
+    name: &HeaderName,
+) -> Result<&'a http::HeaderValue, BadValue> {
+    let mut values = map.get_all(name).iter();
+    let first = values.next().ok_or(BadValue::Missing)?;
+    if values.next().is_some() {
+        return Err(BadValue::Repeated);
+    }
+    Ok(first)
 }
 
 /// A decimal count of units, surrounding spaces allowed; no sign.
@@ -200,10 +214,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Tail for BodySettle<K, St, C> {
 
     fn trailers(&mut self, trailers: &http::HeaderMap) {
         if let AtEnd::Trailer(name, value) = &mut self.end {
-            let found = trailers
-                .get(&*name)
-                .ok_or(BadValue::Missing)
-                .and_then(|v| parse_units(v.as_bytes()));
+            let found = only_value(trailers, name).and_then(|v| parse_units(v.as_bytes()));
             *value = Some(found);
         }
     }

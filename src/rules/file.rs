@@ -12,6 +12,12 @@ use crate::{Rule, Strategy, WindowOffset, validate_name};
 /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
 pub const MAX_RULES_FILE_BYTES: usize = 16 << 20;
 
+/// The most limits a rules file may have.
+pub const MAX_LIMITS: usize = 10_000;
+
+/// The most entries a limit's `methods` may list.
+pub const MAX_METHODS: usize = 16;
+
 /// A rules file that cannot be used: where (1-based line and column, when known) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RulesError {
@@ -102,6 +108,7 @@ struct LimitRepr {
     concurrency: Option<Spanned<toml::Value>>,
     window_offset: Option<Spanned<String>>,
     queue_ms: Option<Spanned<u64>>,
+    settle: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -254,6 +261,12 @@ impl PathPattern {
         if !text.starts_with('/') {
             return Err(format!("path {text:?} must start with \"/\""));
         }
+        if text.contains(|c: char| c.is_ascii_control() || c == ' ') {
+            return Err(format!(
+                "path {text:?} can never match: a request path holds no space or control \
+                 character (NUL included)"
+            ));
+        }
         if text.contains(['?', '#']) {
             return Err(format!(
                 "path {text:?} can never match: a request path holds no \"?\" or \"#\""
@@ -368,6 +381,44 @@ pub struct LimitSpec {
     /// is then the queue's: the leaky bucket's one quota with a burst of the queue's depth
     /// (`queue_ms / T + 1` places, `T = period / limit`).
     pub queue: Option<std::time::Duration>,
+    /// Where the request's actual cost comes from once the handler answered (`settle`); `None`:
+    /// the estimate (`cost`) stands, unless a [`Settle`](crate::layer::Settle) marker names the
+    /// limit.
+    pub settle: Option<SettleSpec>,
+}
+
+/// Where a limit of a rules file learns what a request actually cost (its `settle` field).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettleSpec {
+    /// `"marker"`: a [`Settle`](crate::layer::Settle) marker without a limiter name, as well as
+    /// one naming the limit (which every limit takes).
+    Marker,
+    /// `"header:NAME"`: the response header `NAME`, a decimal count of units, as
+    /// [`SettleFrom::header`](crate::layer::SettleFrom::header).
+    Header(HeaderName),
+}
+
+impl SettleSpec {
+    fn parse_text(text: &str) -> Result<Self, String> {
+        if text == "marker" {
+            return Ok(Self::Marker);
+        }
+        if let Some(name) = text.strip_prefix("header:") {
+            return HeaderName::from_bytes(name.as_bytes())
+                .map(Self::Header)
+                .map_err(|_| format!("settle {text:?}: {name:?} is not a header name"));
+        }
+        if text.starts_with("trailer:") {
+            return Err(format!(
+                "settle {text:?}: a rules file settles before the response leaves (marker or \
+                 header:NAME); a trailer comes after the body, which a rules limit does not wait for"
+            ));
+        }
+        Err(format!(
+            "settle {text:?}: expected \"marker\" or \"header:NAME\""
+        ))
+    }
 }
 
 impl LimitSpec {
@@ -401,7 +452,8 @@ impl RulesFile {
     /// unknown field, strategy or key, a quota that does not parse, a duplicate or invalid name,
     /// a path that can never match, a `burst` with a window strategy, a `window_offset` that does
     /// not parse or with a strategy without clock-aligned windows, a `queue_ms` that a queue
-    /// cannot honour, a reserved field.
+    /// cannot honour, a reserved field, more than [`MAX_LIMITS`] limits or [`MAX_METHODS`]
+    /// methods in one limit.
     pub fn parse(text: &str) -> Result<Self, RulesError> {
         if text.len() > MAX_RULES_FILE_BYTES {
             return Err(RulesError::whole(format!(
@@ -413,8 +465,14 @@ impl RulesFile {
             .map_err(|e| RulesError::at(text, e.span(), e.message().trim_end().to_owned()))?;
         let mut limits: Vec<LimitSpec> = Vec::with_capacity(repr.limit.len());
         let mut names = std::collections::HashSet::new();
-        for l in repr.limit {
+        for (n, l) in repr.limit.into_iter().enumerate() {
             let err = |span: Range<usize>, m: String| RulesError::at(text, Some(span), m);
+            if n == MAX_LIMITS {
+                return Err(err(
+                    l.name.span(),
+                    format!("more than {MAX_LIMITS} limits: a rules file may have {MAX_LIMITS}"),
+                ));
+            }
             let name = l.name.get_ref().clone();
             validate_name(&name).map_err(|e| err(l.name.span(), e.to_string()))?;
             if !names.insert(name.clone()) {
@@ -433,6 +491,12 @@ impl RulesFile {
                 None => PathPattern::parse("/*")?,
             };
             let mut methods = Vec::new();
+            if let Some(extra) = l.methods.iter().flatten().nth(MAX_METHODS) {
+                return Err(err(
+                    extra.span(),
+                    format!("more than {MAX_METHODS} methods: a limit may list {MAX_METHODS}"),
+                ));
+            }
             for m in l.methods.iter().flatten() {
                 let upper = m.get_ref().to_ascii_uppercase();
                 let method = Method::from_bytes(upper.as_bytes())
@@ -511,7 +575,12 @@ impl RulesFile {
                 }
                 rule = rule.with_window_offset(offset);
             }
+            let settle = match &l.settle {
+                Some(v) => Some(SettleSpec::parse_text(v.get_ref()).map_err(|m| err(v.span(), m))?),
+                None => None,
+            };
             let spec = LimitSpec {
+                settle,
                 name,
                 path,
                 methods,
@@ -660,6 +729,8 @@ mod tests {
             ("path = \"login\"", "start with"),
             ("path = \"/a/*/b\"", "final"),
             ("path = \"/a?b=1\"", "never match"),
+            ("path = \"/a\\u0000b\"", "NUL"),
+            ("path = \"/a b\"", "never match"),
             ("path = \"/a/x{id}\"", "braces"),
             ("path = \"/a/{}\"", "segment"),
             ("methods = [\"\"]", "not a method"),
@@ -671,6 +742,9 @@ mod tests {
             ("window_offset = 8", "string"),
             ("queue_ms = 10", "leaky-bucket"),
             ("queue_ms = -1", "-1"),
+            ("settle = \"markers\"", "expected"),
+            ("settle = \"header:a b\"", "header name"),
+            ("settle = \"trailer:x-used\"", "trailer"),
         ] {
             let text = if field.starts_with("name") {
                 format!("[[limit]]\n{field}\nquotas = \"1/second\"\n")
@@ -866,5 +940,44 @@ mod tests {
         }
         let plain = two("path = \"/a\"", "").replace("queue_ms = 1000\n\n", "\n");
         RulesFile::parse(&plain).unwrap();
+    }
+
+    #[test]
+    fn a_file_may_have_max_limits_and_a_limit_max_methods_but_no_more() {
+        let limits = |n: usize| -> String {
+            (0..n)
+                .map(|i| {
+                    format!("[[limit]]\nname = \"l{i}\"\npath = \"/p{i}\"\nquotas = \"5/minute\"\n")
+                })
+                .collect()
+        };
+        assert_eq!(
+            RulesFile::parse(&limits(MAX_LIMITS)).unwrap().limits.len(),
+            MAX_LIMITS
+        );
+        let e = RulesFile::parse(&limits(MAX_LIMITS + 1)).unwrap_err();
+        assert!(e.message().contains("more than 10000 limits"), "{e}");
+        assert_eq!(
+            e.position(),
+            Some((4 * MAX_LIMITS + 2, 8)),
+            "at the extra limit's name"
+        );
+
+        let methods = |n: usize| -> String {
+            let list: Vec<String> = (0..n).map(|i| format!("\"M{i}\"")).collect();
+            format!(
+                "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nmethods = [{}]\n",
+                list.join(", ")
+            )
+        };
+        assert_eq!(
+            RulesFile::parse(&methods(MAX_METHODS)).unwrap().limits[0]
+                .methods
+                .len(),
+            MAX_METHODS
+        );
+        let e = RulesFile::parse(&methods(MAX_METHODS + 1)).unwrap_err();
+        assert!(e.message().contains("more than 16 methods"), "{e}");
+        assert_eq!(e.position().map(|(line, _)| line), Some(4));
     }
 }

@@ -17,6 +17,7 @@
 //! shadow = false              # true: decided and counted, never rejects
 //! window_offset = "8h"        # fixed-window, sliding-window: windows in that time zone's clock
 //! queue_ms = 2000             # leaky-bucket, one quota: a shaping queue, at most this long a wait
+//! settle = "marker"           # marker | header:NAME: where the actual cost comes from
 //! ```
 //!
 //! A limit with `queue_ms` is a shaping queue, as [`RateLimitLayer::queue`](crate::RateLimitLayer::queue):
@@ -34,7 +35,9 @@
 //! is answered `400` before anything is spent), then the limits are decided together in one
 //! [`Store::apply_all`] call, in the file's order: every limit spends its cost, or, when one
 //! rejects, none does, so a rejected request spends nothing anywhere once its decision completes;
-//! the `429` is the first rejecting limit's. It never over-admits (each limit admits only within
+//! the `429` is the rejecting limit's with the longest `Retry-After` (on the memory store every
+//! limit is checked, so the longest wait is known; a store ending its answer at the first
+//! rejection names that one). It never over-admits (each limit admits only within
 //! its own quota). How the store keeps it atomic:
 //!
 //! - **Memory**: the items' lock stripes are taken in one fixed order (no global lock), and the
@@ -67,9 +70,15 @@
 //! settles those to 0). Shadow limits are checked after the enforced ones admitted the request:
 //! they are counted and never reject or roll anything back.
 //!
-//! A handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful login: only failures
-//! count) settles the request's reservation with every enforced limit of the file, or only with the
-//! limit it names ([`Settle::for_limiter`]).
+//! Settlement (`settle`): a handler's [`Settle`] marker (e.g. `Settle::refund()` on a successful
+//! login: only failures count) settles the request's reservation with the limit it names
+//! ([`Settle::for_limiter`]: every limit takes a marker named for it), and an unnamed one with
+//! every matching limit whose `settle` is `marker`; a file with no such limit leaves an unnamed
+//! marker to the layer around it (never a global limit's count by accident). `settle =
+//! "header:NAME"` settles to the response header `NAME` (a decimal count; missing, unusable or
+//! repeated: the estimate stands, warned once per limit) before the response leaves; a value above
+//! what was left is charged in full (the key's debt carries, as with
+//! [`SettleFrom`]). Shadow limits settle like enforced ones.
 //!
 //! Headers follow the stacked-limiter rule: on a `429` the rejecting limit's; on a success the
 //! `x-ratelimit-*` fields of the limit with the fewest remaining, and one IETF item per limit.
@@ -110,17 +119,19 @@ use tower_service::Service;
 use tracing::Instrument as _;
 
 pub use file::{
-    KeyPart, KeySpec, LimitSpec, MAX_RULES_FILE_BYTES, MissingKey, PathPattern, RulesError,
-    RulesFile,
+    KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
+    PathPattern, RulesError, RulesFile, SettleSpec,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
+pub use crate::layer::RejectedBy;
 use crate::layer::response::{
     HeaderConfig, Reported, rejected_inside, write_allowed_headers, write_headers,
 };
 use crate::layer::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
+    SettleFrom, warn_bad_value,
 };
 use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, StoreErrorKind, SystemClock};
@@ -225,6 +236,10 @@ struct Limit<St, C> {
     missing_global: bool,
     headers: HeaderConfig,
     metrics: LimitMetrics,
+    /// The response header a `settle = "header:NAME"` limit reads.
+    settle_from: Option<SettleFrom>,
+    /// Whether an unusable settle value was warned about (once per limit).
+    settle_warned: std::sync::atomic::AtomicBool,
 }
 
 /// The rule a limit had before its quotas changed, and until when a key may still hold state under
@@ -470,6 +485,15 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         Some(limit.apply(&key, op).await)
     }
 
+    /// The counters of the limit named `limit` ([`Stats`](crate::Stats)): what its store
+    /// counts, and the requests let through because its store failed (`fail_open`). `None` when
+    /// the current rules have no such limit.
+    pub fn stats(&self, limit: &str) -> Option<crate::Stats> {
+        let current = self.shared.current.load();
+        let limit = current.limits.iter().find(|l| l.spec.name == limit)?;
+        Some(limit.limiter.stats())
+    }
+
     /// The names of the current limits, in the file's order.
     pub fn names(&self) -> Vec<String> {
         let current = self.shared.current.load();
@@ -505,10 +529,20 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     /// [`RulesError`] for a file that cannot be used: the old rules stay (logged at `error` and
     /// counted in `tollgate_rules_reloads_total{result="error"}`).
     pub fn reload_text(&self, text: &str) -> Result<Option<ReloadReport>, RulesError> {
+        self.reload(text).map(|(report, _old)| report)
+    }
+
+    /// [`Rules::reload_text`], handing back the rules it replaced (to be dropped off the request
+    /// path: see [`retire`]).
+    #[allow(clippy::type_complexity)]
+    fn reload(
+        &self,
+        text: &str,
+    ) -> Result<(Option<ReloadReport>, Option<Arc<Compiled<St, C>>>), RulesError> {
         let hash = content_hash(text.as_bytes());
         let mut loaded = self.shared.loaded.lock();
         if *loaded == hash {
-            return Ok(None);
+            return Ok((None, None));
         }
         let mut report = ReloadReport::default();
         let result = if text.trim().is_empty() {
@@ -521,7 +555,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         };
         match result {
             Ok(compiled) => {
-                self.shared.current.store(Arc::new(compiled));
+                let old = self.shared.current.swap(Arc::new(compiled));
                 *loaded = hash;
                 self.shared.reloads.ok.increment(1);
                 tracing::info!(
@@ -538,7 +572,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                         "rules reload: strategy or key changed: the limit starts fresh"
                     );
                 }
-                Ok(Some(report))
+                Ok((Some(report), Some(old)))
             }
             Err(e) => {
                 self.shared.reloads.error.increment(1);
@@ -566,7 +600,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
 
     /// Polls `path` every `every` (at least 50 ms) on the tokio runtime and reloads it when its
     /// content changes and then holds still for 25 ms (a file caught in the middle of an in-place
-    /// write is not loaded; an empty one is refused). The task ends when every [`Rules`] handle and layer is dropped. A file
+    /// write is not loaded; an empty one is refused). A new file is parsed and compiled on a
+    /// blocking thread (requests go on meanwhile on the old rules) and swapped in at once. The
+    /// task ends when every [`Rules`] handle and layer is dropped. A file
     /// that stays invalid is reported once per content, not once per poll.
     pub fn watch(&self, path: impl Into<PathBuf>, every: Duration) -> tokio::task::JoinHandle<()> {
         let path = path.into();
@@ -602,9 +638,23 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                     Ok(again) if again == text => {}
                     _ => continue,
                 }
-                match rules.reload_text(&text) {
-                    Ok(_) => refused = None,
-                    Err(_) => refused = Some(hash),
+                // Parsing and compiling a large file takes a while: on a blocking thread, so the
+                // runtime's workers keep serving requests on the old rules until the swap.
+                let compiling = rules.clone();
+                let reload = move || {
+                    let (result, old) = match compiling.reload(&text) {
+                        Ok((_, old)) => (Ok(()), old),
+                        Err(e) => (Err(e), None),
+                    };
+                    if let Some(old) = old {
+                        retire(old);
+                    }
+                    result
+                };
+                match tokio::task::spawn_blocking(reload).await {
+                    Ok(Ok(())) => refused = None,
+                    Ok(Err(_)) => refused = Some(hash),
+                    Err(e) => tracing::error!(error = %e, "rules reload failed to run"),
                 }
             }
         })
@@ -688,6 +738,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
                     == MissingKey::Global,
                 metrics: LimitMetrics::new(&spec.name),
+                settle_from: match &spec.settle {
+                    Some(SettleSpec::Header(name)) => Some(SettleFrom::header(name.clone())),
+                    _ => None,
+                },
+                settle_warned: std::sync::atomic::AtomicBool::new(false),
                 headers,
                 limiter,
                 spec,
@@ -744,6 +799,20 @@ fn own_rule<St: Store<Vec<u8>>, C: Clock>(
     Ok(Some(spec.rule.clone()))
 }
 
+/// Drops the rules a reload replaced on this thread (a blocking one of [`Rules::watch`]), not
+/// on a request's: freeing thousands of limits takes a while. Waits up to [`RETIRE_WAIT`] for the requests still deciding
+/// on them; after that the last of them drops what is left.
+fn retire<T>(old: Arc<T>) {
+    let start = std::time::Instant::now();
+    while Arc::strong_count(&old) > 1 && start.elapsed() < RETIRE_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(old);
+}
+
+/// How long a reload waits for the requests still on the rules it replaced (see [`retire`]).
+const RETIRE_WAIT: Duration = Duration::from_millis(200);
+
 /// How long a changed rules file must keep the same content before it is loaded.
 const SETTLE_TIME: Duration = Duration::from_millis(25);
 
@@ -793,6 +862,27 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
                     .store_latency
                     .record(start.elapsed().as_secs_f64());
                 result
+            }
+        }
+    }
+
+    /// Whether this limit settles with `marker`: one naming it, or an unnamed one when the
+    /// limit's `settle` is `marker`.
+    fn takes(&self, marker: &Settle) -> bool {
+        match marker.limiter() {
+            Some(name) => name == self.spec.name,
+            None => self.spec.settle == Some(SettleSpec::Marker),
+        }
+    }
+
+    /// The units the response reports for a `settle = "header:NAME"` limit; `None` (the
+    /// estimate stands) without one or for a value it cannot use (warned once).
+    fn settle_value<B>(&self, res: &Response<B>) -> Option<u32> {
+        match self.settle_from.as_ref()?.read_head(res) {
+            Ok(units) => units,
+            Err(bad) => {
+                warn_bad_value(&self.settle_warned, &self.spec.name, bad);
+                None
             }
         }
     }
@@ -1014,6 +1104,7 @@ where
                     mut allowed,
                     shadow,
                     wait,
+                    mut shadows,
                 } => {
                     if !wait.is_zero() {
                         // Give back what the ready service holds (e.g. a concurrency permit)
@@ -1024,7 +1115,7 @@ where
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     }
                     let mut res = inner.call(Request::from_parts(parts, body)).await?;
-                    settle(&compiled, &mut allowed, res.extensions_mut()).await;
+                    settle(&compiled, &mut allowed, &mut shadows, &mut res).await;
                     write_success_headers(&compiled, &shared.options, &allowed, shadow, &mut res);
                     Ok(res)
                 }
@@ -1043,19 +1134,9 @@ enum Verdict<B> {
         allowed: Vec<Held>,
         shadow: Option<(usize, Decision)>,
         wait: Duration,
+        /// The shadow limits that admitted the request: settled like enforced ones.
+        shadows: Vec<Held>,
     },
-}
-
-/// Which limit of a rules file rejected a request, and its decision: in the extensions of the
-/// `429` the rules layer answers, so that an outer layer can answer with a page of its own (the
-/// `login` example does).
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct RejectedBy {
-    /// The limit's name.
-    pub limit: Arc<str>,
-    /// Its decision (the wait is [`Decision::retry_after`]).
-    pub decision: Decision,
 }
 
 /// Waits on tokio's timer for the departure of a request admitted by shaping queues, then reads
@@ -1078,31 +1159,39 @@ async fn depart<St: Store<Vec<u8>>, C: Clock>(
     }
 }
 
-/// Settles the reservations of the forwarded request as the handler's [`Settle`] marker says (if
-/// any): with every limit of the file, or only the one it names; counts the units spent. A shaping
-/// queue's slot is never given back (two waiters would share one departure).
-async fn settle<St: Store<Vec<u8>>, C: Clock>(
+/// Settles the reservations of the forwarded request (enforced limits, then shadow ones) to what
+/// the response says it cost, and counts the units spent. A limit takes a [`Settle`] marker named
+/// for it, and an unnamed one when its `settle` is `marker` (the marker is then taken out: an
+/// enclosing layer never settles it again; a file without such a limit leaves an unnamed marker
+/// to the layer around it); a `settle = "header:NAME"` limit reads that header (a value it
+/// cannot use leaves the estimate, warned once per limit). A shaping queue's slot is never given
+/// back (two waiters would share one departure).
+async fn settle<St: Store<Vec<u8>>, C: Clock, B>(
     compiled: &Compiled<St, C>,
     allowed: &mut [Held],
-    extensions: &mut http::Extensions,
+    shadows: &mut [Held],
+    res: &mut Response<B>,
 ) {
-    let marker = extensions.get::<Settle>().cloned();
+    let marker = res.extensions().get::<Settle>().cloned();
     let mut taken = false;
-    for h in allowed.iter_mut() {
+    for h in allowed.iter_mut().chain(shadows.iter_mut()) {
         let Some(limit) = compiled.limits.get(h.index) else {
             continue;
         };
         let mut units = limit.spec.cost;
-        if let Some(m) = marker
-            .as_ref()
-            .filter(|m| limit.spec.queue.is_none() && m.is_for(&limit.spec.name))
-        {
-            if let Some(r) = h.decision.reservation() {
+        let wanted = match marker.as_ref().filter(|m| limit.takes(m)) {
+            Some(m) => {
                 taken = true;
-                match limit.apply(&h.key, Op::settle(r, m.charged())).await {
+                Some(m.charged())
+            }
+            None => limit.settle_value(res),
+        };
+        if let Some(wanted) = wanted.filter(|_| limit.spec.queue.is_none()) {
+            if let Some(r) = h.decision.reservation() {
+                match limit.apply(&h.key, Op::settle(r, wanted)).await {
                     Ok(d) => {
                         h.decision = d;
-                        units = m.charged();
+                        units = wanted;
                     }
                     Err(e) => {
                         limit.metrics.store_errors.increment(1);
@@ -1114,7 +1203,7 @@ async fn settle<St: Store<Vec<u8>>, C: Clock>(
         limit.metrics.units.increment(u64::from(units));
     }
     if taken {
-        extensions.remove::<Settle>();
+        res.extensions_mut().remove::<Settle>();
     }
 }
 
@@ -1218,6 +1307,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     }
     let allowed = held;
     let mut shadow: Option<(usize, Decision)> = None;
+    let mut admitted_shadows: Vec<Held> = Vec::new();
     for index in shadows {
         let Some(limit) = compiled.limits.get(index) else {
             continue;
@@ -1230,8 +1320,13 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         match limit.apply(&key, Op::Check(limit.spec.cost)).await {
             Ok(d) => {
                 if d.is_allowed() {
+                    // Units are counted once settled.
                     limit.metrics.allowed.increment(1);
-                    limit.metrics.units.increment(u64::from(limit.spec.cost));
+                    admitted_shadows.push(Held {
+                        index,
+                        key: key.clone(),
+                        decision: d,
+                    });
                 } else {
                     limit.metrics.shadow_rejected.increment(1);
                     tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
@@ -1253,6 +1348,7 @@ async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         allowed,
         shadow,
         wait,
+        shadows: admitted_shadows,
     }
 }
 
@@ -1337,13 +1433,14 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     };
     drop((one, many));
     // Every answer is read before acting on any: on the two-phase path a failed item blocks no
-    // other, so items after it may hold a reservation, and a rejection (the last answer) means
-    // the store already settled the admitted ones to 0.
+    // other, so items after it may hold a reservation, and a rejection means the store already
+    // settled the admitted ones to 0. The 429 is the rejection with the longest wait (one whose
+    // cost can never be admitted first), so a client never retries too early.
     let mut got: Vec<Option<Result<Decision, StoreError>>> = held.iter().map(|_| None).collect();
     let mut rejected: Option<(usize, Decision)> = None;
     for (i, answer) in answers {
         if let Ok(d) = &answer {
-            if !d.is_allowed() && rejected.is_none() {
+            if !d.is_allowed() && rejected.is_none_or(|(_, r)| waits_longer(d, &r)) {
                 rejected = Some((i, *d));
             }
         }
@@ -1355,25 +1452,14 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         let Some(limit) = held.get(at).and_then(|h| compiled.limits.get(h.index)) else {
             return Ok(Vec::new());
         };
-        // The store gave back what the items before the rejection reserved; an answer after it
-        // (a store breaking the contract) is given back here.
-        let mut after: Vec<Held> = Vec::new();
-        for (n, (mut h, a)) in held.into_iter().zip(got).enumerate() {
-            match a {
-                Some(Ok(d)) if n > at && d.is_allowed() => {
-                    h.decision = d;
-                    after.push(h);
+        for (h, a) in held.iter().zip(got) {
+            if let Some(Err(e)) = a {
+                if let Some(failed) = compiled.limits.get(h.index) {
+                    failed.metrics.store_errors.increment(1);
+                    tracing::warn!(limit = %failed.spec.name, error = %e, "rate-limit store error");
                 }
-                Some(Err(e)) => {
-                    if let Some(failed) = compiled.limits.get(h.index) {
-                        failed.metrics.store_errors.increment(1);
-                        tracing::warn!(limit = %failed.spec.name, error = %e, "rate-limit store error");
-                    }
-                }
-                _ => {}
             }
         }
-        rollback(compiled, &after).await;
         return Err(rejection(limit, d));
     }
     let mut failed: Option<StoreError> = None;
@@ -1400,6 +1486,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
                     }
                 } else {
                     limit.metrics.fail_open.increment(1);
+                    limit.limiter.record_fail_open();
                 }
             }
         }
@@ -1412,6 +1499,16 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     // A limit whose store failed open holds nothing.
     held.retain(|h| h.decision.is_allowed());
     Ok(held)
+}
+
+/// Whether rejection `a` asks the client to wait longer than `b`: a cost that can never be
+/// admitted (no `Retry-After`) before any wait, then the longer wait.
+fn waits_longer(a: &Decision, b: &Decision) -> bool {
+    match (a.retry_after(), b.retry_after()) {
+        (None, Some(_)) => true,
+        (Some(x), Some(y)) => x > y,
+        _ => false,
+    }
 }
 
 /// An item of a rules file's [`Store::apply_all`] call.
@@ -1498,6 +1595,7 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
                 return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
             }
             limit.metrics.fail_open.increment(1);
+            limit.limiter.record_fail_open();
             Ok(None)
         }
     }

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub use key::StoreKey;
+pub(crate) use memory::TableHint;
 pub use memory::{DEFAULT_MAX_KEYS, MAX_SKETCH_BYTES, MemoryStore, MemoryStoreBuilder};
-pub(crate) use memory::{QuotaWords, TableHint, first_hit_grain};
 
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
@@ -123,7 +123,8 @@ impl<K, S> Clone for Item<'_, K, S> {
 impl<K, S> Copy for Item<'_, K, S> {}
 
 /// The answers of [`Store::apply_all`]: `(item index, answer)` in the items' order, ending with
-/// the first rejection if any.
+/// the first rejection if any, or (the memory store) every item answered, rejections included,
+/// and the admitted ones given back when one rejected.
 pub type Answers = Vec<(usize, Result<Decision, StoreError>)>;
 
 /// A future of [`Answers`] borrowing the items.

@@ -6,6 +6,34 @@
 
 use super::{Params, Verdict};
 
+/// The least time a first-hit window's start, kept modulo a power of two, must span before it
+/// wraps: two days (and at least two windows).
+pub(crate) const FIRST_HIT_SPAN: u64 = 2 * 86_400 * 1_000_000_000;
+
+/// Bits needed for counts up to `limit`.
+pub(crate) fn bits_for(limit: u64) -> u32 {
+    u64::BITS - limit.leading_zeros()
+}
+
+/// How a first-hit window of `p` fits one 63-bit word: its count bits, and `log2(g)`, the grain
+/// (in ns) to which its start is rounded up so that the rest of the word spans
+/// [`FIRST_HIT_SPAN`] and two windows (0, the start whole, when it fits).
+pub(crate) fn first_hit_layout(p: &Params) -> (u32, u32) {
+    let count_bits = bits_for(p.limit).max(1);
+    let span = FIRST_HIT_SPAN.max(p.window.saturating_mul(2));
+    let span_bits = u64::BITS - (span - 1).leading_zeros();
+    let ring_bits = 63u32.saturating_sub(count_bits);
+    (count_bits, span_bits.saturating_sub(ring_bits))
+}
+
+/// The grain `g` (a power of two, in ns) to which a store keeping a first-hit window in one word
+/// (the memory store does) rounds up its start: 1 when the start fits whole, up to `2^17` ns for
+/// `u32::MAX` per window of up to a day. The window then ends at most `g - 1` ns later than
+/// exact, so the rule's horizon is `W + g - 1`.
+pub(crate) fn first_hit_grain(p: &Params) -> u64 {
+    1 << first_hit_layout(p).1
+}
+
 /// The state of one key under one quota: the window start and the count in it (0 = no open window).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FixedWindow {

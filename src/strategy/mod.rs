@@ -15,7 +15,9 @@ use crate::decision::Outcome;
 
 pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
-pub(crate) use fixed_window::FixedWindow;
+pub(crate) use fixed_window::{
+    FIRST_HIT_SPAN, FixedWindow, bits_for, first_hit_grain, first_hit_layout,
+};
 pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::{MovingWindow, SharedLog};
 pub(crate) use sliding_window::SlidingWindow;

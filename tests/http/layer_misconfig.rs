@@ -173,6 +173,7 @@ fn warnings_are_logged_once_not_per_request() {
 
             // Store failures: fail open, at most one warning per second of failures.
             let down: RateLimiter<(), DownStore, ManualClock> = RateLimiter::builder()
+                .name("edge")
                 .quotas("1/minute")
                 .unwrap()
                 .store(DownStore::default())
@@ -197,6 +198,11 @@ fn warnings_are_logged_once_not_per_request() {
                 logs.text()
             );
             assert!(logs.text().contains("no answer within 50 ms"));
+            assert!(
+                logs.text().contains("limit=\"edge\""),
+                "the warning names the limiter: {}",
+                logs.text()
+            );
             assert_eq!(down.stats().fail_open, 200);
 
             // Rejections are debug events; the key appears only with `log_keys(true)`.
@@ -223,6 +229,13 @@ fn warnings_are_logged_once_not_per_request() {
                 }
             }
             assert_eq!(logs.count("rate limited"), 2, "{}", logs.text());
+            assert_eq!(
+                logs.count("limit=\"default\" "),
+                2,
+                "each rejection names its limiter, the quota's limit apart: {}",
+                logs.text()
+            );
+            assert_eq!(logs.count("quota_limit=1 "), 2, "{}", logs.text());
             assert_eq!(
                 logs.count("secret-customer-7"),
                 0,

@@ -593,7 +593,7 @@ async fn a_rules_file_that_cannot_be_used_exits_2_with_its_line_and_column() {
 }
 
 /// A login form limited by IP and by username in one decision, where only failures count: the
-/// handler's `Settle::refund()` gives a success back to both limits.
+/// handler's `Settle::refund()` gives a success back to both limits (`settle = "marker"`).
 #[tokio::test]
 async fn a_login_limited_by_ip_and_username_counts_only_failures() {
     use axum::Extension;
@@ -608,6 +608,7 @@ async fn a_login_limited_by_ip_and_username_counts_only_failures() {
         methods = ["POST"]
         strategy = "moving-window"
         quotas = "5/hour"
+        settle = "marker"
 
         [[limit]]
         name = "login-user"
@@ -616,6 +617,7 @@ async fn a_login_limited_by_ip_and_username_counts_only_failures() {
         key = "header:x-user"
         strategy = "moving-window"
         quotas = "2/hour"
+        settle = "marker"
         "#,
         RulesOptions::default(),
     )
@@ -699,6 +701,7 @@ async fn the_example_rules_file_loads_and_limits_logins_by_ip_and_username() {
             "login-ip",
             "login-user",
             "api-global",
+            "api-tokens",
             "api-user-next"
         ]
     );

@@ -362,4 +362,42 @@ fn a_failed_limit_under_fail_open_is_skipped_and_the_others_charged() {
     let (statuses, left) = send_in_turn(&rules, &[("bad", 9), ("bad", 9)]);
     assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
     assert_eq!(left(9), 0);
+    // Counted in the failed limit's `Stats`, as a plain layer counts it (the second request was
+    // rejected by another limit: nothing let through on the failure).
+    assert_eq!(rules.stats("per-user").unwrap().fail_open, 1);
+    assert_eq!(rules.stats("global").unwrap().fail_open, 0);
+    assert!(rules.stats("nope").is_none());
+}
+
+/// Two limits reject one request: its `429` is the one with the longest wait (a client retrying
+/// after the shorter one would only be rejected again), whatever their order in the file.
+#[tokio::test]
+async fn a_rejection_by_several_limits_names_the_one_with_the_longest_wait() {
+    for (first, second) in [("second", "hour"), ("hour", "second")] {
+        let text = format!(
+            "[[limit]]\nname = \"{first}\"\nkey = \"header:x-ip\"\nquotas = \"1/{first}\"\n\
+             [[limit]]\nname = \"{second}\"\nkey = \"header:x-ip\"\nquotas = \"1/{second}\"\n"
+        );
+        let rules = Rules::memory(&text, RulesOptions::default()).unwrap();
+        let svc = tower::ServiceBuilder::new()
+            .layer(rules.layer())
+            .service(tower::service_fn(|_req: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::from("ok")))
+            }));
+        let req = || login_rules::login_request(0, 0);
+        assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), 200);
+        let res = svc.oneshot(req()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let by = res.extensions().get::<RejectedBy>().unwrap();
+        assert_eq!(&*by.limit, "hour", "file order {first}, {second}");
+        let retry: u64 = res.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            retry > 1,
+            "retry-after {retry} is the hour's, not the second's"
+        );
+    }
 }

@@ -232,7 +232,7 @@ async fn contradictions_exit_2() {
         "/nonexistent/ca.pem",
     )
     .await;
-    let per_limit: [&[&str]; 8] = [
+    let per_limit: [&[&str]; 7] = [
         &["--strategy", "token-bucket"],
         &["--quota", "5/minute"],
         &["--burst", "3"],
@@ -240,7 +240,6 @@ async fn contradictions_exit_2() {
         &["--cost", "2"],
         &["--window-offset", "8h"],
         &["--queue", "3000"],
-        &["--concurrency", "4"],
     ];
     for flag in per_limit {
         let mut args = vec!["--rules", rules.as_str()];
@@ -251,6 +250,11 @@ async fn contradictions_exit_2() {
         )
         .await;
     }
+    assert_refused(
+        &["--rules", rules.as_str(), "--concurrency", "4"],
+        "--concurrency cannot apply with --rules: a rules file has no concurrency cap",
+    )
+    .await;
     // `--fail-closed` agrees with `--fail-mode closed`: no contradiction (a warning on memory).
     let server = Running::start(&[
         "--addr",

@@ -338,3 +338,38 @@ async fn a_trailer_at_the_body_end_settles_the_request() {
     drop(svc.clone().oneshot(call("1")).await.unwrap());
     assert_eq!(remaining(&lim), 57);
 }
+
+/// A settle header given twice is not read from its first copy: the estimate stands. Given once,
+/// the same value settles.
+#[tokio::test]
+async fn a_repeated_settle_header_leaves_the_estimate() {
+    use tower::ServiceExt as _;
+    let lim = limiter("twice", "100/hour");
+    let app = Router::new()
+        .route(
+            "/",
+            get(|Query(q): Query<Used>| async move {
+                let mut res = "ok".into_response();
+                for _ in 0..q.used.map_or(0, |n| n.parse::<usize>().unwrap()) {
+                    res.headers_mut().append("x-used", "30".parse().unwrap());
+                }
+                res
+            }),
+        )
+        .layer(
+            RateLimitLayer::new(lim.clone(), GlobalKey)
+                .cost(|_: &Parts| 10)
+                .settle_from(SettleFrom::header(http::HeaderName::from_static("x-used"))),
+        );
+    let get = |copies: usize| {
+        http::Request::get(format!("/?used={copies}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let res = app.clone().oneshot(get(2)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(remaining(&lim), 90, "two copies: the estimate of 10 stands");
+    let res = app.oneshot(get(1)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(remaining(&lim), 60, "one copy: settled to 30");
+}

@@ -258,3 +258,111 @@ fn rediss_with_a_client_certificate_when_the_server_requires_one() {
         assert_eq!(d.limit(), 2);
     });
 }
+
+/// `server --rules F` as a user runs it on Redis over TLS with a private CA: the CA is used (the
+/// server starts and decides on Redis), `--settle-header x-used` settles the limit whose `settle`
+/// is `header:x-used` to what the handler echoes, and `--fail-mode local --instances 2` answers
+/// from each limit's local limiter (half its limit) once Redis is gone, with headers and a 429,
+/// where failing open would pass everything without headers.
+#[test]
+fn server_rules_on_tls_redis_honours_the_ca_the_settle_header_and_local_fail_mode() {
+    use crate::examples;
+    use crate::support::TestClient;
+    use http::StatusCode;
+
+    let Some(dir) = certificates() else {
+        return;
+    };
+    let Some((mut redis, port)) = tls_server(&dir, false) else {
+        return;
+    };
+    let rules = dir.join("rules.toml");
+    std::fs::write(
+        &rules,
+        r#"
+[[limit]]
+name = "tokens"
+path = "/api/*"
+key = "global"
+strategy = "fixed-window"
+quotas = "100/hour"
+cost = 10
+settle = "header:x-used"
+
+[[limit]]
+name = "strict"
+path = "/strict"
+key = "global"
+strategy = "fixed-window"
+quotas = "4/hour"
+settle = "marker"
+"#,
+    )
+    .unwrap();
+    rt().block_on(async {
+        let url = format!("rediss://127.0.0.1:{port}");
+        let ca = dir.join("ca.crt").to_string_lossy().into_owned();
+        let rules = rules.to_string_lossy().into_owned();
+        let server = examples::start(
+            "server",
+            &[
+                "--addr",
+                "127.0.0.1:0",
+                "--rules",
+                &rules,
+                "--store",
+                &url,
+                "--redis-ca",
+                &ca,
+                "--fail-mode",
+                "local",
+                "--instances",
+                "2",
+                "--settle-header",
+                "x-used",
+                "--store-timeout",
+                "300",
+            ],
+        )
+        .await;
+        let client = TestClient::new();
+        let res = client.get(&server.url("/api/a?used=37")).await;
+        assert_eq!(res.status, StatusCode::OK);
+        assert_eq!(
+            res.header("x-used"),
+            Some("37"),
+            "the handler echoes `used`"
+        );
+        assert_eq!(
+            res.num("x-ratelimit-remaining"),
+            63,
+            "settled to 37 on Redis"
+        );
+        let res = client.get(&server.url("/api/b")).await;
+        assert_eq!(
+            res.num("x-ratelimit-remaining"),
+            53,
+            "no `used`: the estimate"
+        );
+        // Redis is gone: each limit's local limiter answers, at half its limit (4 / 2 instances).
+        redis.kill9();
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let res = client.get(&server.url("/strict")).await;
+            if res.status == StatusCode::OK {
+                assert!(res.header("x-ratelimit-limit").is_some(), "decided locally");
+            }
+            statuses.push(res.status);
+        }
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS
+            ],
+            "the local limiter's share, not failing open"
+        );
+        server.stop_with("-INT").await;
+    });
+}

@@ -234,8 +234,8 @@ async fn on_a_cluster_keys_in_different_slots_use_the_two_phase_and_one_key_one_
     );
 }
 
-/// The Redis multi-limit script and the memory store answer alike, step by step, for every
-/// strategy family (each paired with another family on the same key, and a key of its own).
+/// The Redis multi-limit script and the memory store answer alike, step by step (up to the first
+/// rejection, where the script stops), for every strategy family (each paired with another family on the same key, and a key of its own).
 #[tokio::test]
 async fn every_family_in_the_multi_limit_script_answers_as_the_memory_store() {
     let Some(redis) = RedisServer::start() else {
@@ -309,15 +309,23 @@ async fn every_family_in_the_multi_limit_script_answers_as_the_memory_store() {
                     })
                     .collect::<Vec<_>>()
             };
+            // The script ends at the first rejection; the memory store answers every item (the
+            // later ones given back, so the 429 can name the longest wait): alike up to there,
+            // and the states stay alike (the next steps compare them).
+            let mut expected = view(&m);
+            if let Some(at) = expected
+                .iter()
+                .position(|a| a.1 != tollgate::Outcome::Allowed)
+            {
+                expected.truncate(at + 1);
+                rejections += 1;
+            }
             assert_eq!(
                 view(&r),
-                view(&m),
+                expected,
                 "{strategy:?} + {partner:?}, step {step}"
             );
             steps += 1;
-            if m.len() < 3 {
-                rejections += 1;
-            }
         }
         assert_eq!(steps, 80);
         assert!(

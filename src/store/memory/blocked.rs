@@ -18,6 +18,7 @@
 //! only costs a miss (the map answers), never a wrong answer. (Bits are not cleared when a slot's
 //! rejection is over: after a clock step back it still answers for its time.)
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 use crate::strategy::Verdict;
@@ -40,7 +41,9 @@ struct Slot {
 /// The cache of blocked keys of one store.
 #[derive(Debug)]
 pub(super) struct BlockedCache {
-    slots: Box<[Slot]>,
+    /// Allocated by the first rejection cached: a store that never rejects (most limits of a
+    /// large rules file, at first) does not hold 192 KiB of empty slots.
+    slots: OnceLock<Box<[Slot]>>,
     /// One bit per slot: set when it may hold a live rejection (in the struct: no pointer to
     /// follow, no bounds to check).
     live: [AtomicU64; SLOTS / 64],
@@ -58,7 +61,7 @@ pub(super) struct Miss {
 impl Default for BlockedCache {
     fn default() -> Self {
         Self {
-            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            slots: OnceLock::new(),
             live: std::array::from_fn(|_| AtomicU64::new(0)),
             any_live: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -68,11 +71,9 @@ impl Default for BlockedCache {
 
 impl BlockedCache {
     #[inline]
-    // In bounds: the index is masked to below SLOTS, the array's length.
-    #[allow(clippy::indexing_slicing)]
-    fn slot(&self, fingerprint: u64) -> &Slot {
+    fn slot(slots: &[Slot], fingerprint: u64) -> Option<&Slot> {
         // The low bits route the key to its segment; the high bits pick the slot.
-        &self.slots[(fingerprint >> 48) as usize & (SLOTS - 1)]
+        slots.get((fingerprint >> 48) as usize & (SLOTS - 1))
     }
 
     /// The rejection of a request of cost 1 at `now` if the key is known to be blocked, with
@@ -92,7 +93,10 @@ impl BlockedCache {
         if word.is_none_or(|w| w.load(Ordering::Relaxed) & bit == 0) {
             return miss;
         }
-        let slot = self.slot(fingerprint);
+        // A live bit is set only after the slots were allocated.
+        let Some(slot) = self.slots.get().and_then(|s| Self::slot(s, fingerprint)) else {
+            return miss;
+        };
         let seq = slot.seq.load(Ordering::Acquire);
         if slot.fingerprint.load(Ordering::Relaxed) != fingerprint {
             return miss;
@@ -117,7 +121,12 @@ impl BlockedCache {
 
     /// Records the rejection `v` of a request of cost 1 at `now`, seen after `miss`.
     pub(super) fn insert(&self, fingerprint: u64, miss: Miss, now: u64, v: &Verdict) {
-        let slot = self.slot(fingerprint);
+        let slots = self
+            .slots
+            .get_or_init(|| (0..SLOTS).map(|_| Slot::default()).collect());
+        let Some(slot) = Self::slot(slots, fingerprint) else {
+            return;
+        };
         let seq = slot.seq.load(Ordering::Relaxed);
         // Another writer holds the slot, or took it since: skip (a cache, not a record).
         if seq & 1 == 1
@@ -175,6 +184,10 @@ mod tests {
     #[test]
     fn a_cached_rejection_is_found_until_an_invalidation_and_again_after_a_new_insert() {
         let cache = BlockedCache::default();
+        assert!(
+            cache.slots.get().is_none(),
+            "no slots before a rejection is cached"
+        );
         let v = Verdict::rejected(5, 0, 10, 10);
         let key = 0xabcd_0000_0000_0001;
         let miss = cache.lookup(key, 100, || 5).unwrap_err();

@@ -2,7 +2,6 @@
 //! kept next to the state. Updated under its shard's write lock.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 use parking_lot::RwLock;
 
@@ -46,7 +45,7 @@ impl Rules {
             known.entry(tag).or_insert_with(|| Shape {
                 strategy: rule.strategy(),
                 params: rule.nanos().into(),
-                words: rule.quota_words().get(rule).map(Into::into),
+                words: quota_words(rule).map(Into::into),
             });
         }
     }
@@ -55,46 +54,31 @@ impl Rules {
 /// How the memory store holds each quota of a rule of several fixed-window, first-hit or
 /// sliding-window quotas in one word ([`States::Packed`]): the layout a packed table would give the
 /// quota as a rule alone, or `None` when one quota does not pack (the rule's keys then hold two
-/// words per quota). Worked out on the rule's first use, kept in the [`Rule`]: a check looks it
-/// up without a lock.
-#[derive(Clone, Default)]
-pub(crate) struct QuotaWords(OnceLock<Option<Box<[PackedRule]>>>);
+/// words per quota). Worked out on the rule's first use and kept with it
+/// ([`Rule::store_cache`]): a check looks it up without a lock.
+struct QuotaWords(Option<Box<[PackedRule]>>);
 
-impl QuotaWords {
-    /// The layouts of `rule`'s quotas (the rule this is kept in), if every quota has one.
-    #[inline]
-    fn get(&self, rule: &Rule) -> Option<&[PackedRule]> {
-        self.0
-            .get_or_init(|| {
-                if !matches!(
-                    rule.strategy(),
-                    Strategy::FixedWindow | Strategy::FixedWindowFirstHit | Strategy::SlidingWindow
-                ) || rule.nanos().len() < 2
-                {
-                    return None;
-                }
+/// The layouts of `rule`'s quotas, if every quota has one (see [`QuotaWords`]).
+#[inline]
+fn quota_words(rule: &Rule) -> Option<&[PackedRule]> {
+    rule.store_cache(|| {
+        QuotaWords(
+            if !matches!(
+                rule.strategy(),
+                Strategy::FixedWindow | Strategy::FixedWindowFirstHit | Strategy::SlidingWindow
+            ) || rule.nanos().len() < 2
+            {
+                None
+            } else {
                 (0..rule.nanos().len())
                     .map(|i| PackedRule::for_quota(rule, i))
                     .collect()
-            })
-            .as_deref()
-    }
+            },
+        )
+    })?
+    .0
+    .as_deref()
 }
-
-impl std::fmt::Debug for QuotaWords {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("QuotaWords")
-    }
-}
-
-// Derived from the rule's other fields: equal whenever they are.
-impl PartialEq for QuotaWords {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for QuotaWords {}
 
 /// One key's entry: its state under the rule it was first used with, and under other rules (tiers,
 /// stacked layers with their own rules). It is updated under its shard's write lock
@@ -480,7 +464,7 @@ fn to_word(layout: &PackedRule, s: &QuotaState, p: &Params, now: u64) -> Option<
 /// `states` under `rule` at `now`, one word each ([`States::Packed`]), if the rule's quotas have
 /// one-word layouts and every state fits one.
 fn packed_words(rule: &Rule, states: &[QuotaState], now: u64) -> Option<Box<[u64]>> {
-    let layouts = rule.quota_words().get(rule)?;
+    let layouts = quota_words(rule)?;
     if now >= NOW_LIMIT || layouts.len() != states.len() {
         return None;
     }
@@ -650,9 +634,7 @@ impl KeyState {
             States::Many(v) => v.len() == n && v.iter().all(|s| s.fits(strategy)),
             States::Shared(_) => strategy == Strategy::MovingWindow && n > 1,
             States::Words(s, w) => *s == strategy && w.len() == n * words_per_quota(strategy),
-            States::Packed(s, w) => {
-                *s == strategy && w.len() == n && rule.quota_words().get(rule).is_some()
-            }
+            States::Packed(s, w) => *s == strategy && w.len() == n && quota_words(rule).is_some(),
         };
         // Per-quota logs all empty again are one log again.
         let emptied = matches!(&self.quotas, States::Many(v)
@@ -686,7 +668,7 @@ impl KeyState {
             States::Packed(strategy, words) => {
                 let strategy = *strategy;
                 // Some: `fit` kept the words only then.
-                let layouts = rule.quota_words().get(rule).unwrap_or_default();
+                let layouts = quota_words(rule).unwrap_or_default();
                 let n = params.len();
                 // On the stack, as for `Words`.
                 let mut buf: [QuotaState; MAX_QUOTAS] =
@@ -958,7 +940,7 @@ mod tests {
                     proptest::prop_assert!(now < NOW_LIMIT);
                     // A window with no count may be held as a new key's, whatever its start (as
                     // in a packed table): then so is the reference's.
-                    let layouts = rule.quota_words().get(&rule).unwrap_or_default();
+                    let layouts = quota_words(&rule).unwrap_or_default();
                     for (((s, p), l), w) in reference.iter_mut().zip(params).zip(layouts).zip(words) {
                         if s.fresh_at(p) == 0 {
                             *s = l.unpack(*w, now);
@@ -1127,7 +1109,7 @@ mod tests {
                 // A window with no count may be held as a new key's, whatever its start (as in a
                 // packed table, and in the test above): so is the reference's.
                 if let States::Packed(_, words) = &entry.state.quotas {
-                    let layouts = rule.quota_words().get(&rule).unwrap_or_default();
+                    let layouts = quota_words(&rule).unwrap_or_default();
                     for (((s, p), l), w) in reference.iter_mut().zip(params).zip(layouts).zip(words) {
                         if s.fresh_at(p) == 0 {
                             *s = l.unpack(*w, now);
@@ -1205,7 +1187,7 @@ mod tests {
                     _ => reference = trial,
                 }
                 if let States::Packed(_, words) = &entry.state.quotas {
-                    let layouts = rule.quota_words().get(&rule).unwrap_or_default();
+                    let layouts = quota_words(&rule).unwrap_or_default();
                     for (((s, p), l), w) in reference.iter_mut().zip(params).zip(layouts).zip(words) {
                         let held = l.unpack(*w, now);
                         // A window with no count may be held as a new key's, whatever its start
@@ -1226,12 +1208,12 @@ mod tests {
         // offset must not hold its keys in the UTC-aligned one-word layouts.
         use crate::offset::WindowOffset;
         let rule = Rule::parse(Strategy::FixedWindow, "10/hour; 100/day").unwrap();
-        assert!(rule.quota_words().get(&rule).is_some());
+        assert!(quota_words(&rule).is_some());
         let shifted = rule
             .clone()
             .with_window_offset(WindowOffset::from_minutes(30).unwrap());
         assert_ne!(rule, shifted);
-        assert!(shifted.quota_words().get(&shifted).is_none());
+        assert!(quota_words(&shifted).is_none());
         let mut entry = Entry::new();
         let mut reference = vec![QuotaState::new(shifted.strategy()); 2];
         // Ten at 00:40 fill the hour window 00:30-01:30: rejected at 01:10, admitted at 01:31.

@@ -4,8 +4,9 @@
 //! Each store owns a fixed array of lock stripes; an item's stripe is chosen by its key's hash and
 //! its scope's tag. A decision takes the stripes of all its items sorted by (store address, stripe
 //! index) and deduplicated (one fixed global order, so two decisions never wait on each other in
-//! a cycle; no global lock), then reserves every item in turn and, on a rejection, settles the
-//! reservations already made to 0 before it lets the stripes go. Every other decision on those
+//! a cycle; no global lock), then checks every item in turn (all of them, so that a rejection can
+//! name the longest wait) and, when one rejected, settles the reservations made to 0 before it
+//! lets the stripes go. Every other decision on those
 //! keys waits for the stripes, so none sees a reservation that is then rolled back: a request that
 //! fits every limit alone is admitted. The stripes are held for a few memory operations, never
 //! across an `.await` (the memory store answers at once).
@@ -51,7 +52,7 @@ fn place<K: Hash + Eq + Clone + Send + Sync + 'static>(
 }
 
 /// [`Store::apply_all`](crate::store::Store::apply_all) on memory stores: the items' stripes taken
-/// in one fixed order, every item reserved, and all given back on the first rejection.
+/// in one fixed order, every item checked, and all given back when one rejects.
 pub(super) fn apply_all<K: Hash + Eq + Clone + Send + Sync + 'static>(
     items: &[Item<'_, K, MemoryStore<K>>],
     now: u64,
@@ -91,31 +92,32 @@ pub(super) fn apply_all<K: Hash + Eq + Clone + Send + Sync + 'static>(
     decide(items, now)
 }
 
-/// Reserves every item in turn, and gives back what was reserved on the first rejection; the
-/// caller holds the items' stripes.
+/// Checks every item in turn and, when one rejects, gives back what the others reserved; the
+/// caller holds the items' stripes. Every item is checked even after a rejection (nobody sees the
+/// reservations made meanwhile), so the caller can answer with the longest wait.
 fn decide<K: Hash + Eq + Clone + Send + Sync + 'static>(
     items: &[Item<'_, K, MemoryStore<K>>],
     now: u64,
 ) -> Answers {
     let mut out: Answers = Vec::with_capacity(items.len());
+    let mut rejected = false;
     for (i, it) in items.iter().enumerate() {
         let (rule, tag) = (it.scope.rule(), it.scope.tag());
         let d = it
             .store
             .decide_in(it.key, rule, tag, Op::Check(it.cost), now);
-        let rejected = !d.is_allowed();
+        rejected |= !d.is_allowed();
         out.push((i, Ok(d)));
-        if rejected {
-            for (j, answer) in &out {
-                let (Some(it), Ok(d)) = (items.get(*j), answer) else {
-                    continue;
-                };
-                if let Some(r) = d.reservation() {
-                    let (rule, tag) = (it.scope.rule(), it.scope.tag());
-                    it.store.decide_in(it.key, rule, tag, Op::settle(r, 0), now);
-                }
+    }
+    if rejected {
+        for (j, answer) in &out {
+            let (Some(it), Ok(d)) = (items.get(*j), answer) else {
+                continue;
+            };
+            if let Some(r) = d.reservation() {
+                let (rule, tag) = (it.scope.rule(), it.scope.tag());
+                it.store.decide_in(it.key, rule, tag, Op::settle(r, 0), now);
             }
-            break;
         }
     }
     out

@@ -13,7 +13,6 @@ mod many;
 mod model;
 mod packed;
 
-pub(crate) use packed::first_hit_grain;
 mod sketch;
 mod table;
 
@@ -27,14 +26,13 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use self::blocked::BlockedCache;
-pub(crate) use self::general::QuotaWords;
 use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
 pub use self::sketch::MAX_SKETCH_BYTES;
 use self::sketch::Sketch;
 use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
 use super::{Answer, LimiterNames, Scope, Store};
-use crate::decision::{Decision, Outcome};
+use crate::decision::{Decision, Outcome, to_decision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
@@ -771,23 +769,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             keys: self.len() as u64,
             ..Stats::default()
         }
-    }
-}
-
-/// A verdict in ticks of `tick_nanos` as a [`Decision`].
-#[inline]
-pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: u64) -> Decision {
-    let limit = u32::try_from(v.limit).unwrap_or(u32::MAX);
-    Decision {
-        outcome: v.outcome,
-        limit,
-        remaining: u32::try_from(v.remaining).unwrap_or(u32::MAX).min(limit),
-        reset_after: v.reset_after.saturating_mul(tick_nanos),
-        retry_after: v.retry_after.saturating_mul(tick_nanos),
-        time: now_ticks.saturating_mul(tick_nanos),
-        quota: u16::try_from(index).unwrap_or(u16::MAX),
-        cost: 0,
-        local: false,
     }
 }
 

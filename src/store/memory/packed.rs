@@ -39,7 +39,7 @@
 //! per window of up to a day is `2^17` ns (131 us); for a 10-year window `2^29` ns (0.54 s).
 //! The rounded end is honest everywhere: a verdict's reset and retry times point at it (not at
 //! `now + W`), the state stays held until it ([`FixedWindow::fresh_at`] of the rounded start),
-//! and the rule's horizon ([`Rule::horizon`]) is `W + g - 1` (see [`first_hit_grain`]). A
+//! and the rule's horizon ([`Rule::horizon`]) is `W + g - 1` (see [`first_hit_grain`](crate::strategy::first_hit_grain)). A
 //! refund (settlement) of a reservation made in the window's first `g` ns, before its rounded
 //! start, is dropped (as one made in an earlier window is): stricter, never more lenient; a charge
 //! above such a reservation is counted in the window (and so is one above a reservation made in
@@ -52,7 +52,8 @@ use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::Rule;
 use crate::strategy::{
-    self, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy, Verdict,
+    self, FIRST_HIT_SPAN, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy,
+    Verdict, bits_for, first_hit_layout,
 };
 
 /// The second-chance bit.
@@ -60,7 +61,7 @@ pub(crate) const USED: u64 = 1 << 63;
 /// Packed state serves times below this (2^62 ns: the year 2116); a GCRA TAT stays below 2^63.
 pub(crate) const NOW_LIMIT: u64 = 1 << 62;
 /// The least time a ring of window indices spans: two days (so 6 hours ahead, 42 hours behind).
-pub(crate) const RING_SPAN: u64 = 2 * 86_400 * 1_000_000_000;
+pub(crate) const RING_SPAN: u64 = FIRST_HIT_SPAN;
 /// The fewest bits of a ring.
 const MIN_RING_BITS: u32 = 8;
 
@@ -93,23 +94,11 @@ struct Hit {
     ring: Ring,
 }
 
-/// The grain `g` (a power of two, in ns) to which the memory store rounds up the start of a
-/// one-quota first-hit window of `p` it packs: 1 when the start fits whole, up to `2^17` ns for
-/// `u32::MAX` per window of up to a day. The window ends at most `g - 1` ns later than exact, so
-/// the rule's horizon is `W + g - 1` ([`horizon_ticks`](crate::rule::horizon_ticks)).
-pub(crate) fn first_hit_grain(p: &Params) -> u64 {
-    1 << Hit::layout(p).1
-}
-
 impl Hit {
     /// The count and grain bits for `p`: the ring holds what is left of 63 bits after the count,
     /// in units of the smallest power of two that makes it span [`RING_SPAN`] and two windows.
     fn layout(p: &Params) -> (u32, u32) {
-        let count_bits = bits_for(p.limit).max(1);
-        let span = RING_SPAN.max(p.window.saturating_mul(2));
-        let span_bits = u64::BITS - (span - 1).leading_zeros();
-        let ring_bits = 63u32.saturating_sub(count_bits);
-        (count_bits, span_bits.saturating_sub(ring_bits))
+        first_hit_layout(p)
     }
 
     /// The layout for `p` (every limit up to `u32::MAX`, every window).
@@ -290,11 +279,6 @@ impl Cell for AtomicU64 {
     fn compare_exchange(&self, current: u64, new: u64) -> Result<u64, u64> {
         self.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
     }
-}
-
-/// Bits needed for counts up to `limit`.
-fn bits_for(limit: u64) -> u32 {
-    u64::BITS - limit.leading_zeros()
 }
 
 impl PackedRule {
@@ -912,6 +896,7 @@ impl Packable for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::first_hit_grain;
 
     const S: u64 = 1_000_000_000;
 
