@@ -406,10 +406,11 @@ struct Settings {
     /// Read by the Redis store only.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     store_timeout: Option<Duration>,
+    /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    lease: bool,
     /// `--fail-mode local` on Redis: the local limiter's share, `--instances` (default 1).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    /// `--redis-lease`: quota leasing on the Redis store, with the library's default sizes.
-    lease: bool,
     local_instances: Option<u32>,
     /// `--redis-ca`, and `--redis-cert` with `--redis-key`.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
