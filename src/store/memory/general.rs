@@ -276,6 +276,7 @@ impl Entry {
                     let spent = Spent {
                         units: u64::MAX,
                         until: state.fresh_at,
+                        rank: u8::MAX,
                     };
                     for i in 0..quotas.len() {
                         sketch.record(sketch::quota_hash(key_hash, tag, i), spent, now);
