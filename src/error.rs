@@ -196,6 +196,14 @@ pub enum StoreErrorKind {
     BadReply,
     /// The call was refused locally (misconfiguration found at run time).
     Other,
+    /// The rule given for this request (a per-request rule: [`RateLimiter::apply`] with a rule,
+    /// the layer's `select_rule`) is one the store cannot honour ([`Store::validate`] refused
+    /// it). A configuration error, not an outage: the layer refuses the request (503) whatever its
+    /// failure policy, and the limiter counts it in [`Stats::invalid_rules`](crate::Stats).
+    ///
+    /// [`RateLimiter::apply`]: crate::RateLimiter::apply
+    /// [`Store::validate`]: crate::store::Store::validate
+    InvalidRule,
 }
 
 impl StoreError {
@@ -250,6 +258,7 @@ impl fmt::Display for StoreError {
             StoreErrorKind::Server => "server error",
             StoreErrorKind::BadReply => "bad reply",
             StoreErrorKind::Other => "error",
+            StoreErrorKind::InvalidRule => "invalid rule",
         };
         write!(f, "rate-limit store {kind}: {}", self.message)
     }

@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, Reservation};
-use crate::error::{ConfigError, StoreError};
+use crate::error::{ConfigError, StoreError, StoreErrorKind};
 use crate::quota::{Quota, parse_quotas};
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
@@ -57,9 +58,38 @@ struct Inner<S, C> {
     store: S,
     clock: C,
     fail_open: Counter,
+    /// Requests refused for a per-request rule the store cannot honour.
+    invalid_rules: Counter,
+    /// Per-request rules the store accepted.
+    validated: Validated,
     /// The memory store's packed table for `rule`, learnt on the first synchronous check
     /// ([`RateLimiter::check_now`]); other stores ignore it.
     hint: TableHint,
+}
+
+/// The fingerprints ([`Rule::tag`]) of per-request rules the store has accepted, in a small
+/// direct-mapped table: a rule is validated once, and again only after another rule took its slot
+/// (0: empty).
+struct Validated([AtomicU64; 64]);
+
+impl Default for Validated {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl Validated {
+    /// Whether `store` accepts `rule`, from the table or asked once.
+    fn check<K, S: Store<K>>(&self, store: &S, rule: &Rule) -> Result<(), ConfigError> {
+        let tag = rule.tag().max(1);
+        let slot = &self.0[(tag % 64) as usize];
+        if slot.load(Ordering::Relaxed) == tag {
+            return Ok(());
+        }
+        store.validate(rule)?;
+        slot.store(tag, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl<K, S, C> Clone for RateLimiter<K, S, C> {
@@ -115,6 +145,8 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
                 store,
                 clock,
                 fail_open: Counter::default(),
+                invalid_rules: Counter::default(),
+                validated: Validated::default(),
                 hint: TableHint::default(),
             }),
             _key: PhantomData,
@@ -182,11 +214,40 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// another rule the key has a state of its own, so a route's own rule counts the requests it
     /// sees, and a key moved to another tier starts afresh there while its old state expires by
     /// itself.
+    ///
+    /// A rule given here reaches the store only once the store has accepted it
+    /// ([`Store::validate`], asked once per rule and remembered): one it cannot honour (on Redis, a
+    /// bucket whose interval is below its microsecond) gets an error of kind
+    /// [`StoreErrorKind::InvalidRule`], counted in [`Stats::invalid_rules`], and is never applied.
     #[inline]
     pub fn apply(&self, key: &K, rule: Option<&Rule>, op: Op) -> Answer<S::Future> {
+        if let Some(r) = rule
+            && let Err(e) = self.inner.validated.check(&self.inner.store, r)
+        {
+            return Answer::now(Err(self.invalid_rule(r, &e)));
+        }
         self.inner
             .store
             .apply(key, self.scope(rule), op, self.inner.clock.now())
+    }
+
+    /// The error of a request under `rule`, which the store refused with `e`, counted.
+    #[cold]
+    fn invalid_rule(&self, rule: &Rule, e: &ConfigError) -> StoreError {
+        self.inner.invalid_rules.add(1);
+        StoreError::new(
+            StoreErrorKind::InvalidRule,
+            format!(
+                "limiter {:?}: a per-request rule ({} {:?}) the store cannot honour: {e}",
+                self.name(),
+                rule.strategy(),
+                rule.quotas()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .with_source(e.clone())
     }
 
     /// The scope of this limiter's state under `rule` (its own rule when `None`).
@@ -242,6 +303,7 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     pub fn stats(&self) -> Stats {
         let mut s = self.inner.store.stats();
         s.fail_open = self.inner.fail_open.get();
+        s.invalid_rules = self.inner.invalid_rules.get();
         s
     }
 
@@ -281,7 +343,8 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
         self.apply_now(key, None, Op::Reset)
     }
 
-    /// [`apply`](Self::apply), synchronously.
+    /// [`apply`](Self::apply), synchronously. The memory store honours every rule (its
+    /// [`Store::validate`] accepts all), so a rule given here goes to it as it is.
     #[inline]
     pub fn apply_now(&self, key: &K, rule: Option<&Rule>, op: Op) -> Decision {
         let inner = &*self.inner;
