@@ -345,7 +345,12 @@ pub enum Op {
     /// [`Decision::time`], in nanoseconds since the Unix epoch) admitted `reserved`; charge `actual`
     /// instead (0: a full refund), in the window or bucket the reservation was counted in.
     ///
+    /// Built only from a [`Reservation`](crate::Reservation) a check returned
+    /// ([`Op::settle`]): outside this crate the variant can be matched but not constructed, so no
+    /// caller can refund an amount or a time no check reserved.
+    ///
     /// [`Decision::time`]: crate::Decision::time
+    #[non_exhaustive]
     Settle {
         /// The cost the check admitted.
         reserved: u32,
@@ -378,6 +383,18 @@ impl Op {
             reserved: reservation.cost,
             actual: units,
             at: reservation.time,
+        }
+    }
+
+    /// Test hook (feature `test-util`, not part of the API): a settlement of any reservation,
+    /// for the crate's oracles that replay settlements against a store directly.
+    #[cfg(any(test, feature = "test-util"))]
+    #[doc(hidden)]
+    pub fn settle_any(reserved: u32, actual: u32, at: u64) -> Self {
+        Op::Settle {
+            reserved,
+            actual,
+            at,
         }
     }
 }

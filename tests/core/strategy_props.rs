@@ -376,7 +376,7 @@ proptest! {
                     // Any open reservation, not only the newest: settlements arrive out of order.
                     let (at, reserved) = open.remove(usize::from(k) * 7 % open.len());
                     let actual = (cost + u32::from(k)) % (2 * reserved + 1);
-                    let op = Op::Settle { reserved, actual, at };
+                    let op = Op::settle_any(reserved, actual, at);
                     let d = l.apply_now(&KEY, None, op);
                     ("settle", d, o.settle(t, at, u64::from(reserved), u64::from(actual)))
                 }
