@@ -204,6 +204,10 @@ pub enum StoreErrorKind {
     /// [`RateLimiter::apply`]: crate::RateLimiter::apply
     /// [`Store::validate`]: crate::store::Store::validate
     InvalidRule,
+    /// A settlement of a reservation that another limiter, rule or key made
+    /// ([`Reservation`](crate::Reservation) is bound to the check that made it): refused, nothing
+    /// applied, counted in [`Stats::settle_refused`](crate::Stats).
+    ForeignReservation,
 }
 
 impl StoreError {
@@ -259,6 +263,7 @@ impl fmt::Display for StoreError {
             StoreErrorKind::BadReply => "bad reply",
             StoreErrorKind::Other => "error",
             StoreErrorKind::InvalidRule => "invalid rule",
+            StoreErrorKind::ForeignReservation => "foreign reservation",
         };
         write!(f, "rate-limit store {kind}: {}", self.message)
     }

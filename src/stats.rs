@@ -131,6 +131,9 @@ pub struct Stats {
     /// Requests refused because their per-request rule is one the store cannot honour
     /// ([`StoreErrorKind::InvalidRule`](crate::StoreErrorKind::InvalidRule)).
     pub invalid_rules: u64,
+    /// Settlements refused because their reservation was made by another limiter, rule or key
+    /// ([`StoreErrorKind::ForeignReservation`](crate::StoreErrorKind::ForeignReservation)).
+    pub settle_refused: u64,
 }
 
 #[cfg(test)]

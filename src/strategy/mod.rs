@@ -349,6 +349,10 @@ pub enum Op {
     /// ([`Op::settle`]): outside this crate the variant can be matched but not constructed, so no
     /// caller can refund an amount or a time no check reserved.
     ///
+    /// ```compile_fail
+    /// let forged = tollgate::Op::Settle { reserved: 100, actual: 0, at: 0, bound: 0 };
+    /// ```
+    ///
     /// [`Decision::time`]: crate::Decision::time
     #[non_exhaustive]
     Settle {
@@ -358,6 +362,9 @@ pub enum Op {
         actual: u32,
         /// The check's time, nanoseconds since the Unix epoch.
         at: u64,
+        /// The limiter and key whose check made the reservation (a fingerprint; 0: a store's
+        /// own): a limiter applies the settlement only when they are its own and the key's.
+        bound: u64,
     },
     /// Forget the key's state.
     Reset,
@@ -383,6 +390,7 @@ impl Op {
             reserved: reservation.cost,
             actual: units,
             at: reservation.time,
+            bound: reservation.bound,
         }
     }
 
@@ -395,6 +403,7 @@ impl Op {
             reserved,
             actual,
             at,
+            bound: 0,
         }
     }
 }
@@ -415,6 +424,7 @@ pub(crate) fn apply(
             reserved,
             actual,
             at,
+            ..
         } => {
             for (s, p) in states.iter_mut().zip(params) {
                 s.settle(strategy, p, now, at, u64::from(reserved), u64::from(actual));

@@ -789,6 +789,7 @@ pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: 
         quota: u16::try_from(index).unwrap_or(u16::MAX),
         cost: 0,
         local: false,
+        bound: 0,
     }
 }
 
@@ -898,6 +899,7 @@ mod tests {
                         reserved: 1,
                         actual: 0,
                         at: now,
+                        bound: 0,
                     },
                     0 if i % 97 == 0 => Op::Reset,
                     1 => Op::Peek,
@@ -933,6 +935,7 @@ mod tests {
                         reserved: 1,
                         actual: 0,
                         at: now,
+                        bound: 0,
                     },
                     1 => Op::Peek,
                     2 => Op::Check(u32::try_from(x % 5).unwrap()),
@@ -940,6 +943,7 @@ mod tests {
                         reserved: 1,
                         actual: 2,
                         at: now - x % S,
+                        bound: 0,
                     },
                     _ => Op::Check(1),
                 };
@@ -1147,6 +1151,7 @@ mod tests {
                 reserved: 1,
                 actual: 0,
                 at: 100 * S,
+                bound: 0,
             },
             101 * S,
         );

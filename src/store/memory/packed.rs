@@ -507,6 +507,7 @@ impl PackedRule {
                     reserved,
                     actual,
                     at,
+                    bound,
                 },
                 QuotaState::Fixed(w),
             ) if hit.grain_bits > 0 && actual > reserved => {
@@ -521,6 +522,7 @@ impl PackedRule {
                     reserved,
                     actual,
                     at,
+                    bound,
                 }
             }
             _ => op,
@@ -1029,6 +1031,7 @@ mod tests {
                     reserved: 1,
                     actual: 0,
                     at: now,
+                    bound: 0,
                 },
                 1 => Op::Peek,
                 c => Op::Check((x >> 40) as u32 % (c as u32 * 1000)),
@@ -1087,6 +1090,7 @@ mod tests {
                     reserved: 1 << 20,
                     actual: 0,
                     at: now,
+                    bound: 0,
                 },
                 _ => Op::Check((x >> 33) as u32),
             };
@@ -1171,7 +1175,7 @@ mod tests {
                     _ => now + dt % (p.window / 4 + 1),
                 };
                 let op = match kind {
-                    2 => Op::Settle { reserved: (x % 3) as u32 + 1, actual: (x % 2) as u32, at: now.saturating_sub(x % p.window) },
+                    2 => Op::Settle { reserved: (x % 3) as u32 + 1, actual: (x % 2) as u32, at: now.saturating_sub(x % p.window), bound: 0 },
                     3 => Op::Peek,
                     4 if x % 7 == 0 => Op::Reset,
                     _ => Op::Check((x % (limit + 2)) as u32),
@@ -1377,6 +1381,7 @@ mod tests {
                         reserved: 1,
                         actual: 0,
                         at: now,
+                        bound: 0,
                     }
                 } else {
                     Op::Check(1)

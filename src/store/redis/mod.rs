@@ -982,6 +982,7 @@ impl RedisStore {
             quota: 0,
             cost: 0,
             local: false,
+            bound: 0,
         }
     }
 
@@ -1355,6 +1356,7 @@ impl RedisStore {
                         reserved: c,
                         actual: 0,
                         at: d.time,
+                        bound: 0,
                     };
                     script_args(&rule, &params, settle, 0).ok().filter(|_| shed)
                 }))
