@@ -84,7 +84,9 @@ impl Validated {
     /// Whether `store` accepts `rule`, from the table or asked once.
     fn check<K, S: Store<K>>(&self, store: &S, rule: &Rule) -> Result<(), ConfigError> {
         let tag = rule.tag().max(1);
-        let slot = &self.0[(tag % 64) as usize];
+        let Some(slot) = self.0.get((tag % 64) as usize) else {
+            return store.validate(rule);
+        };
         if slot.load(Ordering::Relaxed) == tag {
             return Ok(());
         }
@@ -260,6 +262,7 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
 
     /// `d`, made by the store for this limiter under `rule` (its own when `None`) and `key`
     /// (through [`Store::apply_all`]): its reservation bound to them.
+    #[cfg(feature = "rules")]
     pub(crate) fn bind(&self, rule: Option<&Rule>, key: &K, mut d: Decision) -> Decision
     where
         K: std::hash::Hash,

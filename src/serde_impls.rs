@@ -279,7 +279,7 @@ mod limit {
                 .collect();
             let burst = match self.queue {
                 Some(_) => None,
-                None if bursts.windows(2).all(|b| b[0] == b[1]) => {
+                None if bursts.iter().all(|b| Some(b) == bursts.first()) => {
                     bursts.first().copied().flatten()
                 }
                 None => {
