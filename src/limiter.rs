@@ -414,13 +414,12 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
             None => inner.tag,
             Some(r) => Scope::hashed(self.name(), inner.name_hash, r).tag(),
         };
-        let (op, bound) = match op {
-            Op::Check(cost) if cost > 0 => (op, bound(tag, key)),
+        let op = match op {
             Op::Settle { bound: of, .. } if of != bound(tag, key) => {
                 let _ = self.foreign_reservation();
-                (Op::Peek, 0)
+                Op::Peek
             }
-            _ => (op, 0),
+            _ => op,
         };
         let mut d = match rule {
             None => {
@@ -430,8 +429,9 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
             }
             Some(r) => inner.store.decide_in(key, r, tag, op, inner.clock.now()),
         };
-        if bound != 0 {
-            d.bound = bound;
+        // Only an admitted check reserves: a rejection pays nothing for the binding.
+        if d.cost > 0 {
+            d.bound = bound(tag, key);
         }
         d
     }
@@ -439,13 +439,13 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
 
 /// The fingerprint of the limiter scope `tag` (name and rule) and `key` a reservation is bound to
 /// (never 0: a store's own reservations are 0).
+///
+/// Not a defence against crafted keys (nobody outside the crate can build a reservation): it tells
+/// a reservation's own limiter and key from others, so a fixed seed and the cheapest hash do.
 #[inline]
 fn bound<K: std::hash::Hash>(tag: u64, key: &K) -> u64 {
     use std::hash::BuildHasher;
-    static SEED: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
-    SEED.get_or_init(foldhash::fast::RandomState::default)
-        .hash_one((tag, key))
-        .max(1)
+    (foldhash::fast::FixedState::with_seed(tag).hash_one(key) ^ tag).max(1)
 }
 
 /// Why [`RateLimiter::until_ready`] gave up.
