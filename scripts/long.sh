@@ -24,6 +24,9 @@ step "whole suite, release, TOLLGATE_SCALE=$TOLLGATE_SCALE PROPTEST_CASES=$PROPT
 cargo build --release --all-features --examples
 cargo test --release --all-features -- --nocapture
 
+step "key churn at a cap of 100,000: floods of 20x to 60x the cap, new keys admitted and a spent key's budget kept"
+TOLLGATE_KEY_CAP=100000 cargo test --release --all-features --test core key_cap::after_ -- --nocapture
+
 step "Redis flood over HTTP: the server example (release) under wrk, 2000 connections x 5 s, every strategy, one and two instances (issue 12)"
 CHECK=1 bash scripts/redis_http_flood.sh
 

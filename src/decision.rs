@@ -38,16 +38,23 @@ pub struct Decision {
     /// Taken in this process by a stand-in for the store (the Redis store's local fallback during
     /// an outage), not by the store itself.
     pub(crate) local: bool,
+    /// The limiter (name and rule) and key the decision was made for, as a fingerprint set by the
+    /// limiter (0: made by a store directly): a reservation settles only against them.
+    pub(crate) bound: u64,
 }
 
-/// What an admitted check reserved: its cost, at the store's time of the check. Settle it with
-/// [`RateLimiter::settle`](crate::RateLimiter::settle) on the limiter that made the check, to charge
-/// the actual cost (0 gives it all back) in the window or bucket the check counted it in.
+/// What an admitted check reserved: its cost, at the store's time of the check, for the limiter and
+/// key that made the check. Settle it with [`RateLimiter::settle`](crate::RateLimiter::settle) on
+/// that limiter and key, to charge the actual cost (0 gives it all back) in the window or bucket the
+/// check counted it in; against another limiter, rule or key it is refused
+/// ([`StoreErrorKind::ForeignReservation`](crate::StoreErrorKind::ForeignReservation)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Reservation {
     pub(crate) cost: u32,
     /// Nanoseconds since the Unix epoch.
     pub(crate) time: u64,
+    /// The limiter and key whose check made it ([`Decision`]'s `bound`).
+    pub(crate) bound: u64,
 }
 
 impl Reservation {
@@ -121,6 +128,7 @@ impl Decision {
         (self.outcome == Outcome::Allowed && self.cost > 0).then_some(Reservation {
             cost: self.cost,
             time: self.time,
+            bound: self.bound,
         })
     }
 
@@ -172,6 +180,7 @@ pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: 
         quota: u16::try_from(index).unwrap_or(u16::MAX),
         cost: 0,
         local: false,
+        bound: 0,
     }
 }
 
@@ -190,6 +199,7 @@ mod tests {
             quota: 0,
             cost: 0,
             local: false,
+            bound: 0,
         }
     }
 

@@ -196,6 +196,18 @@ pub enum StoreErrorKind {
     BadReply,
     /// The call was refused locally (misconfiguration found at run time).
     Other,
+    /// The rule given for this request (a per-request rule: [`RateLimiter::apply`] with a rule,
+    /// the layer's `select_rule`) is one the store cannot honour ([`Store::validate`] refused
+    /// it). A configuration error, not an outage: the layer refuses the request (503) whatever its
+    /// failure policy, and the limiter counts it in [`Stats::invalid_rules`](crate::Stats).
+    ///
+    /// [`RateLimiter::apply`]: crate::RateLimiter::apply
+    /// [`Store::validate`]: crate::store::Store::validate
+    InvalidRule,
+    /// A settlement of a reservation that another limiter, rule or key made
+    /// ([`Reservation`](crate::Reservation) is bound to the check that made it): refused, nothing
+    /// applied, counted in [`Stats::settle_refused`](crate::Stats).
+    ForeignReservation,
 }
 
 impl StoreError {
@@ -250,6 +262,8 @@ impl fmt::Display for StoreError {
             StoreErrorKind::Server => "server error",
             StoreErrorKind::BadReply => "bad reply",
             StoreErrorKind::Other => "error",
+            StoreErrorKind::InvalidRule => "invalid rule",
+            StoreErrorKind::ForeignReservation => "foreign reservation",
         };
         write!(f, "rate-limit store {kind}: {}", self.message)
     }

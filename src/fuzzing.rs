@@ -769,6 +769,7 @@ pub fn strategy(data: &[u8]) {
                 reserved: fuzz_cost(&mut inp, &params),
                 actual: 0,
                 at: now,
+                bound: 0,
             },
             2 => Op::Reset,
             _ => Op::Check(fuzz_cost(&mut inp, &params)),

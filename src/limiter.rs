@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, Reservation};
-use crate::error::{ConfigError, StoreError};
+use crate::error::{ConfigError, StoreError, StoreErrorKind};
 use crate::quota::{Quota, parse_quotas};
 use crate::rule::Rule;
 use crate::stats::{Counter, Stats};
@@ -57,9 +58,42 @@ struct Inner<S, C> {
     store: S,
     clock: C,
     fail_open: Counter,
+    /// Requests refused for a per-request rule the store cannot honour.
+    invalid_rules: Counter,
+    /// Settlements refused: their reservation was another limiter's, rule's or key's.
+    settle_refused: Counter,
+    /// Per-request rules the store accepted.
+    validated: Validated,
     /// The memory store's packed table for `rule`, learnt on the first synchronous check
     /// ([`RateLimiter::check_now`]); other stores ignore it.
     hint: TableHint,
+}
+
+/// The fingerprints ([`Rule::tag`]) of per-request rules the store has accepted, in a small
+/// direct-mapped table: a rule is validated once, and again only after another rule took its slot
+/// (0: empty).
+struct Validated([AtomicU64; 64]);
+
+impl Default for Validated {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl Validated {
+    /// Whether `store` accepts `rule`, from the table or asked once.
+    fn check<K, S: Store<K>>(&self, store: &S, rule: &Rule) -> Result<(), ConfigError> {
+        let tag = rule.tag().max(1);
+        let Some(slot) = self.0.get((tag % 64) as usize) else {
+            return store.validate(rule);
+        };
+        if slot.load(Ordering::Relaxed) == tag {
+            return Ok(());
+        }
+        store.validate(rule)?;
+        slot.store(tag, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl<K, S, C> Clone for RateLimiter<K, S, C> {
@@ -115,6 +149,9 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
                 store,
                 clock,
                 fail_open: Counter::default(),
+                invalid_rules: Counter::default(),
+                settle_refused: Counter::default(),
+                validated: Validated::default(),
                 hint: TableHint::default(),
             }),
             _key: PhantomData,
@@ -129,12 +166,18 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// Asks whether `key` may spend `cost` now, and spends it if so (all quotas or none).
     /// Cost 0 is a peek. A cost above what a quota can ever admit gets [`Outcome::Exceeds`](crate::Outcome::Exceeds).
     /// An admitted check's [`Decision::reservation`] can be settled later ([`settle`](Self::settle)).
-    pub fn check(&self, key: &K, cost: u32) -> Answer<S::Future> {
+    pub fn check(&self, key: &K, cost: u32) -> Answer<S::Future>
+    where
+        K: std::hash::Hash,
+    {
         self.apply(key, None, Op::Check(cost))
     }
 
     /// The decision a request of cost 0 would get: the state, without consuming anything.
-    pub fn peek(&self, key: &K) -> Answer<S::Future> {
+    pub fn peek(&self, key: &K) -> Answer<S::Future>
+    where
+        K: std::hash::Hash,
+    {
         self.apply(key, None, Op::Peek)
     }
 
@@ -166,12 +209,18 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// assert_eq!(limiter.settle_now(&"alice", reservation, 0).remaining(), 3);
     /// assert_eq!(limiter.check_now(&"bob", 5).reservation(), None, "a rejection reserves nothing");
     /// ```
-    pub fn settle(&self, key: &K, reservation: Reservation, units: u32) -> Answer<S::Future> {
+    pub fn settle(&self, key: &K, reservation: Reservation, units: u32) -> Answer<S::Future>
+    where
+        K: std::hash::Hash,
+    {
         self.apply(key, None, Op::settle(reservation, units))
     }
 
     /// Forgets `key`'s state: its next request is treated as a new key's.
-    pub fn reset(&self, key: &K) -> Answer<S::Future> {
+    pub fn reset(&self, key: &K) -> Answer<S::Future>
+    where
+        K: std::hash::Hash,
+    {
         self.apply(key, None, Op::Reset)
     }
 
@@ -182,11 +231,78 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// another rule the key has a state of its own, so a route's own rule counts the requests it
     /// sees, and a key moved to another tier starts afresh there while its old state expires by
     /// itself.
+    ///
+    /// A rule given here reaches the store only once the store has accepted it
+    /// ([`Store::validate`], asked once per rule and remembered): one it cannot honour (on Redis, a
+    /// bucket whose interval is below its microsecond) gets an error of kind
+    /// [`StoreErrorKind::InvalidRule`], counted in [`Stats::invalid_rules`], and is never applied.
     #[inline]
-    pub fn apply(&self, key: &K, rule: Option<&Rule>, op: Op) -> Answer<S::Future> {
+    pub fn apply(&self, key: &K, rule: Option<&Rule>, op: Op) -> Answer<S::Future>
+    where
+        K: std::hash::Hash,
+    {
+        if let Some(r) = rule
+            && let Err(e) = self.inner.validated.check(&self.inner.store, r)
+        {
+            return Answer::now(Err(self.invalid_rule(r, &e)));
+        }
+        let scope = self.scope(rule);
+        let bound = match op {
+            Op::Check(cost) if cost > 0 => bound(scope.tag(), key),
+            Op::Settle { bound: of, .. } if of != bound(scope.tag(), key) => {
+                return Answer::now(Err(self.foreign_reservation()));
+            }
+            _ => 0,
+        };
         self.inner
             .store
-            .apply(key, self.scope(rule), op, self.inner.clock.now())
+            .apply(key, scope, op, self.inner.clock.now())
+            .bound_to(bound)
+    }
+
+    /// `d`, made by the store for this limiter under `rule` (its own when `None`) and `key`
+    /// (through [`Store::apply_all`]): its reservation bound to them.
+    #[cfg(feature = "rules")]
+    pub(crate) fn bind(&self, rule: Option<&Rule>, key: &K, mut d: Decision) -> Decision
+    where
+        K: std::hash::Hash,
+    {
+        if d.reservation().is_some() {
+            d.bound = bound(self.scope(rule).tag(), key);
+        }
+        d
+    }
+
+    /// The error of a settlement whose reservation another limiter, rule or key made, counted.
+    #[cold]
+    fn foreign_reservation(&self) -> StoreError {
+        self.inner.settle_refused.add(1);
+        StoreError::new(
+            StoreErrorKind::ForeignReservation,
+            format!(
+                "limiter {:?}: a reservation made by another limiter, rule or key is not settled here",
+                self.name()
+            ),
+        )
+    }
+
+    /// The error of a request under `rule`, which the store refused with `e`, counted.
+    #[cold]
+    fn invalid_rule(&self, rule: &Rule, e: &ConfigError) -> StoreError {
+        self.inner.invalid_rules.add(1);
+        StoreError::new(
+            StoreErrorKind::InvalidRule,
+            format!(
+                "limiter {:?}: a per-request rule ({} {:?}) the store cannot honour: {e}",
+                self.name(),
+                rule.strategy(),
+                rule.quotas()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .with_source(e.clone())
     }
 
     /// The scope of this limiter's state under `rule` (its own rule when `None`).
@@ -210,7 +326,10 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
         key: &K,
         cost: u32,
         max_wait: Duration,
-    ) -> Result<Decision, WaitError> {
+    ) -> Result<Decision, WaitError>
+    where
+        K: std::hash::Hash,
+    {
         let mut waiter = Waiter::default();
         loop {
             let d = self.check(key, cost).await.map_err(WaitError::Store)?;
@@ -242,6 +361,8 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     pub fn stats(&self) -> Stats {
         let mut s = self.inner.store.stats();
         s.fail_open = self.inner.fail_open.get();
+        s.invalid_rules = self.inner.invalid_rules.get();
+        s.settle_refused = self.inner.settle_refused.get();
         s
     }
 
@@ -281,25 +402,50 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
         self.apply_now(key, None, Op::Reset)
     }
 
-    /// [`apply`](Self::apply), synchronously.
+    /// [`apply`](Self::apply), synchronously. The memory store honours every rule (its
+    /// [`Store::validate`] accepts all), so a rule given here goes to it as it is.
     #[inline]
+    ///
+    /// A settlement of a reservation that another limiter, rule or key made is not applied: it is
+    /// counted in [`Stats::settle_refused`] and answered as a peek.
     pub fn apply_now(&self, key: &K, rule: Option<&Rule>, op: Op) -> Decision {
         let inner = &*self.inner;
-        match rule {
-            None => inner.store.decide_hinted(
-                &inner.hint,
-                key,
-                &inner.rule,
-                inner.tag,
-                op,
-                inner.clock.now(),
-            ),
-            Some(r) => {
-                let tag = Scope::hashed(self.name(), inner.name_hash, r).tag();
-                inner.store.decide_in(key, r, tag, op, inner.clock.now())
+        let tag = match rule {
+            None => inner.tag,
+            Some(r) => Scope::hashed(self.name(), inner.name_hash, r).tag(),
+        };
+        let op = match op {
+            Op::Settle { bound: of, .. } if of != bound(tag, key) => {
+                let _ = self.foreign_reservation();
+                Op::Peek
             }
+            _ => op,
+        };
+        let mut d = match rule {
+            None => {
+                inner
+                    .store
+                    .decide_hinted(&inner.hint, key, &inner.rule, tag, op, inner.clock.now())
+            }
+            Some(r) => inner.store.decide_in(key, r, tag, op, inner.clock.now()),
+        };
+        // Only an admitted check reserves: a rejection pays nothing for the binding.
+        if d.cost > 0 {
+            d.bound = bound(tag, key);
         }
+        d
     }
+}
+
+/// The fingerprint of the limiter scope `tag` (name and rule) and `key` a reservation is bound to
+/// (never 0: a store's own reservations are 0).
+///
+/// Not a defence against crafted keys (nobody outside the crate can build a reservation): it tells
+/// a reservation's own limiter and key from others, so a fixed seed and the cheapest hash do.
+#[inline]
+fn bound<K: std::hash::Hash>(tag: u64, key: &K) -> u64 {
+    use std::hash::BuildHasher;
+    (foldhash::fast::FixedState::with_seed(tag).hash_one(key) ^ tag).max(1)
 }
 
 /// Why [`RateLimiter::until_ready`] gave up.

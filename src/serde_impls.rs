@@ -1,17 +1,27 @@
-//! `Serialize`/`Deserialize` on the configuration types (feature `serde`): a [`Quota`] as its text
-//! notation (`"10/minute"`; its burst has no notation and is not written), a [`Strategy`] by its
-//! command-line name (`"token-bucket"`), a [`Rule`] as `{ strategy, quotas }` with the quotas as
-//! one `;`-separated string, the layer's [`FailurePolicy`] (`"open"`, `"closed"`),
-//! [`HeaderStyle`] (`"x-ratelimit"`, `"ietf"`, `"both"`) and [`ResetFormat`] (`"delta"`, `"unix"`).
+//! `Serialize`/`Deserialize` on the configuration types (feature `serde`), each reading back what
+//! it writes as an equal value:
+//!
+//! - a [`Quota`] as its text notation (`"10/minute"`), or `{ quota = "10/minute", burst = 50 }`
+//!   when its burst was set (the notation has none);
+//! - a [`Strategy`] by its command-line name (`"token-bucket"`);
+//! - a [`WindowOffset`] as `"+08:00"` (read in any of its notations);
+//! - a [`Rule`] as `{ strategy, quotas, window_offset }`: the quotas as one `;`-separated string,
+//!   or a list of quotas when one has a burst; the offset only when it is not UTC (an offset on a
+//!   strategy without clock-aligned windows is an error);
+//! - a rules file's [`LimitSpec`](crate::rules::LimitSpec) as the file's `[[limit]]` table (feature
+//!   `rules`), read back through the file's own validation;
+//! - the layer's [`FailurePolicy`] (`"open"`, `"closed"`), [`HeaderStyle`] (`"x-ratelimit"`,
+//!   `"ietf"`, `"both"`) and [`ResetFormat`] (`"delta"`, `"unix"`).
 
 use std::fmt;
+use std::num::NonZeroU32;
 
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::layer::{FailurePolicy, HeaderStyle, ResetFormat};
-use crate::{Quota, Rule, Strategy};
+use crate::{Quota, Rule, Strategy, WindowOffset};
 
 /// A visitor of a string parsed by `parse`, its error shown as the message.
 struct Text<F>(&'static str, F);
@@ -28,15 +38,66 @@ impl<T, E: fmt::Display, F: FnOnce(&str) -> Result<T, E>> Visitor<'_> for Text<F
     }
 }
 
+/// A quota whose burst was set: the notation and the burst.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaWithBurst {
+    quota: String,
+    burst: NonZeroU32,
+}
+
 impl Serialize for Quota {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match NonZeroU32::new(self.burst()) {
+            Some(burst) if self.has_explicit_burst() => QuotaWithBurst {
+                quota: self.to_string(),
+                burst,
+            }
+            .serialize(s),
+            _ => s.collect_str(self),
+        }
+    }
+}
+
+/// Reads a quota from its notation or from `{ quota, burst }`.
+struct QuotaVisitor;
+
+impl<'de> Visitor<'de> for QuotaVisitor {
+    type Value = Quota;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a quota such as \"10/minute\", or { quota = \"10/minute\", burst = 50 }")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Quota, E> {
+        v.parse().map_err(E::custom)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Quota, A::Error> {
+        let q = QuotaWithBurst::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        let quota: Quota = q.quota.parse().map_err(de::Error::custom)?;
+        Ok(quota.with_burst(q.burst))
     }
 }
 
 impl<'de> Deserialize<'de> for Quota {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(Text("a quota such as \"10/minute\"", str::parse::<Quota>))
+        d.deserialize_any(QuotaVisitor)
+    }
+}
+
+impl Serialize for WindowOffset {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for WindowOffset {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(Text(
+            "a window offset such as \"+08:00\"",
+            str::parse::<WindowOffset>,
+        ))
     }
 }
 
@@ -57,15 +118,60 @@ impl<'de> Deserialize<'de> for Strategy {
 struct RuleRepr {
     #[serde(default)]
     strategy: Strategy,
-    quotas: String,
+    quotas: Quotas,
+    #[serde(default, skip_serializing_if = "WindowOffset::is_utc")]
+    window_offset: WindowOffset,
+}
+
+/// A rule's quotas: one string when none has a burst, else a list.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Quotas {
+    Text(String),
+    List(Vec<Quota>),
+}
+
+/// Reads either form of a rule's quotas (with the error of the form it is).
+struct QuotasVisitor;
+
+impl<'de> Visitor<'de> for QuotasVisitor {
+    type Value = Quotas;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("quotas such as \"5/second; 100/minute\", or a list of quotas")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Quotas, E> {
+        Ok(Quotas::Text(v.to_owned()))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Quotas, A::Error> {
+        let mut quotas = Vec::new();
+        while let Some(q) = seq.next_element()? {
+            quotas.push(q);
+        }
+        Ok(Quotas::List(quotas))
+    }
+}
+
+impl<'de> Deserialize<'de> for Quotas {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(QuotasVisitor)
+    }
 }
 
 impl Serialize for Rule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let quotas: Vec<String> = self.quotas().iter().map(Quota::to_string).collect();
+        let quotas = if self.quotas().iter().any(Quota::has_explicit_burst) {
+            Quotas::List(self.quotas().to_vec())
+        } else {
+            let text: Vec<String> = self.quotas().iter().map(Quota::to_string).collect();
+            Quotas::Text(text.join("; "))
+        };
         RuleRepr {
             strategy: self.strategy(),
-            quotas: quotas.join("; "),
+            quotas,
+            window_offset: self.window_offset(),
         }
         .serialize(s)
     }
@@ -74,7 +180,24 @@ impl Serialize for Rule {
 impl<'de> Deserialize<'de> for Rule {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let r = RuleRepr::deserialize(d)?;
-        Rule::parse(r.strategy, &r.quotas).map_err(de::Error::custom)
+        let rule = match r.quotas {
+            Quotas::Text(text) => Rule::parse(r.strategy, &text),
+            Quotas::List(quotas) => Rule::new(r.strategy, quotas),
+        }
+        .map_err(de::Error::custom)?;
+        if r.window_offset.is_utc() {
+            return Ok(rule);
+        }
+        if !matches!(r.strategy, Strategy::FixedWindow | Strategy::SlidingWindow) {
+            return Err(de::Error::custom(format!(
+                "window_offset has no meaning with strategy {} (only {} and {} have \
+                 clock-aligned windows)",
+                r.strategy,
+                Strategy::FixedWindow,
+                Strategy::SlidingWindow
+            )));
+        }
+        Ok(rule.with_window_offset(r.window_offset))
     }
 }
 
@@ -104,6 +227,167 @@ macro_rules! named {
 named!(FailurePolicy, "failure policy", FailurePolicy::FailOpen => "open", FailurePolicy::FailClosed => "closed");
 named!(HeaderStyle, "header style", HeaderStyle::XRateLimit => "x-ratelimit", HeaderStyle::Ietf => "ietf", HeaderStyle::Both => "both");
 named!(ResetFormat, "reset format", ResetFormat::Delta => "delta", ResetFormat::Unix => "unix");
+
+#[cfg(feature = "rules")]
+mod limit {
+    //! A rules file's limit as its `[[limit]]` table, read back through the file's validation.
+
+    use std::fmt::Write as _;
+
+    use serde::de::{self, Deserializer};
+    use serde::ser::{self, Serializer};
+    use serde::{Deserialize, Serialize};
+
+    use crate::rules::{KeySpec, LimitSpec, MissingKey, RulesFile};
+    use crate::{Quota, Strategy, WindowOffset};
+
+    /// The fields of a `[[limit]]` table (`None`: the file's default).
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct LimitRepr {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        methods: Option<Vec<String>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<KeySpec>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_missing_key: Option<MissingKey>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        strategy: Option<Strategy>,
+        quotas: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        burst: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shadow: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window_offset: Option<WindowOffset>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue_ms: Option<u64>,
+    }
+
+    impl Serialize for LimitSpec {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let quotas = self.rule.quotas();
+            // The file has one burst for all quotas; a queue's burst is its depth.
+            let bursts: Vec<Option<u32>> = quotas
+                .iter()
+                .map(|q| q.has_explicit_burst().then(|| q.burst()))
+                .collect();
+            let burst = match self.queue {
+                Some(_) => None,
+                None if bursts.iter().all(|b| Some(b) == bursts.first()) => {
+                    bursts.first().copied().flatten()
+                }
+                None => {
+                    return Err(ser::Error::custom(format!(
+                        "limit {:?}: a rules-file limit has one burst for all its quotas",
+                        self.name
+                    )));
+                }
+            };
+            let text: Vec<String> = quotas.iter().map(Quota::to_string).collect();
+            let offset = self.rule.window_offset();
+            LimitRepr {
+                name: self.name.clone(),
+                path: Some(self.path.as_str().to_owned()),
+                methods: (!self.methods.is_empty())
+                    .then(|| self.methods.iter().map(ToString::to_string).collect()),
+                key: Some(self.key.clone()),
+                on_missing_key: self.on_missing_key,
+                strategy: Some(self.rule.strategy()),
+                quotas: text.join("; "),
+                burst,
+                cost: Some(self.cost),
+                shadow: Some(self.shadow),
+                window_offset: (!offset.is_utc()).then_some(offset),
+                queue_ms: self
+                    .queue
+                    .map(|q| u64::try_from(q.as_millis()).unwrap_or(u64::MAX)),
+            }
+            .serialize(s)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for LimitSpec {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let text = LimitRepr::deserialize(d)?.to_toml();
+            let file = RulesFile::parse(&text).map_err(|e| de::Error::custom(e.message()))?;
+            file.limits
+                .into_iter()
+                .next()
+                .ok_or_else(|| de::Error::custom("no limit"))
+        }
+    }
+
+    impl LimitRepr {
+        /// The limit as a rules file of one `[[limit]]`.
+        fn to_toml(&self) -> String {
+            let mut t = String::from("[[limit]]\n");
+            let mut field = |name: &str, value: String| {
+                let _ = writeln!(t, "{name} = {value}");
+            };
+            field("name", string(&self.name));
+            if let Some(v) = &self.path {
+                field("path", string(v));
+            }
+            if let Some(v) = &self.methods {
+                let items: Vec<String> = v.iter().map(|m| string(m)).collect();
+                field("methods", format!("[{}]", items.join(", ")));
+            }
+            if let Some(v) = &self.key {
+                field("key", string(&v.to_string()));
+            }
+            if let Some(v) = self.on_missing_key {
+                let name = match v {
+                    MissingKey::Reject => "reject",
+                    MissingKey::Global => "global",
+                };
+                field("on_missing_key", string(name));
+            }
+            if let Some(v) = self.strategy {
+                field("strategy", string(v.name()));
+            }
+            field("quotas", string(&self.quotas));
+            for (name, v) in [("burst", self.burst), ("cost", self.cost)] {
+                if let Some(v) = v {
+                    field(name, v.to_string());
+                }
+            }
+            if let Some(v) = self.shadow {
+                field("shadow", v.to_string());
+            }
+            if let Some(v) = self.window_offset {
+                field("window_offset", string(&v.to_string()));
+            }
+            if let Some(v) = self.queue_ms {
+                field("queue_ms", v.to_string());
+            }
+            t
+        }
+    }
+
+    /// `s` as a TOML basic string.
+    fn string(s: &str) -> String {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => {
+                    let _ = write!(out, "\\u{:04X}", u32::from(c));
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+}
 
 #[cfg(test)]
 mod tests {

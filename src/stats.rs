@@ -128,6 +128,12 @@ pub struct Stats {
     pub keys: u64,
     /// Whether the store's circuit breaker is open now (the Redis store; `false` for others).
     pub breaker_open: bool,
+    /// Requests refused because their per-request rule is one the store cannot honour
+    /// ([`StoreErrorKind::InvalidRule`](crate::StoreErrorKind::InvalidRule)).
+    pub invalid_rules: u64,
+    /// Settlements refused because their reservation was made by another limiter, rule or key
+    /// ([`StoreErrorKind::ForeignReservation`](crate::StoreErrorKind::ForeignReservation)).
+    pub settle_refused: u64,
 }
 
 #[cfg(test)]

@@ -607,7 +607,9 @@ where
         Ok(d) => d,
         Err(e) => {
             ctx.store_error(&e);
-            let closed = ctx.core.options.failure == FailurePolicy::FailClosed;
+            // A rule the store cannot honour is a configuration error: never let through.
+            let closed = ctx.core.options.failure == FailurePolicy::FailClosed
+                || e.kind() == crate::StoreErrorKind::InvalidRule;
             ctx.core.options.count_failure(closed);
             if closed {
                 let mut res = if grpc::is_grpc(p.request.headers()) {

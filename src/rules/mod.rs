@@ -1218,6 +1218,7 @@ const PENDING: Decision = Decision {
     quota: 0,
     cost: 0,
     local: false,
+    bound: 0,
 };
 
 /// A reservation to give back if another limit rejects (or, before the decision, a limit to
@@ -1439,6 +1440,13 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     let mut got: Vec<Option<Result<Decision, StoreError>>> = held.iter().map(|_| None).collect();
     let mut rejected: Option<(usize, Decision)> = None;
     for (i, answer) in answers {
+        // Reservations bound to their limit and key, as a limiter's own checks make them.
+        let answer = answer.map(|d| {
+            let limit = held
+                .get(i)
+                .and_then(|h| Some((h, compiled.limits.get(h.index)?)));
+            limit.map_or(d, |(h, l)| l.limiter.bind(l.rule.as_ref(), &h.key, d))
+        });
         if let Ok(d) = &answer {
             if !d.is_allowed() && rejected.is_none_or(|(_, r)| waits_longer(d, &r)) {
                 rejected = Some((i, *d));

@@ -289,6 +289,8 @@ pin_project_lite::pin_project! {
     pub struct Answer<F> {
         #[pin]
         inner: AnswerInner<F>,
+        // The limiter and key the decision is for (0: none), set on the decision it answers.
+        bound: u64,
     }
 }
 
@@ -309,6 +311,7 @@ impl<F> Answer<F> {
             inner: AnswerInner::Now {
                 result: Some(result),
             },
+            bound: 0,
         }
     }
 
@@ -316,7 +319,15 @@ impl<F> Answer<F> {
     pub fn later(future: F) -> Self {
         Self {
             inner: AnswerInner::Later { future },
+            bound: 0,
         }
+    }
+
+    /// This answer, its decision made for the limiter and key of fingerprint `bound`.
+    #[inline]
+    pub(crate) fn bound_to(mut self, bound: u64) -> Self {
+        self.bound = bound;
+        self
     }
 
     /// The answer, if it was known at once; otherwise the answer back.
@@ -328,8 +339,11 @@ impl<F> Answer<F> {
         match self.inner {
             AnswerInner::Now {
                 result: Some(result),
-            } => Ok(result),
-            inner => Err(Self { inner }),
+            } => Ok(bind(result, self.bound)),
+            inner => Err(Self {
+                inner,
+                bound: self.bound,
+            }),
         }
     }
 }
@@ -338,16 +352,32 @@ impl<F: Future<Output = Result<Decision, StoreError>>> Future for Answer<F> {
     type Output = Result<Decision, StoreError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().inner.project() {
-            AnswerProj::Now { result } => Poll::Ready(result.take().unwrap_or_else(|| {
-                Err(StoreError::new(
-                    crate::error::StoreErrorKind::Other,
-                    "an answer polled after it completed",
-                ))
-            })),
-            AnswerProj::Later { future } => future.poll(cx),
+        let this = self.project();
+        let bound = *this.bound;
+        match this.inner.project() {
+            AnswerProj::Now { result } => Poll::Ready(bind(
+                result.take().unwrap_or_else(|| {
+                    Err(StoreError::new(
+                        crate::error::StoreErrorKind::Other,
+                        "an answer polled after it completed",
+                    ))
+                }),
+                bound,
+            )),
+            AnswerProj::Later { future } => future.poll(cx).map(|r| bind(r, bound)),
         }
     }
+}
+
+/// `result`'s decision made for the limiter and key of fingerprint `bound` (0: left as it is).
+#[inline]
+fn bind(result: Result<Decision, StoreError>, bound: u64) -> Result<Decision, StoreError> {
+    result.map(|mut d| {
+        if bound != 0 {
+            d.bound = bound;
+        }
+        d
+    })
 }
 
 /// The names of the limiters built on one store (see [`Store::names`]).

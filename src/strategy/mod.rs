@@ -347,7 +347,16 @@ pub enum Op {
     /// [`Decision::time`], in nanoseconds since the Unix epoch) admitted `reserved`; charge `actual`
     /// instead (0: a full refund), in the window or bucket the reservation was counted in.
     ///
+    /// Built only from a [`Reservation`](crate::Reservation) a check returned
+    /// ([`Op::settle`]): outside this crate the variant can be matched but not constructed, so no
+    /// caller can refund an amount or a time no check reserved.
+    ///
+    /// ```compile_fail
+    /// let forged = tollgate::Op::Settle { reserved: 100, actual: 0, at: 0, bound: 0 };
+    /// ```
+    ///
     /// [`Decision::time`]: crate::Decision::time
+    #[non_exhaustive]
     Settle {
         /// The cost the check admitted.
         reserved: u32,
@@ -355,6 +364,9 @@ pub enum Op {
         actual: u32,
         /// The check's time, nanoseconds since the Unix epoch.
         at: u64,
+        /// The limiter and key whose check made the reservation (a fingerprint; 0: a store's
+        /// own): a limiter applies the settlement only when they are its own and the key's.
+        bound: u64,
     },
     /// Forget the key's state.
     Reset,
@@ -380,6 +392,20 @@ impl Op {
             reserved: reservation.cost,
             actual: units,
             at: reservation.time,
+            bound: reservation.bound,
+        }
+    }
+
+    /// Test hook (feature `test-util`, not part of the API): a settlement of any reservation,
+    /// for the crate's oracles that replay settlements against a store directly.
+    #[cfg(any(test, feature = "test-util"))]
+    #[doc(hidden)]
+    pub fn settle_any(reserved: u32, actual: u32, at: u64) -> Self {
+        Op::Settle {
+            reserved,
+            actual,
+            at,
+            bound: 0,
         }
     }
 }
@@ -400,6 +426,7 @@ pub(crate) fn apply(
             reserved,
             actual,
             at,
+            ..
         } => {
             for (s, p) in states.iter_mut().zip(params) {
                 s.settle(strategy, p, now, at, u64::from(reserved), u64::from(actual));

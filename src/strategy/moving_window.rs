@@ -206,6 +206,7 @@ impl SharedLog {
             reserved,
             actual,
             at,
+            ..
         } = op
         {
             let counts = |p: &Params| at <= now && now - at < p.window;
@@ -242,6 +243,7 @@ impl SharedLog {
                 reserved,
                 actual,
                 at,
+                ..
             } => {
                 // Checked above: the same in every quota that counts it, or counted by none.
                 let _ = self
@@ -384,9 +386,9 @@ mod tests {
                 // Mostly forward, sometimes a clock step back.
                 now = if kind == 15 { now - (dt * MS).min(now) } else { now + dt * MS };
                 let op = match kind {
-                    0 => Op::Settle { reserved: 1, actual: 0, at: now - x * MS },
-                    1 => Op::Settle { reserved: 1, actual: 3, at: now - x * MS / 8 },
-                    2 => Op::Settle { reserved: 2, actual: 1, at: now.saturating_sub(x) },
+                    0 => Op::Settle { reserved: 1, actual: 0, at: now - x * MS, bound: 0 },
+                    1 => Op::Settle { reserved: 1, actual: 3, at: now - x * MS / 8, bound: 0 },
+                    2 => Op::Settle { reserved: 2, actual: 1, at: now.saturating_sub(x), bound: 0 },
                     3 => Op::Peek,
                     4 if x % 9 == 0 => Op::Reset,
                     _ => Op::Check((x % 4) as u32),
@@ -438,6 +440,7 @@ mod tests {
                     reserved: 1,
                     actual: 0,
                     at: now - 37 * MS,
+                    bound: 0,
                 },
                 _ => Op::Check(1),
             };

@@ -11,6 +11,8 @@ mod first_hit_grain;
 mod key_cap;
 mod memory_store;
 mod refund_and_rules;
+#[cfg(feature = "rules")]
+mod serde_round_trips;
 mod simulate;
 mod strategy_examples;
 mod strategy_props;

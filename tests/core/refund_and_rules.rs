@@ -1,5 +1,5 @@
-//! Settlements never free room in a later window, and a key checked under another rule never
-//! overflows (both found in review).
+//! Settlements never free room in a later window, a key checked under another rule never
+//! overflows (both found in review), and a reservation settles only where it was made.
 
 use std::time::Duration;
 
@@ -109,5 +109,71 @@ fn a_key_has_a_state_of_its_own_under_each_rule() {
             "{strategy}"
         );
         assert_eq!(limiter.peek_now(&"k").remaining(), 499, "{strategy}");
+    }
+}
+
+#[test]
+fn a_reservation_settles_only_against_the_limiter_rule_and_key_that_made_it() {
+    let clock = ManualClock::new(START);
+    let limiter = |name: &str| {
+        RateLimiter::builder()
+            .name(name)
+            .strategy(Strategy::FixedWindow)
+            .quotas("10/minute")
+            .unwrap()
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (limiter("a"), limiter("b"));
+    let r = a.check_now(&1u64, 5).reservation().expect("admitted");
+    assert!(b.check_now(&1u64, 1).is_allowed());
+    // Another key, another limiter, another rule: refused, counted, nothing given back.
+    let d = a.settle_now(&2u64, r, 0);
+    assert_eq!(d.remaining(), 10, "key 2 untouched (answered as a peek)");
+    assert_eq!(
+        b.settle_now(&1u64, r, 0).remaining(),
+        9,
+        "b's key 1 untouched"
+    );
+    let tier = Rule::parse(Strategy::FixedWindow, "20/minute").unwrap();
+    assert!(a.check_now(&1u64, 0).remaining() == 5);
+    assert_eq!(
+        a.apply_now(&1u64, Some(&tier), Op::settle(r, 0))
+            .remaining(),
+        20
+    );
+    assert_eq!(a.peek_now(&1u64).remaining(), 5, "a's key 1 still spent 5");
+    assert_eq!((a.stats().settle_refused, b.stats().settle_refused), (2, 1));
+    // Through the asynchronous entry point: an error that says why.
+    let e = ready_now(a.settle(&2u64, r, 0)).expect_err("refused");
+    assert_eq!(
+        e.kind(),
+        tollgate::StoreErrorKind::ForeignReservation,
+        "{e}"
+    );
+    assert_eq!(a.stats().settle_refused, 3);
+    // A reservation made by the store directly belongs to no limiter.
+    let store_made = {
+        use tollgate::store::{Scope, Store};
+        let scope = Scope::new("a", a.rule());
+        let now = START.as_nanos() as u64;
+        let answer = a.store().apply(&1u64, scope, Op::Check(1), now);
+        ready_now(answer).unwrap().reservation().unwrap()
+    };
+    assert_eq!(a.settle_now(&1u64, store_made, 0).remaining(), 4);
+    assert_eq!(a.stats().settle_refused, 4);
+    // Its own limiter, rule and key: applied.
+    assert_eq!(a.settle_now(&1u64, r, 0).remaining(), 9);
+    assert_eq!(a.stats().settle_refused, 4);
+}
+
+/// Polls a future that is ready at once (the memory store answers synchronously).
+fn ready_now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("the memory store answers at once"),
     }
 }

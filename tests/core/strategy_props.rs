@@ -368,23 +368,23 @@ proptest! {
     ) {
         let (l, clock) = build(strategy, &quotas, start);
         let mut o = RuleOracle::new(strategy, &quotas);
-        let mut open: Vec<(u64, u32)> = Vec::new();
+        let mut open: Vec<(u64, tollgate::Reservation)> = Vec::new();
         for (i, &(t, cost)) in times(start, &trace).iter().enumerate() {
             clock.set_nanos(t);
             let (what, d, (index, want)) = match ops[i] {
                 k @ 0..=2 if !open.is_empty() => {
                     // Any open reservation, not only the newest: settlements arrive out of order.
-                    let (at, reserved) = open.remove(usize::from(k) * 7 % open.len());
+                    let (at, r) = open.remove(usize::from(k) * 7 % open.len());
+                    let reserved = r.cost();
                     let actual = (cost + u32::from(k)) % (2 * reserved + 1);
-                    let op = Op::Settle { reserved, actual, at };
-                    let d = l.apply_now(&KEY, None, op);
+                    let d = l.apply_now(&KEY, None, Op::settle(r, actual));
                     ("settle", d, o.settle(t, at, u64::from(reserved), u64::from(actual)))
                 }
                 3 => ("peek", l.peek_now(&KEY), o.decide(t, 0)),
                 _ => {
                     let d = l.check_now(&KEY, cost);
                     if let Some(r) = d.reservation() {
-                        open.push((t, r.cost()));
+                        open.push((t, r));
                     }
                     ("check", d, o.decide(t, u64::from(cost)))
                 }

@@ -27,6 +27,7 @@ mod layer_metrics;
 mod layer_misconfig;
 mod layer_service;
 mod login;
+mod per_request_rules;
 mod pipeline_matrix;
 mod playground;
 mod problem_json;

@@ -162,3 +162,42 @@ fn a_store_error_exposes_its_redis_cause() {
         );
     });
 }
+
+#[test]
+fn a_per_request_bucket_finer_than_a_microsecond_is_refused_never_applied() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = RedisStore::builder(server.url())
+            .prefix("finer:")
+            .build()
+            .await
+            .expect("connect");
+        let limiter: tollgate::RateLimiter<String, RedisStore> = tollgate::RateLimiter::builder()
+            .quotas("10/minute")
+            .unwrap()
+            .store(store)
+            .build()
+            .unwrap();
+        // T = 100 ns, below the store's microsecond: it would fail open on every request.
+        let fine = Rule::parse(Strategy::TokenBucket, "10000/ms").unwrap();
+        assert!(Store::<String>::validate(limiter.store(), &fine).is_err());
+        let key = "k".to_string();
+        for i in 1..=5 {
+            let e = limiter
+                .apply(&key, Some(&fine), Op::Check(1))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::InvalidRule, "{e}");
+            assert!(
+                e.message().contains("microsecond") || e.message().contains("tick"),
+                "{e}"
+            );
+            assert_eq!(limiter.stats().invalid_rules, i);
+        }
+        assert_eq!(limiter.stats().store_errors, 0, "never sent to Redis");
+        assert_eq!(server.cli(&["DBSIZE"]), "0", "nothing written");
+        assert!(limiter.check(&key, 1).await.unwrap().is_allowed());
+    });
+}

@@ -265,11 +265,7 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
 
 /// Gives back `cost` admitted by the check at `check_at` (relative to `BASE`).
 fn refund(cost: u32, check_at: u64) -> Op {
-    Op::Settle {
-        reserved: cost,
-        actual: 0,
-        at: BASE + check_at,
-    }
+    Op::settle_any(cost, 0, BASE + check_at)
 }
 
 async fn run_both(
@@ -396,8 +392,8 @@ fn random_traces_give_identical_decisions() {
             let op = match *op {
                 TraceOp::Check(c) => Op::Check(c),
                 TraceOp::Peek => Op::Peek,
-                TraceOp::Refund(c) => Op::Settle { reserved: c, actual: 0, at: t },
-                TraceOp::RefundAt(c, back) => Op::Settle { reserved: c, actual: 0, at: t.saturating_sub(back * 1000) },
+                TraceOp::Refund(c) => Op::settle_any(c, 0, t),
+                TraceOp::RefundAt(c, back) => Op::settle_any(c, 0, t.saturating_sub(back * 1000)),
                 TraceOp::Reset => Op::Reset,
             };
             let (m, r) = rt.block_on(run_both(&memory, &redis, &key, &rule, op, t));

@@ -260,6 +260,7 @@ impl Entry {
                     let spent = Spent {
                         units: u64::MAX,
                         until: state.fresh_at,
+                        rank: u8::MAX,
                     };
                     for i in 0..quotas.len() {
                         sketch.record(sketch::quota_hash(key_hash, tag, i), spent, now);
@@ -927,7 +928,7 @@ mod tests {
                     2 => Op::Settle {
                         reserved: (x % 3) as u32 + 1,
                         actual: (x % 3) as u32,
-                        at: now.saturating_sub(x % longest),
+                        at: now.saturating_sub(x % longest), bound: 0,
                     },
                     3 => Op::Peek,
                     4 if x % 7 == 0 => Op::Reset,
@@ -967,7 +968,7 @@ mod tests {
             for (i, &(dt, x)) in steps.iter().enumerate() {
                 now += dt % (S / 2);
                 let op = match x % 11 {
-                    0 => Op::Settle { reserved: 1 << 20, actual: 0, at: now },
+                    0 => Op::Settle { reserved: 1 << 20, actual: 0, at: now, bound: 0 },
                     1 => Op::Peek,
                     2 => Op::Check(1),
                     _ => Op::Check((x >> 33) as u32),
@@ -1014,6 +1015,7 @@ mod tests {
                     reserved: 1,
                     actual: 0,
                     at: now - 170_000_000,
+                    bound: 0,
                 },
                 _ => Op::Check(1),
             };
@@ -1159,7 +1161,7 @@ mod tests {
                     2 | 3 => Op::Settle {
                         reserved: cost(x),
                         actual: cost(y),
-                        at: now.saturating_sub(y % (2 * longest)),
+                        at: now.saturating_sub(y % (2 * longest)), bound: 0,
                     },
                     4 => Op::Peek,
                     5 => Op::Check(0),

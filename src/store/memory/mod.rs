@@ -83,10 +83,11 @@ const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
 ///   [`MemoryStoreBuilder::max_keys`] (`usize::MAX` lifts it). When it is reached, room is made by
 ///   dropping expired keys, then the keys with room nearest a new key's state (the least spent
 ///   first; among equals, those unused since the last look). What an evicted key had spent is kept
-///   in a bounded sketch (at most [`MAX_SKETCH_BYTES`], see [`MemoryStore::sketch_bytes`]) and a
-///   returning key starts at least as spent: a flood of new keys never gives a key back quota it
-///   spent, at the price of a rare, bounded over-count (a key colliding in the sketch with a more
-///   spent one). A key that is currently blocked is never evicted. When every held key is blocked,
+///   in a bounded table (at most [`MAX_SKETCH_BYTES`], see [`MemoryStore::sketch_bytes`]) under a
+///   fingerprint of the key, and a returning key starts at least as spent as its own record: a
+///   flood of keys less spent than a key never gives it back quota it spent, and a key is never
+///   charged what other keys spent (a fingerprint collision aside, under 2 x 10^-9 a lookup), so
+///   floods of new keys cannot lock new keys out. A key that is currently blocked is never evicted. When every held key is blocked,
 ///   new keys share one overflow state with the same quotas (counted in
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
@@ -878,6 +879,7 @@ mod tests {
                         reserved: 1,
                         actual: 0,
                         at: now,
+                        bound: 0,
                     },
                     0 if i % 97 == 0 => Op::Reset,
                     1 => Op::Peek,
@@ -913,6 +915,7 @@ mod tests {
                         reserved: 1,
                         actual: 0,
                         at: now,
+                        bound: 0,
                     },
                     1 => Op::Peek,
                     2 => Op::Check(u32::try_from(x % 5).unwrap()),
@@ -920,6 +923,7 @@ mod tests {
                         reserved: 1,
                         actual: 2,
                         at: now - x % S,
+                        bound: 0,
                     },
                     _ => Op::Check(1),
                 };
@@ -1127,6 +1131,7 @@ mod tests {
                 reserved: 1,
                 actual: 0,
                 at: 100 * S,
+                bound: 0,
             },
             101 * S,
         );

@@ -491,6 +491,7 @@ impl PackedRule {
                     reserved,
                     actual,
                     at,
+                    bound,
                 },
                 QuotaState::Fixed(w),
             ) if hit.grain_bits > 0 && actual > reserved => {
@@ -505,6 +506,7 @@ impl PackedRule {
                     reserved,
                     actual,
                     at,
+                    bound,
                 }
             }
             _ => op,
@@ -1014,6 +1016,7 @@ mod tests {
                     reserved: 1,
                     actual: 0,
                     at: now,
+                    bound: 0,
                 },
                 1 => Op::Peek,
                 c => Op::Check((x >> 40) as u32 % (c as u32 * 1000)),
@@ -1072,6 +1075,7 @@ mod tests {
                     reserved: 1 << 20,
                     actual: 0,
                     at: now,
+                    bound: 0,
                 },
                 _ => Op::Check((x >> 33) as u32),
             };
@@ -1156,7 +1160,7 @@ mod tests {
                     _ => now + dt % (p.window / 4 + 1),
                 };
                 let op = match kind {
-                    2 => Op::Settle { reserved: (x % 3) as u32 + 1, actual: (x % 2) as u32, at: now.saturating_sub(x % p.window) },
+                    2 => Op::Settle { reserved: (x % 3) as u32 + 1, actual: (x % 2) as u32, at: now.saturating_sub(x % p.window), bound: 0 },
                     3 => Op::Peek,
                     4 if x % 7 == 0 => Op::Reset,
                     _ => Op::Check((x % (limit + 2)) as u32),
@@ -1362,6 +1366,7 @@ mod tests {
                         reserved: 1,
                         actual: 0,
                         at: now,
+                        bound: 0,
                     }
                 } else {
                     Op::Check(1)

@@ -1,58 +1,102 @@
-//! What eviction forgets, kept as an upper bound: a sketch of the quota evicted keys had spent.
+//! What eviction forgets, kept exactly per key: a table of the quota evicted keys had spent.
 //!
 //! At the key cap a key with room may be evicted to make room for a new one. Without a record, the
 //! key would come back as new and get its spent quota again (a flood of new keys would reset it).
 //! Before a key's state is dropped, each of its quotas is summarised as `(units, until)`: the units it
-//! had spent that still count, and the time from which its state equals a new key's. The summary is
-//! folded into [`PROBES`] cells of one array, chosen by a hash of the key, its rule and the quota's
-//! index, each cell keeping the *maximum* of the units and of the times folded into it (a count-min
-//! sketch with `max` in place of `+`, its rows sharing one array as a Bloom filter's probes: a key is
-//! recorded once per eviction and its newer record includes the older, so the maximum is enough and
-//! over-counts less than a sum). A cell whose time has passed is empty again.
+//! had spent that still count, and the time from which its state equals a new key's, with its spent
+//! share (`rank`). The record goes into one bucket of [`WAYS`] slots, chosen by a hash of the key,
+//! its rule and the quota's index; the slot carries 32 more bits of that hash (the fingerprint), so
+//! a key finds its own record and no other.
 //!
-//! When a key is inserted, the cells of each of its quotas are read: if every probed cell is live,
-//! the smallest units and the earliest time over them are an upper bound of what the key had spent
-//! and until when, and its new state is built to be at least as spent ([`restore`]). So a returning
-//! key is never under-counted; it is over-counted only when every one of its cells also holds another
-//! evicted key that spent more or counts longer. With `n` live records in `m` cells that happens with
-//! probability about `(1 - e^(-8n/m))^8` (under 10^-5 for `n <= m / 64`), and the over-count is at
-//! most the largest of those other keys' records.
+//! - **A key is charged its own record, never another's.** When a key is inserted, only a live slot
+//!   with its fingerprint is read, and its new state is built to be at least as spent ([`restore`]).
+//!   A key with no record starts as new. Another key's record is read only if its fingerprint
+//!   collides within the bucket: probability at most `WAYS / 2^32` (under 2 x 10^-9) per lookup,
+//!   and the over-count is then that one record (less than the limit: blocked keys are not
+//!   evicted). Since a restored state holds only the key's own spend, what it writes back at its
+//!   next eviction is its own spend too: over-counts never compound, whatever the number of
+//!   evict-and-return generations or the size of a flood.
+//! - **A record is never less than what the key spent.** A key's record is the maximum of its
+//!   summaries at each eviction, and each summary includes what it was restored with, so while the
+//!   record is held it bounds everything the key spent in its horizon. A record is dropped only when
+//!   its time has passed, or to make room in a full bucket, where the least spent share goes first:
+//!   a key is forgotten (and comes back as new) only when [`WAYS`] other keys' live records, each of
+//!   a more spent share, took its bucket within its horizon (among equals the record held first
+//!   stays). A flood of keys that each spend
+//!   less of their quota than a key (one-request keys against a key that spent 3 of 10) never
+//!   gives it anything back. Strictness for every key and an over-count that stays bounded cannot
+//!   both hold once a flood holds more keys than memory sized by the cap can tell apart (a key that
+//!   cannot be told from a flooded one must be charged as one, and charged again for what it spends
+//!   in turn): this design keeps the bound and gives up a record only to records more spent.
 //!
-//! A cell is one `u64` updated by compare-and-swap: 22 bits of units (saturated: "the whole limit")
-//! and 42 bits of time in steps of 2^20 ns (about 1 ms), rounded up, so a restored state may count
-//! up to a millisecond longer than the evicted one.
+//! A slot is 16 bytes: the fingerprint, 24 bits of units (saturated: "the whole limit"), 8 bits
+//! of rank, and the time in nanoseconds. A bucket is a small mutex around its slots: records and
+//! lookups happen only at eviction and at a new key's insertion, never on a held key's decision.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
 
 use crate::strategy::{
     FixedWindow, Gcra, MovingWindow, Params, QuotaState, SlidingWindow, Strategy,
 };
 
-/// Cells probed per quota: a key is over-counted only when every one of its cells is taken.
-pub(super) const PROBES: u64 = 8;
-/// The fewest and the most cells.
-const MIN_CELLS: usize = 1 << 15;
-const MAX_CELLS: usize = 1 << 23;
-/// Bits of a cell's units; the largest value means "at least this many": the whole limit.
-const UNIT_BITS: u32 = 22;
+/// Slots per bucket.
+pub(super) const WAYS: usize = 8;
+/// Slots per capped key.
+const SLOTS_PER_KEY: usize = 4;
+/// The fewest and the most slots.
+const MIN_SLOTS: usize = 1 << 14;
+const MAX_SLOTS: usize = 1 << 22;
+/// Bytes of a slot.
+const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+/// Bits of a slot's units; the largest value means "at least this many": the whole limit.
+const UNIT_BITS: u32 = 24;
 const UNITS_MAX: u64 = (1 << UNIT_BITS) - 1;
-/// A cell's time is kept in steps of `2^TIME_SHIFT` ns, rounded up.
-const TIME_SHIFT: u32 = 20;
-/// The largest step count: "never fresh".
-const STEPS_MAX: u64 = (1 << (64 - UNIT_BITS)) - 1;
 
 /// The largest number of bytes a sketch can take (allocated on the first eviction of a key with
 /// spent quota, sized from the key cap).
-pub const MAX_SKETCH_BYTES: usize = MAX_CELLS * 8;
+pub const MAX_SKETCH_BYTES: usize = MAX_SLOTS * SLOT_BYTES;
+
+/// One evicted quota's record: empty (or free again) once `until` has passed.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    fingerprint: u32,
+    /// Units (low [`UNIT_BITS`]) and rank (high 8 bits).
+    units_rank: u32,
+    until: u64,
+}
+
+impl Slot {
+    fn units(self) -> u64 {
+        match u64::from(self.units_rank) & UNITS_MAX {
+            UNITS_MAX => u64::MAX,
+            units => units,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        (self.units_rank >> UNIT_BITS) as u8
+    }
+
+    fn new(fingerprint: u32, spent: Spent) -> Self {
+        let units = spent.units.min(UNITS_MAX) as u32;
+        Self {
+            fingerprint,
+            units_rank: units | (u32::from(spent.rank) << UNIT_BITS),
+            until: spent.until,
+        }
+    }
+}
 
 /// Spent quota of evicted keys (see the module's documentation).
 pub(super) struct Sketch {
-    cells: OnceLock<Box<[AtomicU64]>>,
-    /// Cells, a power of two.
+    buckets: OnceLock<Box<[Mutex<[Slot; WAYS]>]>>,
+    /// Buckets, a power of two.
     len: usize,
-    /// The latest time any cell is live until (0: nothing recorded): lookups at or after it skip
-    /// the probes.
+    /// The latest time any slot is live until (0: nothing recorded): lookups at or after it skip
+    /// the table.
     live_until: AtomicU64,
 }
 
@@ -65,29 +109,13 @@ impl std::fmt::Debug for Sketch {
 }
 
 /// What a sketch knows of one quota of a key: an upper bound of its spent units (`u64::MAX`: the
-/// whole limit) and of the time its state becomes a new key's.
+/// whole limit) and of the time its state becomes a new key's, and how spent a share of its quota
+/// that is (`rank`, 0 to 255: the record a full bucket gives up first is the least spent share).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Spent {
     pub(super) units: u64,
     pub(super) until: u64,
-}
-
-fn encode(units: u64, until: u64) -> u64 {
-    let steps = until.div_ceil(1 << TIME_SHIFT).min(STEPS_MAX);
-    (steps << UNIT_BITS) | units.min(UNITS_MAX)
-}
-
-fn decode(cell: u64) -> Spent {
-    let units = cell & UNITS_MAX;
-    let steps = cell >> UNIT_BITS;
-    Spent {
-        units: if units == UNITS_MAX { u64::MAX } else { units },
-        until: if steps == STEPS_MAX {
-            u64::MAX
-        } else {
-            steps << TIME_SHIFT
-        },
-    }
+    pub(super) rank: u8,
 }
 
 /// splitmix64's finalizer: spreads a hash over all bits.
@@ -102,89 +130,125 @@ pub(super) fn quota_hash(key_hash: u64, tag: u64, index: usize) -> u64 {
     mix(key_hash ^ tag.rotate_left(29) ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
+/// The fingerprint of `hash`: bits the bucket index (the low bits) does not use.
+fn fingerprint(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
 impl Sketch {
-    /// A sketch for a store of at most `max_keys` keys: twice as many cells (rounded up to a power
-    /// of two, between 2^15 and 2^23), so 16 bytes per capped key, 256 KiB to 64 MiB.
+    /// A sketch for a store of at most `max_keys` keys: [`SLOTS_PER_KEY`] slots per key (rounded up
+    /// to a power of two, between 2^14 and 2^22), so 64 bytes per capped key, 256 KiB to 64 MiB.
     pub(super) fn new(max_keys: usize) -> Self {
-        let len = max_keys
-            .saturating_mul(2)
-            .clamp(MIN_CELLS, MAX_CELLS)
+        let slots = max_keys
+            .saturating_mul(SLOTS_PER_KEY)
+            .clamp(MIN_SLOTS, MAX_SLOTS)
             .next_power_of_two();
         Self {
-            cells: OnceLock::new(),
-            len,
+            buckets: OnceLock::new(),
+            len: slots / WAYS,
             live_until: AtomicU64::new(0),
         }
     }
 
-    /// Bytes taken by the cells (0 until the first record).
+    /// Bytes taken by the slots (0 until the first record).
     pub(super) fn bytes(&self) -> usize {
-        self.cells.get().map_or(0, |c| c.len() * 8)
+        self.buckets
+            .get()
+            .map_or(0, |b| b.len() * WAYS * SLOT_BYTES)
     }
 
-    /// The cells probed for `hash` (double hashing).
-    #[inline]
-    fn probes(&self, hash: u64) -> impl Iterator<Item = usize> + use<> {
-        let step = mix(hash ^ 0x9e37_79b9_7f4a_7c15) | 1;
-        let mask = self.len as u64 - 1;
-        (0..PROBES).map(move |j| (hash.wrapping_add(j.wrapping_mul(step)) & mask) as usize)
+    fn bucket(&self, hash: u64) -> usize {
+        (hash & (self.len as u64 - 1)) as usize
     }
 
-    /// Folds `spent` of the quota hashed to `hash` in, at `now`.
+    /// Records `spent` of the quota hashed to `hash`, at `now`.
     pub(super) fn record(&self, hash: u64, spent: Spent, now: u64) {
         if spent.until <= now {
             return;
         }
-        let cells = self
-            .cells
-            .get_or_init(|| (0..self.len).map(|_| AtomicU64::new(0)).collect());
-        let word = encode(spent.units, spent.until);
-        let (units, steps) = (word & UNITS_MAX, word >> UNIT_BITS);
-        for i in self.probes(hash) {
-            let Some(cell) = cells.get(i) else { continue };
-            let mut old = cell.load(Ordering::Relaxed);
-            loop {
-                let new = if decode(old).until <= now {
-                    word
+        let buckets = self.buckets.get_or_init(|| {
+            (0..self.len)
+                .map(|_| Mutex::new([Slot::default(); WAYS]))
+                .collect()
+        });
+        let Some(bucket) = buckets.get(self.bucket(hash)) else {
+            return;
+        };
+        let fp = fingerprint(hash);
+        let mut slots = bucket.lock();
+        if let Some(own) = slots
+            .iter_mut()
+            .find(|s| s.until > now && s.fingerprint == fp)
+        {
+            // The key's own record, live when the key came back: its state was restored from it,
+            // so a summary that counts as long includes it. Kept as a maximum otherwise (never
+            // less), but not across windows: a record that outlived its window would charge the
+            // key's old window's spend to every later one.
+            *own = if spent.until >= own.until {
+                Slot::new(fp, spent)
+            } else {
+                Slot::new(
+                    fp,
+                    Spent {
+                        units: own.units().max(spent.units),
+                        until: own.until,
+                        rank: own.rank().max(spent.rank),
+                    },
+                )
+            };
+        } else {
+            // A free slot, else the least spent share (the earliest to expire among equals), if
+            // the new record is more spent: among equals the record held first stays, so a flood
+            // as spent as a key cannot push it out either.
+            let Some(victim) = slots.iter_mut().min_by_key(|s| {
+                if s.until <= now {
+                    (0, 0)
                 } else {
-                    ((old >> UNIT_BITS).max(steps) << UNIT_BITS) | (old & UNITS_MAX).max(units)
-                };
-                if new == old {
-                    break;
+                    (u16::from(s.rank()) + 1, s.until)
                 }
-                match cell.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
-                    Ok(_) => break,
-                    Err(found) => old = found,
-                }
+            }) else {
+                return;
+            };
+            if victim.until > now && victim.rank() >= spent.rank {
+                return;
             }
+            *victim = Slot::new(fp, spent);
         }
-        self.live_until
-            .fetch_max(decode(word).until, Ordering::Relaxed);
+        drop(slots);
+        self.live_until.fetch_max(spent.until, Ordering::Relaxed);
     }
 
-    /// What the quota hashed to `hash` may have spent, if anything still counts at `now`.
+    /// What the quota hashed to `hash` spent, if its record still counts at `now`.
     #[inline]
     pub(super) fn lookup(&self, hash: u64, now: u64) -> Option<Spent> {
         if self.live_until.load(Ordering::Relaxed) <= now {
             return None;
         }
-        let cells = self.cells.get()?;
-        let mut bound = Spent {
-            units: u64::MAX,
-            until: u64::MAX,
-        };
-        for i in self.probes(hash) {
-            let Some(cell) = cells.get(i) else { continue };
-            let s = decode(cell.load(Ordering::Relaxed));
-            // A cell past its time: the key's own record (if any) is past too.
-            if s.until <= now {
-                return None;
-            }
-            bound.units = bound.units.min(s.units);
-            bound.until = bound.until.min(s.until);
-        }
-        Some(bound)
+        let bucket = self.buckets.get()?.get(self.bucket(hash))?;
+        let fp = fingerprint(hash);
+        let slots = bucket.lock();
+        slots
+            .iter()
+            .find(|s| s.until > now && s.fingerprint == fp)
+            .map(|s| Spent {
+                units: s.units(),
+                until: s.until,
+                rank: s.rank(),
+            })
     }
+}
+
+/// How spent a share of its quota `units` (or a bucket's time until fresh) is, 0 to 255.
+fn rank(state: &QuotaState, p: &Params, units: u64, until: u64, now: u64) -> u8 {
+    let (part, whole) = match state {
+        QuotaState::Gcra(_) => (
+            until - now,
+            p.emission.saturating_mul(p.burst.max(1)).max(1),
+        ),
+        _ => (units, p.limit.max(1)),
+    };
+    let share = u128::from(part) * 255 / u128::from(whole);
+    u8::try_from(share).unwrap_or(u8::MAX)
 }
 
 /// What `state` has spent under `p` that still counts, and until when; `None` when it equals a new
@@ -204,7 +268,11 @@ pub(super) fn summary(state: &QuotaState, p: &Params, now: u64) -> Option<Spent>
         // The TAT says it all.
         QuotaState::Gcra(_) => 0,
     };
-    Some(Spent { units, until })
+    Some(Spent {
+        units,
+        until,
+        rank: rank(state, p, units, until, now),
+    })
 }
 
 /// A state under `strategy` and `p` at least as spent, at every time from `now` on, as any state
@@ -250,45 +318,113 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
-    #[test]
-    fn cells_round_up_and_saturate() {
-        let s = decode(encode(7, 3 * S + 1));
-        assert_eq!(s.units, 7);
-        assert!(s.until > 3 * S && s.until < 3 * S + (1 << TIME_SHIFT) + 1);
-        assert_eq!(decode(encode(u64::MAX, u64::MAX)).units, u64::MAX);
-        assert_eq!(decode(encode(u64::MAX, u64::MAX)).until, u64::MAX);
-        assert_eq!(decode(encode(UNITS_MAX, 0)).units, u64::MAX);
+    /// A hash that lands in `bucket` with fingerprint `fp`.
+    fn hash_in(bucket: u64, fp: u32) -> u64 {
+        (u64::from(fp) << 32) | bucket
+    }
+
+    fn spent(units: u64, until: u64, rank: u8) -> Spent {
+        Spent { units, until, rank }
     }
 
     #[test]
-    fn a_lookup_bounds_every_record_and_expires() {
+    fn slots_saturate_their_units_and_keep_the_rank() {
+        let slot = Slot::new(7, spent(5, 3 * S + 1, 200));
+        assert_eq!((slot.units(), slot.until, slot.rank()), (5, 3 * S + 1, 200));
+        assert_eq!(Slot::new(7, spent(u64::MAX, S, 255)).units(), u64::MAX);
+        assert_eq!(Slot::new(7, spent(UNITS_MAX, S, 0)).units(), u64::MAX);
+        assert_eq!(SLOT_BYTES, 16);
+    }
+
+    #[test]
+    fn a_key_finds_its_own_record_and_no_other() {
         let sketch = Sketch::new(100);
         assert_eq!(sketch.bytes(), 0);
         let now = 1000 * S;
         assert_eq!(sketch.lookup(1, now), None);
-        for k in 0..5000u64 {
-            let spent = Spent {
-                units: k % 10,
-                until: now + (k % 7 + 1) * S,
-            };
-            sketch.record(quota_hash(k, 9, 0), spent, now);
+        // 2000 records in 2^14 slots: no bucket is full, every record is held exactly.
+        for k in 0..2000u64 {
+            let s = spent(k % 10, now + (k % 7 + 1) * S, (k % 10 * 25) as u8);
+            sketch.record(quota_hash(k, 9, 0), s, now);
         }
-        assert_eq!(sketch.bytes(), MIN_CELLS * 8);
-        for k in 0..5000u64 {
+        assert_eq!(sketch.bytes(), MIN_SLOTS * SLOT_BYTES);
+        for k in 0..2000u64 {
             let got = sketch.lookup(quota_hash(k, 9, 0), now).expect("recorded");
-            assert!(got.units >= k % 10 && got.until >= now + (k % 7 + 1) * S);
+            assert_eq!((got.units, got.until), (k % 10, now + (k % 7 + 1) * S));
+        }
+        // Keys never recorded (other keys, or the same keys under another rule) find nothing.
+        for k in 2000..200_000u64 {
+            assert_eq!(sketch.lookup(quota_hash(k, 9, 0), now), None, "key {k}");
+        }
+        for k in 0..2000u64 {
+            assert_eq!(sketch.lookup(quota_hash(k, 10, 0), now), None, "key {k}");
         }
         assert_eq!(sketch.lookup(quota_hash(1, 9, 0), now + 8 * S), None);
         // A record once past its time does not hold a newer one back.
         let later = now + 9 * S;
-        let spent = Spent {
-            units: 1,
-            until: later + S,
-        };
-        sketch.record(quota_hash(3, 9, 0), spent, later);
+        sketch.record(quota_hash(3, 9, 0), spent(1, later + S, 25), later);
         assert_eq!(
             sketch.lookup(quota_hash(3, 9, 0), later).map(|s| s.units),
             Some(1)
+        );
+    }
+
+    #[test]
+    fn a_full_bucket_gives_up_the_least_spent_share_first() {
+        let sketch = Sketch::new(100);
+        let now = 1000 * S;
+        // Eight records of rank 100 fill bucket 5, the first expiring soonest.
+        for fp in 1..=8u32 {
+            let until = now + u64::from(fp) * S;
+            sketch.record(hash_in(5, fp), spent(4, until, 100), now);
+        }
+        // A less spent share is not kept; the others stay.
+        sketch.record(hash_in(5, 9), spent(1, now + 60 * S, 99), now);
+        assert_eq!(sketch.lookup(hash_in(5, 9), now), None);
+        for fp in 1..=8u32 {
+            assert!(sketch.lookup(hash_in(5, fp), now).is_some(), "{fp}");
+        }
+        // Nor is as spent a share: the records held first stay.
+        sketch.record(hash_in(5, 10), spent(4, now + 60 * S, 100), now);
+        assert_eq!(sketch.lookup(hash_in(5, 10), now), None);
+        // A more spent share takes the place of the least spent, the one expiring soonest.
+        sketch.record(hash_in(5, 11), spent(9, now + 60 * S, 101), now);
+        assert_eq!(sketch.lookup(hash_in(5, 1), now), None);
+        assert_eq!(sketch.lookup(hash_in(5, 11), now).map(|s| s.units), Some(9));
+        sketch.record(hash_in(5, 13), spent(9, now + 60 * S, 230), now);
+        assert_eq!(sketch.lookup(hash_in(5, 2), now), None);
+        for fp in 3..=8u32 {
+            assert!(sketch.lookup(hash_in(5, fp), now).is_some(), "{fp}");
+        }
+        // An expired slot is free again, whatever its rank was.
+        let later = now + 4 * S;
+        sketch.record(hash_in(5, 12), spent(1, later + S, 0), later);
+        assert_eq!(
+            sketch.lookup(hash_in(5, 12), later).map(|s| s.units),
+            Some(1)
+        );
+        // Other buckets are untouched.
+        assert_eq!(sketch.lookup(hash_in(6, 3), now), None);
+    }
+
+    #[test]
+    fn a_later_summary_of_the_key_replaces_its_record() {
+        let sketch = Sketch::new(100);
+        let now = 1000 * S;
+        let h = hash_in(3, 77);
+        sketch.record(h, spent(6, now + 10 * S, 150), now);
+        // The key came back (restored from its record), its window ended, it spent 1 in the next:
+        // its record is that, not the old window's 6 carried on.
+        sketch.record(h, spent(1, now + 70 * S, 25), now + 20 * S);
+        assert_eq!(
+            sketch.lookup(h, now + 20 * S),
+            Some(spent(1, now + 70 * S, 25))
+        );
+        // A summary that counts for less long keeps the maximum (never less than the record).
+        sketch.record(h, spent(0, now + 30 * S, 0), now + 21 * S);
+        assert_eq!(
+            sketch.lookup(h, now + 21 * S),
+            Some(spent(1, now + 70 * S, 25))
         );
     }
 
@@ -318,7 +454,6 @@ mod tests {
                     let Some(spent) = summary(&state, &p, now) else {
                         continue;
                     };
-                    let spent = decode(encode(spent.units, spent.until));
                     let mut restored = restore(strategy, &p, spent, now);
                     // From `now` on, the restored state never admits more than the evicted one.
                     let mut t = now;

@@ -981,6 +981,7 @@ impl RedisStore {
             quota: 0,
             cost: 0,
             local: false,
+            bound: 0,
         }
     }
 
@@ -1354,6 +1355,7 @@ impl RedisStore {
                         reserved: c,
                         actual: 0,
                         at: d.time,
+                        bound: 0,
                     };
                     script_args(&rule, &params, settle, 0).ok().filter(|_| shed)
                 }))

@@ -369,6 +369,7 @@ impl Lease {
             cost: u32::try_from(cost).unwrap_or(u32::MAX),
             // A lease's answer counts as its verdict, not as the outage fallback's.
             local: false,
+            bound: 0,
         })
     }
 
@@ -378,6 +379,7 @@ impl Lease {
             reserved: u32::try_from(self.granted).unwrap_or(u32::MAX),
             actual: u32::try_from(self.granted - self.left).unwrap_or(u32::MAX),
             at: self.at,
+            bound: 0,
         })
     }
 }
@@ -1007,7 +1009,8 @@ mod tests {
             Some(Op::Settle {
                 reserved: 5,
                 actual: 4,
-                at: 7_000
+                at: 7_000,
+                bound: 0
             })
         );
         lease.left = 0;
