@@ -10,6 +10,10 @@
 //!   expires by itself after that rule's horizon. A key whose time-zone offset changes gets a fresh
 //!   window under the new offset (up to one window more: take the offset from stored account
 //!   settings, not from the request).
+//!   A rule given per request reaches the store only after the store accepted it
+//!   (`Store::validate`, asked once per rule and remembered): one it cannot honour (on Redis, a
+//!   bucket whose interval is below a microsecond) is refused with `StoreErrorKind::InvalidRule`,
+//!   counted in `Stats::invalid_rules`, and the layer answers 503 whatever its failure policy.
 //! - **Route layers**: a route layer with its own rule counts only the requests it sees.
 //! - **A limiter built in code with other quotas** is a new rule: on the memory store a new limiter
 //!   also has a new store, and on Redis its keys have other names, so every key starts afresh, and
@@ -27,6 +31,13 @@
 //!   never more lenient). A changed strategy or key starts that limit fresh, with a warning; a rename
 //!   is a new limit. Instances polling one file may run the old and the new rules side by side for up
 //!   to one polling interval.
+//!
+//! With the `serde` feature, configuration read back is equal to what was written, so a
+//! configuration service can store rules: a `Quota` is its notation (`"10/minute"`), or
+//! `{ quota = "10/minute", burst = 50 }` when a burst was set; a `Strategy` its name; a
+//! `WindowOffset` `"+08:00"`; a `Rule` `{ strategy, quotas, window_offset }` (the offset only when
+//! not UTC, refused on a strategy without clock-aligned windows); a rules file's `LimitSpec` its
+//! `[[limit]]` table, read back through the file's own validation.
 //!
 //! ```
 //! use std::sync::Arc;

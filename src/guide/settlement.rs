@@ -82,3 +82,10 @@
 //! let settled = limiter.settle_now(&"key", d.reservation().unwrap(), 3);
 //! assert_eq!(settled.remaining(), 97);
 //! ```
+//!
+//! # A reservation belongs to its check
+//!
+//! A [`Reservation`](crate::Reservation) settles only against the limiter, rule and key whose check
+//! made it: a settlement anywhere else is refused (`StoreErrorKind::ForeignReservation`;
+//! `settle_now` answers as a peek), counted in `Stats::settle_refused`, and never applied.
+//! `Op::Settle` is built only from a reservation, by `Op::settle`.

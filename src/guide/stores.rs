@@ -52,12 +52,11 @@
 //!   flood cannot pass. Change it with `.max_keys(n)` on the limiter's builder (or
 //!   `MemoryStore::builder().max_keys(n)`); `.max_keys(usize::MAX)` lifts it. At the cap a new key makes
 //!   room by evicting the keys nearest a new key's state (fresh ones, then the least spent); a blocked key
-//!   is never evicted; and what an evicted key had spent is kept in a bounded sketch (at most 16 bytes
-//!   per capped key, 256 KiB to 64 MiB, allocated at the first such eviction), so a flood of new keys
-//!   never gives a key back quota it spent. The price is a bounded over-count: a returning evicted key,
-//!   rarely, is counted as having spent as much as another evicted key it collides with
-//!   (below). When every held key is blocked, new keys share one overflow quota and a warning is
-//!   logged.
+//!   is never evicted; and what an evicted key had spent is kept in a bounded table of records (16
+//!   bytes a slot, four slots per capped key, 256 KiB to 64 MiB, allocated at the first such eviction), so a flood of new
+//!   keys never gives a key back quota it spent less of than the flood's keys. A returning key is
+//!   charged only its own record, so a flood cannot lock new keys out (below). When every held key
+//!   is blocked, new keys share one overflow quota and a warning is logged.
 //! - With millions of keys a check waits on memory: each lookup touches pages spread over the whole table,
 //!   and with 4 KiB pages most miss the CPU's address cache. On glibc 2.35 or later,
 //!   `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` in the service's environment lets the allocator use
@@ -72,29 +71,32 @@
 //! flood of new keys evict, and so reset, a client that had spent 9 of its 10. A blocked key is never
 //! evicted.
 //!
-//! An evicted key that still had spent quota is folded into a sketch before it is dropped: per quota,
-//! `(units spent, time its state would be fresh)` goes into 8 cells of one array chosen by a hash of
-//! the key, its rule and the quota index; each cell keeps the maximum of the units and of the times
-//! folded into it, and empties when its time has passed. A key inserted later reads its 8 cells: if
-//! all are live, its state is restored at least as spent as the smallest units and earliest time among
-//! them say (per strategy: a window's count, a sliding counter's current or previous bucket, a moving
-//! window's entries at the latest time they could have, a bucket's `TAT`).
+//! An evicted key that still had spent quota is recorded before it is dropped: per quota,
+//! `(units spent, time its state would be fresh, spent share)` goes into one bucket of 8 slots chosen
+//! by a hash of the key, its rule and the quota index; the slot keeps 32 more bits of that hash (a
+//! fingerprint). A key inserted later reads only the live slot with its own fingerprint and is
+//! restored at least as spent (per strategy: a window's count, a sliding counter's current or
+//! previous bucket, a moving window's entries at the latest time they could have, a bucket's `TAT`);
+//! a key with no record starts as new. A later record of the same key replaces its earlier one.
 //!
-//! - **Never an under-count.** Every cell a key was folded into holds at least its units and time
-//!   until that time passes, so the smallest over its cells is still an upper bound. Times are kept
-//!   in steps of 2^20 ns, rounded up: a restored state may count up to about 1 ms longer.
-//! - **Memory bound.** `max(2^15, 2 x max_keys)` cells rounded up to a power of two, at most 2^23:
-//!   16 bytes per capped key, between 256 KiB and 64 MiB (64 MiB at the default cap), allocated at
-//!   the first eviction of a key with spent quota.
-//! - **False-reject bound.** A key (new or returning) is over-counted only when all 8 of its cells
-//!   also hold another evicted key's larger record; with `n` live records in `m` cells that happens
-//!   with probability about `(1 - e^(-8n/m))^8`: under 10^-5 while `n <= m/64`, 5 x 10^-4 at
-//!   `n = m/16`, tending to 1 when a flood of many times the cap saturates the cells within one
-//!   horizon. The over-count is then at most the largest record among its cells. An attacker whose
-//!   flood keys each spend all but one of their limit (and so stay evictable) can, once the cells
-//!   saturate, make new keys start with as little as 1 left until the flood's records expire (one
-//!   horizon): the price of never forgetting with bounded memory. Set the cap well above the
-//!   legitimate key count, so that eviction is rare.
+//! - **Over-count: a constant, never a ratchet.** A key is charged another key's record only on a
+//!   fingerprint collision within its bucket: at most 8 in 2^32 (under 2 x 10^-9) per lookup, and
+//!   then by one record, less than the limit (blocked keys are never evicted). A restored state
+//!   holds only the key's own spend, so what it writes back at its next eviction is its own spend:
+//!   the over-count does not grow with the number of evict-and-return generations or the flood's
+//!   size. After floods of 20 to 60 times the cap of one-request keys, at caps of 2000 and 100,000,
+//!   every new key is admitted and a client that had spent 3 of 10 keeps 7.
+//! - **Under-count: only to more spent keys.** While held, a record is never less than what the key
+//!   spent in its horizon. A full bucket gives up its least-spent-share record, and only to a
+//!   strictly more spent one (ties keep the record held first): a key comes back as new only when 8
+//!   other live records, each of a more spent share, took its bucket within its horizon. A flood of
+//!   keys that each spend less of their quota than a key never gives it anything back. No bounded
+//!   memory can both charge every flooded key strictly and keep new keys' over-count constant once
+//!   a flood holds more keys than it can tell apart; this design keeps the constant bound. Set the
+//!   cap well above the legitimate key count, so that eviction is rare.
+//! - **Memory bound.** 4 slots of 16 bytes per capped key, rounded up to a power of two between
+//!   2^14 and 2^22 slots: 256 KiB (the minimum, up to a cap of 4096) to 64 MiB (`MAX_SKETCH_BYTES`,
+//!   reached at a cap of 2^20 and kept above it, the default cap included).
 //! - A peek at an evicted key reports it as new (a peek does not consult the sketch); its next check
 //!   is counted as restored. A key held under a rule the store has not seen a key inserted with (a
 //!   tier change on an existing key) is recorded as fully spent until its state would be fresh
