@@ -36,6 +36,9 @@ pub struct Decision {
     /// Taken in this process by a stand-in for the store (the Redis store's local fallback during
     /// an outage), not by the store itself.
     pub(crate) local: bool,
+    /// Rejected without asking the store, which had no room to ask it in time (the Redis store's
+    /// overload shedding).
+    pub(crate) shed: bool,
 }
 
 /// What an admitted check reserved: its cost, at the store's time of the check. Settle it with
@@ -66,6 +69,14 @@ impl Decision {
     /// Redis. Always `false` for the memory store.
     pub fn decided_locally(&self) -> bool {
         self.local
+    }
+
+    /// Whether the check was shed: rejected by the Redis store without an answer from Redis, as it
+    /// had no room to ask Redis within its timeout (overload; see `RedisStoreBuilder::max_in_flight`).
+    /// The request may be under its limit: retrying after [`retry_after`](Self::retry_after) may
+    /// succeed. Always `false` for the memory store.
+    pub fn was_shed(&self) -> bool {
+        self.shed
     }
 
     /// Allowed, rejected, or never admissible.
@@ -171,6 +182,7 @@ mod tests {
             quota: 0,
             cost: 0,
             local: false,
+            shed: false,
         }
     }
 

@@ -7,7 +7,7 @@
 //!
 //! | Metric | Kind | Labels | What |
 //! | --- | --- | --- | --- |
-//! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key` |
+//! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key`, `shed` (the Redis store rejected the check without asking Redis, having no room to ask it within its timeout: overload, `Decision::was_shed`) |
 //! | `tollgate_units_total` | counter | `limit` | units admitted (the plain layer counts each admitted request's cost; the rules file's layer counts settled units) |
 //! | `tollgate_store_errors_total` | counter | `limit` | store calls that failed |
 //! | `tollgate_store_latency_seconds` | histogram | `limit` | the time of a decision that was not ready at once (remote stores only; buckets: [`STORE_LATENCY_BUCKETS`]) |
@@ -53,6 +53,8 @@ pub(crate) struct LimitMetrics {
     /// The Redis store's local fallback decided (outage).
     pub(crate) local_allowed: Counter,
     pub(crate) local_rejected: Counter,
+    /// The Redis store shed the check (overload).
+    pub(crate) shed: Counter,
     pub(crate) units: Counter,
     pub(crate) store_errors: Counter,
     /// Remote stores only: the time of a decision that was not ready at once.
@@ -76,6 +78,7 @@ impl LimitMetrics {
             no_key: outcome("no_key"),
             local_allowed: outcome("local_allowed"),
             local_rejected: outcome("local_rejected"),
+            shed: outcome("shed"),
             units: counter!("tollgate_units_total", "limit" => limit.to_owned()),
             store_errors: counter!("tollgate_store_errors_total", "limit" => limit.to_owned()),
             store_latency: histogram!("tollgate_store_latency_seconds", "limit" => limit.to_owned()),
@@ -92,6 +95,7 @@ impl LimitMetrics {
         match (d.is_allowed(), d.decided_locally()) {
             (true, false) => self.allowed.increment(1),
             (true, true) => self.local_allowed.increment(1),
+            (false, _) if d.was_shed() => self.shed.increment(1),
             (false, false) => self.rejected.increment(1),
             (false, true) => self.local_rejected.increment(1),
         }

@@ -1129,6 +1129,7 @@ const PENDING: Decision = Decision {
     quota: 0,
     cost: 0,
     local: false,
+    shed: false,
 };
 
 /// A reservation to give back if another limit rejects (or, before the decision, a limit to

@@ -19,6 +19,7 @@ mod redis_cluster_failover;
 mod redis_concurrency_limit;
 mod redis_degraded;
 mod redis_errors;
+mod redis_fair_shedding;
 mod redis_faults;
 mod redis_faults_flood;
 mod redis_flood;

@@ -788,6 +788,7 @@ pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: 
         quota: u16::try_from(index).unwrap_or(u16::MAX),
         cost: 0,
         local: false,
+        shed: false,
     }
 }
 

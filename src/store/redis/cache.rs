@@ -193,6 +193,7 @@ mod tests {
             quota: 0,
             cost: 0,
             local: false,
+            shed: false,
         }
     }
 

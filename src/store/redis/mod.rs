@@ -53,6 +53,7 @@ mod breaker;
 mod cache;
 mod degraded;
 mod keys;
+mod lanes;
 mod leases;
 mod multi;
 mod quota_lease;
@@ -80,8 +81,10 @@ use ::redis::{Cmd, ErrorKind, RedisError, Value};
 use self::breaker::{Breaker, Pass};
 use self::cache::BlockCache;
 use self::degraded::Local;
+use self::lanes::Lanes;
 pub use self::quota_lease::{LeaseCounters, Leasing};
 use self::scripts::Family;
+use self::send::Shed;
 use super::memory::to_decision;
 use super::{Answer, LimiterNames, Scope, Store, StoreKey};
 use crate::decision::{Decision, Outcome};
@@ -142,6 +145,8 @@ struct Inner {
     scripts: [(String, Arc<str>); 4],
     /// One permit per call sent and not yet answered (or given up past [`LATE_GRACE`]).
     gate: Arc<Semaphore>,
+    /// Each key's share of the gate (`lanes.rs`).
+    lanes: Arc<Lanes>,
     max_in_flight: usize,
     breaker: Breaker,
     local: Option<Local>,
@@ -156,6 +161,14 @@ struct Inner {
     rejected: Counter,
     errors: Counter,
     shed: Counter,
+    /// Shed checks by reason: their own key's flood, no room among the calls in flight, no reply
+    /// in time.
+    shed_own_key: Counter,
+    shed_no_room: Counter,
+    shed_slow: Counter,
+    /// The shed total at the last warning about shedding.
+    shed_warned: AtomicU64,
+    last_shed_warn: crate::throttle::Throttle,
     local_allowed: Counter,
     local_rejected: Counter,
     timed_out: Counter,
@@ -197,8 +210,18 @@ impl Inner {
 #[non_exhaustive]
 pub struct RedisCounters {
     /// Checks rejected locally because the store had no room to send them to Redis within the
-    /// timeout (overload, not an outage). Also in [`Stats::rejected`].
+    /// timeout (overload, not an outage). Also in [`Stats::rejected`]. The sum of the three
+    /// reasons below.
     pub shed: u64,
+    /// Of those, checks that waited behind their own key's checks (a key has at most two checks
+    /// in flight at once): the cost of a key's own flood.
+    pub shed_own_key: u64,
+    /// Of those, checks that found no room among the calls in flight
+    /// ([`RedisStoreBuilder::max_in_flight`]) while Redis answered others.
+    pub shed_no_room: u64,
+    /// Of those, checks sent whose reply did not come within the timeout while Redis answered
+    /// others (or this process was too busy to read it).
+    pub shed_slow: u64,
     /// Checks admitted by the local limiter during an outage ([`RedisStoreBuilder::local_fallback`]).
     /// Also in [`Stats::allowed`].
     pub local_allowed: u64,
@@ -479,6 +502,7 @@ impl RedisStoreBuilder {
                     .map(|cap| BlockCache::new(cap, self.block_cache_stale)),
                 scripts,
                 gate: Arc::new(Semaphore::new(self.max_in_flight)),
+                lanes: Arc::default(),
                 max_in_flight: self.max_in_flight,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 local: self.local_fallback.map(Local::new),
@@ -490,6 +514,11 @@ impl RedisStoreBuilder {
                 rejected: Counter::default(),
                 errors: Counter::default(),
                 shed: Counter::default(),
+                shed_own_key: Counter::default(),
+                shed_no_room: Counter::default(),
+                shed_slow: Counter::default(),
+                shed_warned: AtomicU64::new(0),
+                last_shed_warn: crate::throttle::Throttle::default(),
                 local_allowed: Counter::default(),
                 local_rejected: Counter::default(),
                 timed_out: Counter::default(),
@@ -910,6 +939,9 @@ impl RedisStore {
         let i = &self.inner;
         RedisCounters {
             shed: i.shed.get(),
+            shed_own_key: i.shed_own_key.get(),
+            shed_no_room: i.shed_no_room.get(),
+            shed_slow: i.shed_slow.get(),
             local_allowed: i.local_allowed.get(),
             local_rejected: i.local_rejected.get(),
             timed_out: i.timed_out.get(),
@@ -967,10 +999,35 @@ impl RedisStore {
         }
     }
 
-    /// A check rejected locally because the store has no room to ask Redis in time (overload).
-    fn shed(&self, limit: u32, now: u64) -> Decision {
-        self.inner.shed.add(1);
-        self.inner.rejected.add(1);
+    /// A check rejected locally because the store has no room to ask Redis in time (overload),
+    /// counted by reason and warned about at most once a second.
+    fn shed(&self, why: Shed, limit: u32, now: u64) -> Decision {
+        let i = &self.inner;
+        i.shed.add(1);
+        i.rejected.add(1);
+        match why {
+            Shed::OwnKey => i.shed_own_key.add(1),
+            Shed::NoRoom => i.shed_no_room.add(1),
+            Shed::Slow => i.shed_slow.add(1),
+        }
+        if i.last_shed_warn.ready(WARN_EVERY) {
+            let total = i.shed.get();
+            let since = total.saturating_sub(i.shed_warned.swap(total, Ordering::Relaxed));
+            tracing::warn!(
+                shed = since,
+                shed_total = total,
+                own_key = i.shed_own_key.get(),
+                no_room = i.shed_no_room.get(),
+                no_reply_in_time = i.shed_slow.get(),
+                timeout = ?i.timeout,
+                "rate-limit Redis store shed {since} checks since the last warning (answered 429 \
+                 without asking Redis): own_key = a key's own flood waited behind its two checks in \
+                 flight; no_room = {} calls in flight to Redis; no_reply_in_time = Redis or this \
+                 process slower than the timeout, raise the store timeout if this keeps growing \
+                 while Redis is healthy (logged at most once per second)",
+                i.max_in_flight
+            );
+        }
         let wait = nanos(SHED_WAIT);
         Decision {
             outcome: Outcome::Rejected,
@@ -982,6 +1039,7 @@ impl RedisStore {
             quota: 0,
             cost: 0,
             local: false,
+            shed: true,
         }
     }
 
@@ -1311,24 +1369,21 @@ impl RedisStore {
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
         let redis_keys = redis_keys(&base, rule.strategy(), tag, params.len());
-        let cache_key = self.cache_key(&redis_keys, &args, params.len());
-        if let (Some(cache), Some(ck)) = (&self.inner.cache, cache_key) {
-            match op {
-                // Only costs every quota could ever admit: a larger one is `Exceeds`, which only
-                // Redis's answer tells apart from a rejection.
-                Op::Check(c)
-                    if c > 0
-                        && params
-                            .iter()
-                            .all(|p| u64::from(c) <= p.limit.min(p.burst.max(1))) =>
-                {
-                    if let Some(d) = cache.get(ck, Instant::now()) {
-                        self.inner.rejected.add(1);
-                        return Box::pin(std::future::ready(Ok(d)));
-                    }
+        let fingerprint = Self::fingerprint(&redis_keys, &args, params.len());
+        let cache_key = self.inner.cache.as_ref().map(|_| fingerprint);
+        // Only costs every quota could ever admit are answered from the cache: a larger one is
+        // `Exceeds`, which only Redis's answer tells apart from a rejection.
+        let cacheable = matches!(op, Op::Check(c) if c > 0
+            && params.iter().all(|p| u64::from(c) <= p.limit.min(p.burst.max(1))));
+        if let Some(cache) = &self.inner.cache {
+            if cacheable {
+                if let Some(d) = cache.get(fingerprint, Instant::now()) {
+                    self.inner.rejected.add(1);
+                    return Box::pin(std::future::ready(Ok(d)));
                 }
-                Op::Settle { .. } | Op::Reset | Op::StepBack { .. } => cache.remove(ck),
-                _ => {}
+            }
+            if matches!(op, Op::Settle { .. } | Op::Reset | Op::StepBack { .. }) {
+                cache.remove(fingerprint);
             }
         }
         let fam = family(rule.strategy());
@@ -1370,6 +1425,9 @@ impl RedisStore {
             src,
         };
         let sheddable = matches!(op, Op::Check(_));
+        // Checks go through their key's lane (`lanes.rs`); settlements, resets and peeks do not
+        // (they are never shed).
+        let place = sheddable.then(|| self.inner.lanes.enter(fingerprint));
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
@@ -1377,9 +1435,35 @@ impl RedisStore {
                 Some((base, rule)) => store.outage(base, cache_key, (rule, tag), op, now, e),
                 None => store.outage_error(e),
             };
-            let v = match store.send_script(script, deadline, sheddable, refund).await {
+            let lane = match place {
+                None => None,
+                Some(place) => {
+                    let permit = match place.try_admit() {
+                        Some(p) => p,
+                        None => {
+                            let Some(p) = place.admit(deadline).await else {
+                                return Ok(store.shed(Shed::OwnKey, limit, now));
+                            };
+                            // The checks ahead were answered: if Redis found the key blocked, so
+                            // is this one, without a call.
+                            let cached = inner.cache.as_ref().filter(|_| cacheable);
+                            if let Some(d) = cached.and_then(|c| c.get(fingerprint, Instant::now()))
+                            {
+                                inner.rejected.add(1);
+                                return Ok(d);
+                            }
+                            p
+                        }
+                    };
+                    Some(place.into_slot(permit))
+                }
+            };
+            let v = match store
+                .send_script(script, deadline, sheddable, refund, lane)
+                .await
+            {
                 Ok(v) => v,
-                Err(send::NoReply::Overload) => return Ok(store.shed(limit, now)),
+                Err(send::NoReply::Overload(why)) => return Ok(store.shed(why, limit, now)),
                 Err(send::NoReply::Outage(e)) => return outage(e),
             };
             let d = match decode(&v, quotas) {
@@ -1402,14 +1486,20 @@ impl RedisStore {
         })
     }
 
-    /// The blocked-key cache's key of a logical key: its Redis keys and the rule's part of the
-    /// arguments only (not the op's time or units), so a settlement or reset finds the entry its
-    /// key's check cached. `None` without a cache.
+    /// A logical key under its rule, for the blocked-key cache and the key's lane: its Redis keys
+    /// and the rule's part of the arguments only (not the op's time or units), so a settlement or
+    /// reset finds the entry its key's check cached.
+    fn fingerprint(redis_keys: &[String], args: &[u64], quotas: usize) -> u64 {
+        let rule_args = args.get(4..6 + 4 * quotas).unwrap_or_default();
+        cache::fingerprint(redis_keys, rule_args)
+    }
+
+    /// The blocked-key cache's key ([`fingerprint`](Self::fingerprint)); `None` without a cache.
     fn cache_key(&self, redis_keys: &[String], args: &[u64], quotas: usize) -> Option<u64> {
-        self.inner.cache.as_ref().map(|_| {
-            let rule_args = args.get(4..6 + 4 * quotas).unwrap_or_default();
-            cache::fingerprint(redis_keys, rule_args)
-        })
+        self.inner
+            .cache
+            .as_ref()
+            .map(|_| Self::fingerprint(redis_keys, args, quotas))
     }
 
     fn stats_now(&self) -> Stats {

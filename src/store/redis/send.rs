@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ::redis::{ErrorKind, Value};
 use tokio::sync::oneshot;
 
+use super::lanes::Slot;
 use super::{LATE_GRACE, Pass, RedisStore, SILENCE, error_kind, map_error, nanos, rebuild};
 use crate::error::{StoreError, StoreErrorKind};
 
@@ -25,12 +26,26 @@ pub(super) struct Script {
     pub(super) src: Arc<str>,
 }
 
+/// Why a check was shed (answered locally as a rejection, never admitted), for the counters and
+/// the warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shed {
+    /// Its key's own checks held the key's share of the calls in flight until the deadline
+    /// (`lanes.rs`): the key's own flood.
+    OwnKey,
+    /// No room among the calls in flight until the deadline, while Redis answered others.
+    NoRoom,
+    /// Sent, and no reply within the timeout while Redis answered others (or this process was
+    /// starved).
+    Slow,
+}
+
 /// How a call ended without a reply to use.
 #[derive(Debug)]
 pub(super) enum NoReply {
     /// No slot or no reply in time while Redis answers others: overload (only for calls sent
     /// with `sheddable`); the caller answers "shed", never admits.
-    Overload,
+    Overload(Shed),
     /// Redis failed, the breaker is open, or there is no connection: the failure policy answers.
     Outage(StoreError),
 }
@@ -42,13 +57,15 @@ impl RedisStore {
     /// connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does not free the
     /// slot of a call still queued in front of Redis. A failed probe of the open circuit starts
     /// the Cluster rebuild. With `sheddable`, a slow call while Redis answers others is
-    /// [`NoReply::Overload`]. A reply that comes after the caller gave up goes to `refund`.
+    /// [`NoReply::Overload`]. A reply that comes after the caller gave up goes to `refund`. The
+    /// key's `lane` slot, if any, is held with the in-flight slot.
     pub(super) async fn send_script(
         &self,
         script: Script,
         deadline: tokio::time::Instant,
         sheddable: bool,
         refund: Option<Refund>,
+        lane: Option<Slot>,
     ) -> Result<Value, NoReply> {
         let inner = &self.inner;
         let outage = |kind, m: &str| Err(NoReply::Outage(StoreError::new(kind, m)));
@@ -93,7 +110,7 @@ impl RedisStore {
                         if sheddable
                             && inner.replied_since(waited_from.saturating_sub(nanos(SILENCE)))
                         {
-                            return Err(NoReply::Overload);
+                            return Err(NoReply::Overload(Shed::NoRoom));
                         }
                         return outage(
                             StoreErrorKind::Timeout,
@@ -114,6 +131,9 @@ impl RedisStore {
         let sender = self.clone();
         rt.spawn(async move {
             // Held through a refund too: everything sent to Redis counts against the gate.
+            // The lane's slot is released after the store's (locals drop in reverse order), so
+            // the key never has more calls in flight than its lane allows.
+            let _lane = lane;
             let _slot = permit;
             let inner = &sender.inner;
             let call = |name: &str, body: &str| {
@@ -199,7 +219,7 @@ impl RedisStore {
                     // outage. Never admitted, never a 5xx.
                     release();
                     shed_flag.store(true, Ordering::Release);
-                    return Err(NoReply::Overload);
+                    return Err(NoReply::Overload(Shed::Slow));
                 }
                 self.probe_failed(probe);
                 return outage(
