@@ -14,6 +14,7 @@
 //! | `tollgate_keys` | gauge | `limit` | keys the memory store holds, set by `publish_stats` |
 //! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted, set by `publish_stats` |
 //! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
+//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; set by `publish_stats` |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
 //!
 //! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
@@ -22,7 +23,7 @@
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// The metric names this crate records (pinned: dashboards rely on them).
-pub const METRIC_NAMES: [&str; 8] = [
+pub const METRIC_NAMES: [&str; 9] = [
     "tollgate_requests_total",
     "tollgate_units_total",
     "tollgate_store_errors_total",
@@ -31,6 +32,7 @@ pub const METRIC_NAMES: [&str; 8] = [
     "tollgate_evictions_total",
     "tollgate_breaker_open",
     "tollgate_rules_reloads_total",
+    "tollgate_store_up",
 ];
 
 /// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's
@@ -64,6 +66,8 @@ pub(crate) struct LimitMetrics {
     pub(crate) evictions: Counter,
     /// 1 while the store's circuit breaker is open (published by `publish_stats`).
     pub(crate) breaker_open: Gauge,
+    /// 0 while the store cannot be used (published by `publish_stats`).
+    pub(crate) store_up: Gauge,
 }
 
 impl LimitMetrics {
@@ -85,6 +89,7 @@ impl LimitMetrics {
             keys: gauge!("tollgate_keys", "limit" => limit.to_owned()),
             evictions: counter!("tollgate_evictions_total", "limit" => limit.to_owned()),
             breaker_open: gauge!("tollgate_breaker_open", "limit" => limit.to_owned()),
+            store_up: gauge!("tollgate_store_up", "limit" => limit.to_owned()),
         }
     }
 
@@ -109,8 +114,15 @@ impl LimitMetrics {
     pub(crate) fn publish(&self, stats: &crate::Stats) {
         self.keys.set(stats.keys as f64);
         self.evictions.absolute(stats.evictions);
+        self.publish_health(stats);
+    }
+
+    /// Publishes the store's health: its circuit breaker and whether it can be used (also for a
+    /// store shared by several limits).
+    pub(crate) fn publish_health(&self, stats: &crate::Stats) {
         self.breaker_open
             .set(if stats.breaker_open { 1.0 } else { 0.0 });
+        self.store_up.set(if stats.store_down { 0.0 } else { 1.0 });
     }
 }
 

@@ -128,6 +128,10 @@ pub struct Stats {
     pub keys: u64,
     /// Whether the store's circuit breaker is open now (the Redis store; `false` for others).
     pub breaker_open: bool,
+    /// Whether the store cannot be used now: the Redis store before its first connection (Redis
+    /// not answering yet, or a host name that does not resolve) and while its circuit breaker is
+    /// open; `false` for in-process stores. `tollgate_store_up` is its negation.
+    pub store_down: bool,
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! is refunded.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -26,14 +27,28 @@ pub(super) const PER_KEY: usize = 2;
 /// check.
 #[derive(Default)]
 pub(super) struct Lanes {
-    map: DashMap<u64, Arc<Semaphore>>,
+    map: DashMap<u64, Arc<Lane>>,
+}
+
+/// One key's lane: its slots, and how many checks hold a place in it (in flight or waiting).
+pub(super) struct Lane {
+    slots: Arc<Semaphore>,
+    places: AtomicUsize,
+}
+
+impl Lane {
+    /// Whether no check of the key waits behind the ones in flight: the key is not flooding, so
+    /// a slow reply to it is this process's or Redis's slowness, not the key's own doing.
+    pub(super) fn unqueued(&self) -> bool {
+        self.places.load(Ordering::Acquire) <= PER_KEY
+    }
 }
 
 /// A place in a key's lane: while held, the lane is kept. [`Place::admit`] waits for a slot.
 pub(super) struct Place {
     lanes: Arc<Lanes>,
     key: u64,
-    lane: Option<Arc<Semaphore>>,
+    lane: Option<Arc<Lane>>,
 }
 
 /// One of a lane's [`PER_KEY`] slots: held by the call's task until its reply (and any refund)
@@ -41,18 +56,30 @@ pub(super) struct Place {
 pub(super) struct Slot {
     // Dropped before the place (field order), so the lane can be released with it.
     _permit: OwnedSemaphorePermit,
-    _place: Place,
+    place: Place,
+}
+
+impl Slot {
+    /// The key's lane, to see whether checks wait in it.
+    pub(super) fn lane(&self) -> Option<Arc<Lane>> {
+        self.place.lane()
+    }
 }
 
 impl Lanes {
     /// Joins the lane of `key` (a fingerprint of the key and its rule).
     pub(super) fn enter(self: &Arc<Self>, key: u64) -> Place {
-        let lane = Arc::clone(
-            &self
-                .map
-                .entry(key)
-                .or_insert_with(|| Arc::new(Semaphore::new(PER_KEY))),
-        );
+        let lane = {
+            let entry = self.map.entry(key).or_insert_with(|| {
+                Arc::new(Lane {
+                    slots: Arc::new(Semaphore::new(PER_KEY)),
+                    places: AtomicUsize::new(0),
+                })
+            });
+            // Counted under the entry's lock, so `leave` cannot drop the lane meanwhile.
+            entry.places.fetch_add(1, Ordering::AcqRel);
+            Arc::clone(&entry)
+        };
         Place {
             lanes: Arc::clone(self),
             key,
@@ -66,20 +93,23 @@ impl Lanes {
         self.map.len()
     }
 
-    /// Drops the lane of `key` if `lane` is its last handle besides the map's.
-    fn leave(&self, key: u64, lane: Arc<Semaphore>) {
-        // Handles are only cloned under the entry's shard lock, which `remove_if` holds: the count
-        // cannot grow meanwhile. This handle and the map's: no other check is in the lane.
-        self.map.remove_if(&key, |_, l| {
-            Arc::ptr_eq(l, &lane) && Arc::strong_count(&lane) == 2
-        });
+    /// Leaves the lane of `key`, dropping it with its last place.
+    fn leave(&self, key: u64, lane: &Lane) {
+        if lane.places.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Places are only taken under the entry's lock, which `remove_if` holds.
+            self.map.remove_if(&key, |_, l| {
+                std::ptr::eq(&**l, lane) && l.places.load(Ordering::Acquire) == 0
+            });
+        }
     }
 }
 
 impl Place {
     /// A slot of the lane at once, if one is free.
     pub(super) fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
-        self.lane.as_ref()?.clone().try_acquire_owned().ok()
+        Arc::clone(&self.lane.as_ref()?.slots)
+            .try_acquire_owned()
+            .ok()
     }
 
     /// Waits for a slot of the lane until `deadline`; `None` at the deadline.
@@ -87,18 +117,23 @@ impl Place {
         &self,
         deadline: tokio::time::Instant,
     ) -> Option<OwnedSemaphorePermit> {
-        let lane = Arc::clone(self.lane.as_ref()?);
-        match tokio::time::timeout_at(deadline, lane.acquire_owned()).await {
+        let slots = Arc::clone(&self.lane.as_ref()?.slots);
+        match tokio::time::timeout_at(deadline, slots.acquire_owned()).await {
             Ok(Ok(p)) => Some(p),
             _ => None,
         }
+    }
+
+    /// The key's lane, to see whether checks wait in it.
+    pub(super) fn lane(&self) -> Option<Arc<Lane>> {
+        self.lane.clone()
     }
 
     /// The slot, holding the place, to move into the call's task.
     pub(super) fn into_slot(self, permit: OwnedSemaphorePermit) -> Slot {
         Slot {
             _permit: permit,
-            _place: self,
+            place: self,
         }
     }
 }
@@ -106,7 +141,7 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         if let Some(lane) = self.lane.take() {
-            self.lanes.leave(self.key, lane);
+            self.lanes.leave(self.key, &lane);
         }
     }
 }
@@ -144,5 +179,13 @@ mod tests {
         assert_eq!(lanes.len(), 1, "the slot keeps the lane");
         drop(slot);
         assert_eq!(lanes.len(), 0);
+        let again = lanes.enter(1);
+        assert!(again.lane().unwrap().unqueued());
+        let more: Vec<_> = (0..PER_KEY).map(|_| lanes.enter(1)).collect();
+        assert!(
+            !again.lane().unwrap().unqueued(),
+            "{} places",
+            more.len() + 1
+        );
     }
 }

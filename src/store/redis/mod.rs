@@ -58,6 +58,7 @@ mod leases;
 mod multi;
 mod quota_lease;
 mod rebuild;
+mod resolve;
 mod scripts;
 mod send;
 mod sentinel;
@@ -172,6 +173,8 @@ struct Inner {
     local_allowed: Counter,
     local_rejected: Counter,
     timed_out: Counter,
+    /// Checks of keys without a queue that waited past the timeout for their reply.
+    waited_longer: Counter,
     late_replies: Counter,
     late_admitted: Counter,
     late_refunded: Counter,
@@ -229,6 +232,9 @@ pub struct RedisCounters {
     pub local_rejected: u64,
     /// Calls sent to Redis whose reply did not come within the timeout.
     pub timed_out: u64,
+    /// Of those, checks of a key with no other check waiting (not a flooding key) that waited up
+    /// to 500 ms more for their reply while Redis answered others, instead of being shed.
+    pub waited_longer: u64,
     /// Replies that came after their caller had given up: Redis applied the call unseen.
     pub late_replies: u64,
     /// Of those, checks Redis admitted: quota spent on requests the caller answered otherwise.
@@ -472,17 +478,22 @@ impl RedisStoreBuilder {
         let conn = match connect(&target, self.timeout, self.connect_timeout).await {
             Ok(c) => Some(c),
             Err(e) if unreachable(&e) => {
-                tracing::warn!(
-                    error = %e,
-                    "Redis is unreachable at start-up; deciding by the failure policy and \
-                     reconnecting in the background"
-                );
+                let missing = resolve::unresolved(&target.hosts, self.connect_timeout).await;
+                if missing.is_empty() {
+                    tracing::warn!(
+                        error = %e,
+                        "Redis is unreachable at start-up; deciding by the failure policy and \
+                         reconnecting in the background"
+                    );
+                } else {
+                    report_unresolved(&target, &missing);
+                }
                 None
             }
             Err(e) => return Err(e.into()),
         };
         let connected = conn.is_some();
-        let cluster = matches!(target.kind, TargetKind::Cluster(_));
+        let cluster = matches!(target.kind, TargetKind::Cluster(..));
         let sweep = self.leasing.is_some();
         let rebuild = rebuild::Rebuild::new(target.clone(), self.connect_timeout);
         let scripts = Family::ALL.map(|f| {
@@ -522,6 +533,7 @@ impl RedisStoreBuilder {
                 local_allowed: Counter::default(),
                 local_rejected: Counter::default(),
                 timed_out: Counter::default(),
+                waited_longer: Counter::default(),
                 late_replies: Counter::default(),
                 late_admitted: Counter::default(),
                 late_refunded: Counter::default(),
@@ -622,6 +634,8 @@ fn client_for(url: &str, tls: &TlsFiles) -> Result<::redis::Client, RedisError> 
 struct Target {
     /// The URL with its password masked, for messages.
     shown: String,
+    /// The hosts the URL names, for telling a name that does not resolve from a silent server.
+    hosts: Vec<(String, u16)>,
     tls: TlsFiles,
     kind: TargetKind,
 }
@@ -629,7 +643,8 @@ struct Target {
 #[derive(Clone)]
 enum TargetKind {
     Single(::redis::Client),
-    Cluster(ClusterClient),
+    /// The Cluster client, and a client per seed node for the credential check.
+    Cluster(ClusterClient, Vec<::redis::Client>),
     Sentinel(Arc<sentinel::Target>),
 }
 
@@ -670,7 +685,7 @@ impl Target {
             if nodes.is_empty() {
                 return Err(bad("no Cluster node given".into()));
             }
-            let mut builder = ClusterClient::builder(nodes);
+            let mut builder = ClusterClient::builder(nodes.clone());
             if !tls.is_empty() {
                 builder = builder.certs(tls.certificates());
             }
@@ -682,7 +697,11 @@ impl Target {
                 .response_timeout(timeout.saturating_add(LATE_GRACE))
                 .build()
                 .map_err(|e| bad(redact(&e.to_string())))?;
-            TargetKind::Cluster(client)
+            let seeds = nodes
+                .iter()
+                .map(|n| client_for(n, &tls).map_err(|e| bad(redact(&e.to_string()))))
+                .collect::<Result<_, _>>()?;
+            TargetKind::Cluster(client, seeds)
         } else if ["redis://", "rediss://", "redis+unix://"]
             .iter()
             .any(|p| lower.starts_with(p))
@@ -693,7 +712,12 @@ impl Target {
                  redis+cluster://host1:port1,host2:port2 or redis+sentinel://host:port/service"
                 .into()));
         };
-        Ok(Self { shown, tls, kind })
+        Ok(Self {
+            shown,
+            hosts: resolve::hosts(url),
+            tls,
+            kind,
+        })
     }
 }
 
@@ -717,7 +741,17 @@ async fn connect(
             .map_err(|e| map_error(e).in_context(shown))?;
             Ok(Conn::Sentinel(c))
         }
-        TargetKind::Cluster(client) => {
+        TargetKind::Cluster(client, seeds) => {
+            // The first seed that answers tells a refused password (the Cluster client would
+            // retry it until the connect timeout); seeds that do not answer are skipped.
+            for seed in seeds {
+                match check_credentials(seed, certs(tls), shown, connect_timeout).await {
+                    Err(e) if e.kind() == StoreErrorKind::Connection => continue,
+                    Err(e) if e.kind() == StoreErrorKind::Timeout => continue,
+                    Err(e) => return Err(e),
+                    Ok(()) => break,
+                }
+            }
             let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
                 .await
                 .map_err(|_| {
@@ -730,7 +764,7 @@ async fn connect(
             Ok(Conn::Cluster(c))
         }
         TargetKind::Single(client) => {
-            check_credentials(client, tls, shown, connect_timeout).await?;
+            check_credentials(client, certs(tls), shown, connect_timeout).await?;
             let config = manager_config(timeout, connect_timeout);
             let c = tokio::time::timeout(
                 connect_timeout,
@@ -768,32 +802,11 @@ fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionMan
 /// made a wrong password look like a timeout. Unreachable servers give a connection error.
 async fn check_credentials(
     client: &::redis::Client,
-    tls: &TlsFiles,
+    certs: Option<::redis::TlsCertificates>,
     shown: &str,
     within: Duration,
 ) -> Result<(), StoreError> {
-    let mut info = client.get_connection_info().clone();
-    let password = info.redis.password.take();
-    let username = info.redis.username.take();
-    let bare = if tls.is_empty() {
-        ::redis::Client::open(info)
-    } else {
-        ::redis::Client::build_with_tls(info, tls.certificates())
-    }
-    .map_err(map_error)?;
-    let attempt = async {
-        let mut c = bare.get_multiplexed_async_connection().await?;
-        if let Some(password) = password {
-            let mut auth = ::redis::cmd("AUTH");
-            if let Some(user) = username {
-                auth.arg(user);
-            }
-            auth.arg(password);
-            auth.query_async::<()>(&mut c).await?;
-        }
-        ::redis::cmd("PING").query_async::<()>(&mut c).await
-    };
-    match tokio::time::timeout(within, attempt).await {
+    match tokio::time::timeout(within, authenticate(client, certs)).await {
         Err(_) => Err(StoreError::new(
             StoreErrorKind::Connection,
             format!("{shown}: no answer within {within:?}"),
@@ -810,6 +823,36 @@ async fn check_credentials(
     }
 }
 
+/// The TLS files as the `redis` crate takes them; `None` without any.
+fn certs(tls: &TlsFiles) -> Option<::redis::TlsCertificates> {
+    (!tls.is_empty()).then(|| tls.certificates())
+}
+
+/// Connects to `client`'s server without its credentials, then sends `AUTH` and `PING`: a refusal
+/// is the server's own reply (`WRONGPASS ...`), not the `redis` crate's rewording of it.
+pub(super) async fn authenticate(
+    client: &::redis::Client,
+    certs: Option<::redis::TlsCertificates>,
+) -> Result<(), RedisError> {
+    let mut info = client.get_connection_info().clone();
+    let password = info.redis.password.take();
+    let username = info.redis.username.take();
+    let bare = match certs {
+        None => ::redis::Client::open(info)?,
+        Some(c) => ::redis::Client::build_with_tls(info, c)?,
+    };
+    let mut c = bare.get_multiplexed_async_connection().await?;
+    if let Some(password) = password {
+        let mut auth = ::redis::cmd("AUTH");
+        if let Some(user) = username {
+            auth.arg(user);
+        }
+        auth.arg(password);
+        auth.query_async::<()>(&mut c).await?;
+    }
+    ::redis::cmd("PING").query_async::<()>(&mut c).await
+}
+
 /// Whether a connection error means "nobody answered" (start anyway and keep trying) rather than
 /// "Redis answered and refused" (authentication, TLS, a bad URL: fail at start).
 fn unreachable(e: &StoreError) -> bool {
@@ -823,13 +866,28 @@ fn unreachable(e: &StoreError) -> bool {
     }
 }
 
-/// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped.
+/// A host name of the store's URL does not resolve: an error, not the warning of a Redis that is
+/// still booting (a typo in a name never heals by itself).
+fn report_unresolved(target: &Target, missing: &[String]) {
+    tracing::error!(
+        url = %target.shown,
+        hosts = ?missing,
+        "Redis host name {} does not resolve (DNS); the store has no connection and decides by \
+         the failure policy; retrying in the background, reported every {}s while it lasts",
+        missing.join(", "),
+        resolve::REPORT_EVERY.as_secs()
+    );
+}
+
+/// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped; while a
+/// host name does not resolve, says so every [`resolve::REPORT_EVERY`].
 fn reconnect_in_background(inner: Weak<Inner>, target: Target, connect_timeout: Duration) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
     rt.spawn(async move {
         let within = connect_timeout.min(RECONNECT_ATTEMPT);
+        let mut resolved_at = Instant::now();
         loop {
             tokio::time::sleep(RECONNECT_PAUSE).await;
             let Some(timeout) = inner.upgrade().map(|i| i.timeout) else {
@@ -850,6 +908,14 @@ fn reconnect_in_background(inner: Weak<Inner>, target: Target, connect_timeout: 
                     return;
                 }
                 Err(e) => {
+                    if resolved_at.elapsed() >= resolve::REPORT_EVERY {
+                        resolved_at = Instant::now();
+                        let missing = resolve::unresolved(&target.hosts, within).await;
+                        if !missing.is_empty() {
+                            report_unresolved(&target, &missing);
+                            continue;
+                        }
+                    }
                     if let Some(strong) = inner.upgrade() {
                         RedisStore { inner: strong }.warn(&e);
                     }
@@ -945,6 +1011,7 @@ impl RedisStore {
             local_allowed: i.local_allowed.get(),
             local_rejected: i.local_rejected.get(),
             timed_out: i.timed_out.get(),
+            waited_longer: i.waited_longer.get(),
             late_replies: i.late_replies.get(),
             late_admitted: i.late_admitted.get(),
             late_refunded: i.late_refunded.get(),
@@ -1508,6 +1575,7 @@ impl RedisStore {
             rejected: self.inner.rejected.get(),
             store_errors: self.inner.errors.get(),
             breaker_open: self.inner.breaker.is_open(),
+            store_down: self.inner.breaker.is_open() || self.inner.conn.read().is_none(),
             ..Stats::default()
         }
     }

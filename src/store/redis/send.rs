@@ -10,6 +10,11 @@ use ::redis::{ErrorKind, Value};
 use tokio::sync::oneshot;
 
 use super::lanes::Slot;
+use std::time::Duration;
+
+/// How much past the timeout a check of a key that is not flooding (no check of it waiting in its
+/// lane) waits for its reply while Redis answers others, instead of being shed.
+pub(super) const UNQUEUED_GRACE: Duration = Duration::from_millis(500);
 use super::{LATE_GRACE, Pass, RedisStore, SILENCE, error_kind, map_error, nanos, rebuild};
 use crate::error::{StoreError, StoreErrorKind};
 
@@ -123,7 +128,8 @@ impl RedisStore {
                 }
             }
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
+        let queue = lane.as_ref().and_then(Slot::lane);
         let sent_at = inner.clock();
         // Set when this caller answers "shed" after giving up on the reply.
         let shed_flag = Arc::new(AtomicBool::new(false));
@@ -197,7 +203,19 @@ impl RedisStore {
                 }
             }
         });
-        let reply = match tokio::time::timeout_at(deadline, rx).await {
+        let mut got = tokio::time::timeout_at(deadline, &mut rx).await;
+        // A key with no check waiting behind this one is not flooding: while Redis answers (it
+        // replied to something within the last 2 s), its reply is waited for a while longer
+        // rather than shed, so another key's flood, which slows this process, does not reject it.
+        if got.is_err()
+            && sheddable
+            && queue.as_ref().is_some_and(|l| l.unqueued())
+            && inner.replied_since(sent_at.saturating_sub(nanos(SILENCE)))
+        {
+            inner.waited_longer.add(1);
+            got = tokio::time::timeout_at(deadline + UNQUEUED_GRACE, &mut rx).await;
+        }
+        let reply = match got {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => {
                 release();

@@ -112,6 +112,8 @@ pub(super) struct SentinelConn {
     /// The address of `current`'s primary, as the sentinels named it.
     current_addr: RwLock<Option<(String, u16)>>,
     service: String,
+    /// The TLS files for the primary, for the credential check.
+    certs: Option<::redis::TlsCertificates>,
     config: ConnectionManagerConfig,
     resolving: AtomicBool,
     within: Duration,
@@ -150,7 +152,7 @@ impl SentinelConn {
             b = b
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if let Some(c) = certs {
+            if let Some(c) = certs.clone() {
                 b = b
                     .set_client_to_redis_certificates(c.clone())
                     .set_client_to_sentinel_certificates(c);
@@ -161,6 +163,7 @@ impl SentinelConn {
             current: RwLock::new(None),
             current_addr: RwLock::new(None),
             service: target.service.clone(),
+            certs,
             config,
             resolving: AtomicBool::new(false),
             within,
@@ -173,6 +176,9 @@ impl SentinelConn {
     async fn resolve(&self) -> Result<(), RedisError> {
         let work = async {
             let client = self.client.lock().await.async_get_client().await?;
+            // A refused password is the primary's own reply, at once (the connection manager
+            // would retry it until the timeout).
+            super::authenticate(&client, self.certs.clone()).await?;
             let addr = host_port(&client.get_connection_info().addr);
             let manager = ConnectionManager::new_with_config(client, self.config.clone()).await?;
             Ok::<_, RedisError>((manager, addr))
