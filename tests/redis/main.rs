@@ -29,6 +29,7 @@ mod redis_server;
 mod redis_settle_from_response;
 mod redis_store;
 mod redis_tls;
+mod redis_wrong_password;
 mod rules_redis;
 mod rules_redis_many;
 mod shaping_queue;

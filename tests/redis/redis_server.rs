@@ -14,7 +14,7 @@ use redis_support::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-fn server_binary() -> PathBuf {
+pub(crate) fn server_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let path = dir.join("examples").join("server");
