@@ -475,10 +475,12 @@ impl RedisStoreBuilder {
             ));
         }
         let target = Target::parse(&self.url, tls, self.timeout, self.connect_timeout)?;
+        let mut unresolved = false;
         let conn = match connect(&target, self.timeout, self.connect_timeout).await {
             Ok(c) => Some(c),
             Err(e) if unreachable(&e) => {
                 let missing = resolve::unresolved(&target.hosts, self.connect_timeout).await;
+                unresolved = !missing.is_empty();
                 if missing.is_empty() {
                     tracing::warn!(
                         error = %e,
@@ -548,7 +550,8 @@ impl RedisStoreBuilder {
         if connected {
             store.prepare(self.connect_timeout).await?;
         } else {
-            reconnect_in_background(Arc::downgrade(&store.inner), target, self.connect_timeout);
+            let inner = Arc::downgrade(&store.inner);
+            reconnect_in_background(inner, target, self.connect_timeout, unresolved);
         }
         Ok(store)
     }
@@ -880,8 +883,14 @@ fn report_unresolved(target: &Target, missing: &[String]) {
 }
 
 /// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped; while a
-/// host name does not resolve, says so every [`resolve::REPORT_EVERY`].
-fn reconnect_in_background(inner: Weak<Inner>, target: Target, connect_timeout: Duration) {
+/// host name does not resolve (`unresolved` at start-up), says so every
+/// [`resolve::REPORT_EVERY`] instead of warning about each attempt.
+fn reconnect_in_background(
+    inner: Weak<Inner>,
+    target: Target,
+    connect_timeout: Duration,
+    mut unresolved: bool,
+) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -911,10 +920,13 @@ fn reconnect_in_background(inner: Weak<Inner>, target: Target, connect_timeout: 
                     if resolved_at.elapsed() >= resolve::REPORT_EVERY {
                         resolved_at = Instant::now();
                         let missing = resolve::unresolved(&target.hosts, within).await;
-                        if !missing.is_empty() {
+                        unresolved = !missing.is_empty();
+                        if unresolved {
                             report_unresolved(&target, &missing);
-                            continue;
                         }
+                    }
+                    if unresolved {
+                        continue;
                     }
                     if let Some(strong) = inner.upgrade() {
                         RedisStore { inner: strong }.warn(&e);
