@@ -1505,8 +1505,10 @@ impl RedisStore {
         };
         let sheddable = matches!(op, Op::Check(_));
         // Checks go through their key's lane (`lanes.rs`); settlements, resets and peeks do not
-        // (they are never shed).
-        let place = sheddable.then(|| self.inner.lanes.enter(fingerprint));
+        // (they are never shed), nor checks while the breaker is open or there is no connection
+        // (the failure policy answers them at once).
+        let down = self.inner.breaker.is_open() || self.inner.conn.read().is_none();
+        let place = (sheddable && !down).then(|| self.inner.lanes.enter(fingerprint));
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
@@ -1520,8 +1522,20 @@ impl RedisStore {
                     let permit = match place.try_admit() {
                         Some(p) => p,
                         None => {
+                            let waited_from = inner.clock();
                             let Some(p) = place.admit(deadline).await else {
-                                return Ok(store.shed(Shed::OwnKey, limit, now));
+                                // The key's calls ahead got no reply: overload if Redis answers
+                                // others, else an outage for the failure policy.
+                                let since = waited_from.saturating_sub(nanos(SILENCE));
+                                if inner.replied_since(since) {
+                                    return Ok(store.shed(Shed::OwnKey, limit, now));
+                                }
+                                // A failure for the breaker like the calls' own timeouts.
+                                inner.breaker.failure(false);
+                                return outage(StoreError::new(
+                                    StoreErrorKind::Timeout,
+                                    format!("no reply from Redis within {:?}", inner.timeout),
+                                ));
                             };
                             // The checks ahead were answered: if Redis found the key blocked, so
                             // is this one, without a call.
