@@ -20,9 +20,13 @@
 //!   unreachable Redis does not fail [`RedisStoreBuilder::build`]: the store connects in the
 //!   background; a Redis that answers and refuses (credentials, TLS) does, with its own message.
 //! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
-//!   flight; a check that gets no slot or no reply within the timeout while Redis keeps answering
-//!   others is shed: rejected locally (429), never admitted. Only when Redis has been silent for
-//!   2 s, or the connection broke, is a failure an outage for the failure policy.
+//!   flight, and at most two checks of one key (its lane): a key's further checks wait behind
+//!   them and are answered from the blocked-key cache or shed at the timeout, so one key's flood
+//!   costs other keys at most two slots. A check that gets no slot or no reply within the timeout
+//!   while Redis keeps answering others is shed: rejected locally (429, `outcome="shed"`), never
+//!   admitted; a check of a key with nothing queued behind it waits up to 500 ms more for its reply
+//!   first. Only when Redis has been silent for 2 s, or the connection broke, is a failure an
+//!   outage for the failure policy.
 //! - **Outages**: the layer's policy (fail-open by default, or fail-closed), or the local limiter of
 //!   [`local_fallback`](RedisStoreBuilder::local_fallback); a circuit breaker
 //!   ([`circuit_breaker`](RedisStoreBuilder::circuit_breaker)) skips Redis after 5 consecutive
@@ -368,8 +372,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The most calls sent to Redis and not yet answered (default 256). A check that finds no room
-    /// is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
+    /// The most calls sent to Redis and not yet answered (default 256); one key's checks hold at
+    /// most two of them (the others wait behind those two, and are shed at the timeout: a key's
+    /// flood costs that key). A check that finds no room is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
     /// in [`RedisCounters::shed`]), never admitted, when Redis is answering other calls (overload),
     /// and by the failure policy when Redis has answered nothing for 2 s or the connection broke
     /// (an outage).
