@@ -16,6 +16,7 @@ async fn exits_1_with_wrongpass(url: &str) {
         Duration::from_secs(30),
         Command::new(server_binary())
             .args(["--addr", "127.0.0.1:0", "--store", url])
+            .kill_on_drop(true)
             .output(),
     )
     .await
