@@ -30,6 +30,9 @@ TOLLGATE_KEY_CAP=100000 cargo test --release --all-features --test core key_cap:
 step "Redis flood over HTTP: the server example (release) under wrk, 2000 connections x 5 s, every strategy, one and two instances (issue 12)"
 CHECK=1 bash scripts/redis_http_flood.sh
 
+step "Fair shedding over HTTP: one key flooded by 2000 connections while 20 clients send 5 req/s each, 10 s, one and two instances"
+CHECK=1 BUILD=0 bash scripts/redis_fairness.sh
+
 step "time and numbers with overflow checks on (test profile), at the scaled case count (T-09, T-10)"
 cargo test --all-features --test core time_and_numbers
 

@@ -12,8 +12,10 @@
 #   bash scripts/redis_http_flood.sh
 #   CONNS=2000 SECS=5 LIMIT=1000 STRATEGIES="token-bucket" bash scripts/redis_http_flood.sh
 #
-# With CHECK=1 (scripts/long.sh) it exits 1 when a run admits more than LIMIT + 2 % or answers
-# anything but 200 and 429: the counts, which do not depend on the machine's speed.
+# With CHECK=1 (scripts/long.sh) it exits 1 when a run admits more than LIMIT + 2 % or less than
+# 95 % of LIMIT, or answers anything but 200 and 429. A key has at most two checks in flight per
+# instance and the rest of its flood waits behind them (never counted by Redis), so the lower bound
+# needs only that the flood lasts until the limit is reached (at 2000 connections, well under SECS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONNS=${CONNS:-2000}
@@ -97,8 +99,8 @@ PY
 failed=0
 check() { # label ; the last flood's counts against the bound (CHECK=1)
   read -r ok other <"$out/last"
-  if [ "${CHECK:-0}" = 1 ] && { [ $((ok * 100)) -gt $((LIMIT * 102)) ] || [ "$other" -gt 0 ]; }; then
-    echo "FAIL $1: $ok admitted (limit $LIMIT + 2 %), $other answers neither 200 nor 429"
+  if [ "${CHECK:-0}" = 1 ] && { [ $((ok * 100)) -gt $((LIMIT * 102)) ] || [ $((ok * 100)) -lt $((LIMIT * 95)) ] || [ "$other" -gt 0 ]; }; then
+    echo "FAIL $1: $ok admitted (95 % of $LIMIT .. $LIMIT + 2 %), $other answers neither 200 nor 429"
     failed=1
   fi
 }

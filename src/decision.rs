@@ -41,6 +41,9 @@ pub struct Decision {
     /// The limiter (name and rule) and key the decision was made for, as a fingerprint set by the
     /// limiter (0: made by a store directly): a reservation settles only against them.
     pub(crate) bound: u64,
+    /// Rejected without asking the store, which had no room to ask it in time (the Redis store's
+    /// overload shedding).
+    pub(crate) shed: bool,
 }
 
 /// What an admitted check reserved: its cost, at the store's time of the check, for the limiter and
@@ -75,6 +78,14 @@ impl Decision {
     /// Redis. Always `false` for the memory store.
     pub fn decided_locally(&self) -> bool {
         self.local
+    }
+
+    /// Whether the check was shed: rejected by the Redis store without an answer from Redis, as it
+    /// had no room to ask Redis within its timeout (overload; see `RedisStoreBuilder::max_in_flight`).
+    /// The request may be under its limit: retrying after [`retry_after`](Self::retry_after) may
+    /// succeed. Always `false` for the memory store.
+    pub fn was_shed(&self) -> bool {
+        self.shed
     }
 
     /// Allowed, rejected, or never admissible.
@@ -181,6 +192,7 @@ pub(crate) fn to_decision(index: usize, v: Verdict, now_ticks: u64, tick_nanos: 
         cost: 0,
         local: false,
         bound: 0,
+        shed: false,
     }
 }
 
@@ -200,6 +212,7 @@ mod tests {
             cost: 0,
             local: false,
             bound: 0,
+            shed: false,
         }
     }
 

@@ -7,13 +7,14 @@
 //!
 //! | Metric | Kind | Labels | What |
 //! | --- | --- | --- | --- |
-//! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key` |
+//! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key`, `shed` (the Redis store rejected the check without asking Redis, having no room to ask it within its timeout: overload, `Decision::was_shed`) |
 //! | `tollgate_units_total` | counter | `limit` | units admitted (the plain layer counts each admitted request's cost; the rules file's layer counts settled units) |
 //! | `tollgate_store_errors_total` | counter | `limit` | store calls that failed |
 //! | `tollgate_store_latency_seconds` | histogram | `limit` | the time of a decision that was not ready at once (remote stores only; buckets: [`STORE_LATENCY_BUCKETS`]) |
 //! | `tollgate_keys` | gauge | `limit` | keys the memory store holds, set by `publish_stats` |
 //! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted, set by `publish_stats` |
 //! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
+//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; set by `publish_stats` |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
 //!
 //! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
@@ -22,7 +23,7 @@
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// The metric names this crate records (pinned: dashboards rely on them).
-pub const METRIC_NAMES: [&str; 8] = [
+pub const METRIC_NAMES: [&str; 9] = [
     "tollgate_requests_total",
     "tollgate_units_total",
     "tollgate_store_errors_total",
@@ -31,6 +32,7 @@ pub const METRIC_NAMES: [&str; 8] = [
     "tollgate_evictions_total",
     "tollgate_breaker_open",
     "tollgate_rules_reloads_total",
+    "tollgate_store_up",
 ];
 
 /// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's
@@ -53,6 +55,8 @@ pub(crate) struct LimitMetrics {
     /// The Redis store's local fallback decided (outage).
     pub(crate) local_allowed: Counter,
     pub(crate) local_rejected: Counter,
+    /// The Redis store shed the check (overload).
+    pub(crate) shed: Counter,
     pub(crate) units: Counter,
     pub(crate) store_errors: Counter,
     /// Remote stores only: the time of a decision that was not ready at once.
@@ -62,6 +66,8 @@ pub(crate) struct LimitMetrics {
     pub(crate) evictions: Counter,
     /// 1 while the store's circuit breaker is open (published by `publish_stats`).
     pub(crate) breaker_open: Gauge,
+    /// 0 while the store cannot be used (published by `publish_stats`).
+    pub(crate) store_up: Gauge,
 }
 
 impl LimitMetrics {
@@ -76,12 +82,14 @@ impl LimitMetrics {
             no_key: outcome("no_key"),
             local_allowed: outcome("local_allowed"),
             local_rejected: outcome("local_rejected"),
+            shed: outcome("shed"),
             units: counter!("tollgate_units_total", "limit" => limit.to_owned()),
             store_errors: counter!("tollgate_store_errors_total", "limit" => limit.to_owned()),
             store_latency: histogram!("tollgate_store_latency_seconds", "limit" => limit.to_owned()),
             keys: gauge!("tollgate_keys", "limit" => limit.to_owned()),
             evictions: counter!("tollgate_evictions_total", "limit" => limit.to_owned()),
             breaker_open: gauge!("tollgate_breaker_open", "limit" => limit.to_owned()),
+            store_up: gauge!("tollgate_store_up", "limit" => limit.to_owned()),
         }
     }
 
@@ -92,6 +100,7 @@ impl LimitMetrics {
         match (d.is_allowed(), d.decided_locally()) {
             (true, false) => self.allowed.increment(1),
             (true, true) => self.local_allowed.increment(1),
+            (false, _) if d.was_shed() => self.shed.increment(1),
             (false, false) => self.rejected.increment(1),
             (false, true) => self.local_rejected.increment(1),
         }
@@ -105,8 +114,15 @@ impl LimitMetrics {
     pub(crate) fn publish(&self, stats: &crate::Stats) {
         self.keys.set(stats.keys as f64);
         self.evictions.absolute(stats.evictions);
+        self.publish_health(stats);
+    }
+
+    /// Publishes the store's health: its circuit breaker and whether it can be used (also for a
+    /// store shared by several limits).
+    pub(crate) fn publish_health(&self, stats: &crate::Stats) {
         self.breaker_open
             .set(if stats.breaker_open { 1.0 } else { 0.0 });
+        self.store_up.set(if stats.store_down { 0.0 } else { 1.0 });
     }
 }
 

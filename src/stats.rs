@@ -134,6 +134,10 @@ pub struct Stats {
     /// Settlements refused because their reservation was made by another limiter, rule or key
     /// ([`StoreErrorKind::ForeignReservation`](crate::StoreErrorKind::ForeignReservation)).
     pub settle_refused: u64,
+    /// Whether the store cannot be used now: the Redis store before its first connection (Redis
+    /// not answering yet, or a host name that does not resolve) and while its circuit breaker is
+    /// open; `false` for in-process stores. `tollgate_store_up` is its negation.
+    pub store_down: bool,
 }
 
 #[cfg(test)]

@@ -62,6 +62,7 @@ mod tests {
             cost: 0,
             local: false,
             bound: 0,
+            shed: false,
         }
     }
 

@@ -513,11 +513,8 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
             if self.shared.own_stores {
                 limit.metrics.publish(&stats);
             } else {
-                // A shared store's keys are not this limit's; its circuit breaker is.
-                limit
-                    .metrics
-                    .breaker_open
-                    .set(if stats.breaker_open { 1.0 } else { 0.0 });
+                // A shared store's keys are not this limit's; its health is.
+                limit.metrics.publish_health(&stats);
             }
         }
     }
@@ -1219,6 +1216,7 @@ const PENDING: Decision = Decision {
     cost: 0,
     local: false,
     bound: 0,
+    shed: false,
 };
 
 /// A reservation to give back if another limit rejects (or, before the decision, a limit to

@@ -1,8 +1,12 @@
-//! Issue 12, point 1 ("overload is not an outage"): a flood of concurrent requests on one hot key,
-//! through the layer with the defaults (fail-open, 50 ms store timeout), never switches limiting
-//! off. Asserted only what does not depend on the machine's speed: admitted <= limit + 2 %, no 5xx,
-//! every call answered within the timeout + 1 s; for every strategy, one instance and two instances
-//! sharing one Redis. `TOLLGATE_SCALE` (10 in scripts/long.sh) multiplies the flood.
+//! A flood of concurrent requests on one hot key, through the layer with the defaults (fail-open,
+//! 50 ms store timeout), never switches limiting off, and fills the limit: for every strategy, one
+//! instance and two instances sharing one Redis, the flood goes on until Redis itself rejects the
+//! key, and then admitted is between 95 % of the limit and the limit + 2 %, with no 5xx and every
+//! call answered within the timeout + 1 s. Both bounds hold by design, not by the machine's speed:
+//! a key has at most two checks in Redis's hands per instance (its lane), so at most that many
+//! admissions can be pending a refund when Redis first rejects; the rest of the flood waits in the
+//! lane and is shed without being counted. `TOLLGATE_SCALE` (10 in scripts/long.sh) multiplies the
+//! flood's concurrency.
 
 use crate::redis_support;
 
@@ -75,15 +79,26 @@ async fn instance(
     (RateLimitLayer::new(limiter, GlobalKey).layer(inner), store)
 }
 
-/// Floods `instances` limiters of `limit`/hour on one key with `tasks` concurrent callers making
-/// `per_task` requests each; returns what the inner services admitted and the tally.
+/// The longest a flood may take to reach a rejection from Redis (it takes well under a second).
+const FLOOD_CAP: Duration = Duration::from_secs(60);
+
+/// Whether one of `stores` has had a rejection from Redis (or its blocked-key cache), not a shed.
+fn redis_rejected(stores: &[RedisStore]) -> bool {
+    stores.iter().any(|s| {
+        let rejected = tollgate::store::Store::<()>::stats(s).rejected;
+        rejected > s.counters().shed
+    })
+}
+
+/// Floods `instances` limiters of `limit`/hour on one key with `tasks` concurrent callers until
+/// Redis rejects the key (at most [`FLOOD_CAP`]); returns what the inner services admitted and the
+/// tally.
 async fn flood(
     url: &str,
     strategy: Strategy,
     limit: u64,
     instances: usize,
     tasks: usize,
-    per_task: usize,
 ) -> (u64, Arc<Tally>, Vec<RedisCounters>) {
     let admitted = Arc::new(AtomicU64::new(0));
     let quota = format!("{limit}/hour");
@@ -95,12 +110,14 @@ async fn flood(
         stores.push(store);
     }
     let tally = Arc::new(Tally::default());
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut handles = Vec::new();
     for t in 0..tasks {
         let svc = services[t % instances].clone();
         let tally = Arc::clone(&tally);
+        let done = Arc::clone(&done);
         handles.push(tokio::spawn(async move {
-            for _ in 0..per_task {
+            while !done.load(Ordering::Relaxed) {
                 let start = Instant::now();
                 let res = svc
                     .clone()
@@ -115,12 +132,24 @@ async fn flood(
                     _ => &tally.other,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
+                // A client waits for the network between requests: a loop of answers that are
+                // ready at once (the blocked-key cache) would otherwise never let a worker go.
+                tokio::task::yield_now().await;
             }
         }));
     }
+    let started = Instant::now();
+    while !redis_rejected(&stores) && started.elapsed() < FLOOD_CAP {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    done.store(true, Ordering::Relaxed);
     for h in handles {
         h.await.unwrap();
     }
+    assert!(
+        redis_rejected(&stores),
+        "{strategy} x{instances}: no rejection from Redis within {FLOOD_CAP:?}"
+    );
     let counters = stores.iter().map(RedisStore::counters).collect();
     (admitted.load(Ordering::Relaxed), tally, counters)
 }
@@ -144,6 +173,10 @@ fn check(
         admitted * 100 <= limit * 102,
         "{strategy} x{instances}: admitted {admitted} > limit {limit} + 2 %"
     );
+    assert!(
+        admitted * 100 >= limit * 95,
+        "{strategy} x{instances}: admitted {admitted} < 95 % of limit {limit}"
+    );
     assert_eq!(
         tally.other.load(Ordering::Relaxed),
         0,
@@ -156,7 +189,7 @@ fn check(
 }
 
 #[test]
-fn a_flood_on_one_key_never_admits_past_the_limit_on_one_or_two_instances() {
+fn a_flood_on_one_key_admits_between_95_percent_of_the_limit_and_the_limit_plus_2_percent() {
     let _g = crate::redis_faults::serial();
     let Some(server) = RedisServer::start() else {
         return;
@@ -168,13 +201,13 @@ fn a_flood_on_one_key_never_admits_past_the_limit_on_one_or_two_instances() {
         .unwrap();
     let s = scale() as usize;
     let limit = 300;
-    let (tasks, per_task) = (400 * s, 4);
+    let tasks = 400 * s;
     rt.block_on(async {
         for strategy in Strategy::ALL {
             for instances in [1, 2] {
                 // Each run on keys of its own (the prefix holds the strategy; flush between runs).
                 server.cli(&["FLUSHALL"]);
-                let got = flood(&server.url(), strategy, limit, instances, tasks, per_task).await;
+                let got = flood(&server.url(), strategy, limit, instances, tasks).await;
                 check(strategy, instances, limit, got);
             }
         }

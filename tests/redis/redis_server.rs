@@ -14,7 +14,7 @@ use redis_support::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-fn server_binary() -> PathBuf {
+pub(crate) fn server_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let path = dir.join("examples").join("server");
@@ -285,4 +285,47 @@ async fn server_refuses_a_ca_bundle_that_is_not_pem() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not a PEM file"), "{stderr}");
     std::fs::remove_file(&file).unwrap();
+}
+
+/// A host name that does not resolve is not a Redis still booting: the server starts (deciding by
+/// the failure policy), says at error level that the name does not resolve, and
+/// `tollgate_store_up` is 0.
+#[tokio::test]
+async fn a_redis_host_name_that_does_not_resolve_is_an_error_and_store_up_is_0() {
+    let mut child = Command::new(server_binary())
+        .args(["--addr", "127.0.0.1:0"])
+        .args(["--store", "redis://tollgate-no-such-host.invalid:6379"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
+        .await
+        .expect("server did not start")
+        .unwrap();
+    let base = line
+        .trim_end()
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_owned();
+    let c = TestClient::new();
+    let page = c.get(&format!("{base}/metrics")).await.body;
+    assert!(
+        page.contains("tollgate_store_up{limit=\"default\"} 0"),
+        "{page}"
+    );
+    child.kill().await.unwrap();
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    assert!(stderr.contains("ERROR"), "{stderr}");
+    assert!(
+        stderr.contains("tollgate-no-such-host.invalid does not resolve"),
+        "{stderr}"
+    );
 }

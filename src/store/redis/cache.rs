@@ -194,6 +194,7 @@ mod tests {
             cost: 0,
             local: false,
             bound: 0,
+            shed: false,
         }
     }
 

@@ -20,9 +20,13 @@
 //!   unreachable Redis does not fail [`RedisStoreBuilder::build`]: the store connects in the
 //!   background; a Redis that answers and refuses (credentials, TLS) does, with its own message.
 //! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
-//!   flight; a check that gets no slot or no reply within the timeout while Redis keeps answering
-//!   others is shed: rejected locally (429), never admitted. Only when Redis has been silent for
-//!   2 s, or the connection broke, is a failure an outage for the failure policy.
+//!   flight, and at most two checks of one key (its lane): a key's further checks wait behind
+//!   them and are answered from the blocked-key cache or shed at the timeout, so one key's flood
+//!   costs other keys at most two slots. A check that gets no slot or no reply within the timeout
+//!   while Redis keeps answering others is shed: rejected locally (429, `outcome="shed"`), never
+//!   admitted; a check of a key with nothing queued behind it waits up to 500 ms more for its reply
+//!   first. Only when Redis has been silent for 2 s, or the connection broke, is a failure an
+//!   outage for the failure policy.
 //! - **Outages**: the layer's policy (fail-open by default, or fail-closed), or the local limiter of
 //!   [`local_fallback`](RedisStoreBuilder::local_fallback); a circuit breaker
 //!   ([`circuit_breaker`](RedisStoreBuilder::circuit_breaker)) skips Redis after 5 consecutive
@@ -53,10 +57,12 @@ mod breaker;
 mod cache;
 mod degraded;
 mod keys;
+mod lanes;
 mod leases;
 mod multi;
 mod quota_lease;
 mod rebuild;
+mod resolve;
 mod scripts;
 mod send;
 mod sentinel;
@@ -80,8 +86,10 @@ use ::redis::{Cmd, ErrorKind, RedisError, Value};
 use self::breaker::{Breaker, Pass};
 use self::cache::BlockCache;
 use self::degraded::Local;
+use self::lanes::Lanes;
 pub use self::quota_lease::{LeaseCounters, Leasing};
 use self::scripts::Family;
+use self::send::Shed;
 use super::{Answer, LimiterNames, Scope, Store, StoreKey};
 use crate::decision::{Decision, Outcome, to_decision};
 use crate::error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProblem};
@@ -141,6 +149,8 @@ struct Inner {
     scripts: [(String, Arc<str>); 4],
     /// One permit per call sent and not yet answered (or given up past [`LATE_GRACE`]).
     gate: Arc<Semaphore>,
+    /// Each key's share of the gate (`lanes.rs`).
+    lanes: Arc<Lanes>,
     max_in_flight: usize,
     breaker: Breaker,
     local: Option<Local>,
@@ -155,9 +165,19 @@ struct Inner {
     rejected: Counter,
     errors: Counter,
     shed: Counter,
+    /// Shed checks by reason: their own key's flood, no room among the calls in flight, no reply
+    /// in time.
+    shed_own_key: Counter,
+    shed_no_room: Counter,
+    shed_slow: Counter,
+    /// The shed total at the last warning about shedding.
+    shed_warned: AtomicU64,
+    last_shed_warn: crate::throttle::Throttle,
     local_allowed: Counter,
     local_rejected: Counter,
     timed_out: Counter,
+    /// Checks of keys without a queue that waited past the timeout for their reply.
+    waited_longer: Counter,
     late_replies: Counter,
     late_admitted: Counter,
     late_refunded: Counter,
@@ -196,8 +216,18 @@ impl Inner {
 #[non_exhaustive]
 pub struct RedisCounters {
     /// Checks rejected locally because the store had no room to send them to Redis within the
-    /// timeout (overload, not an outage). Also in [`Stats::rejected`].
+    /// timeout (overload, not an outage). Also in [`Stats::rejected`]. The sum of the three
+    /// reasons below.
     pub shed: u64,
+    /// Of those, checks that waited behind their own key's checks (a key has at most two checks
+    /// in flight at once): the cost of a key's own flood.
+    pub shed_own_key: u64,
+    /// Of those, checks that found no room among the calls in flight
+    /// ([`RedisStoreBuilder::max_in_flight`]) while Redis answered others.
+    pub shed_no_room: u64,
+    /// Of those, checks sent whose reply did not come within the timeout while Redis answered
+    /// others (or this process was too busy to read it).
+    pub shed_slow: u64,
     /// Checks admitted by the local limiter during an outage ([`RedisStoreBuilder::local_fallback`]).
     /// Also in [`Stats::allowed`].
     pub local_allowed: u64,
@@ -205,6 +235,9 @@ pub struct RedisCounters {
     pub local_rejected: u64,
     /// Calls sent to Redis whose reply did not come within the timeout.
     pub timed_out: u64,
+    /// Of those, checks of a key with no other check waiting (not a flooding key) that waited up
+    /// to 500 ms more for their reply while Redis answered others, instead of being shed.
+    pub waited_longer: u64,
     /// Replies that came after their caller had given up: Redis applied the call unseen.
     pub late_replies: u64,
     /// Of those, checks Redis admitted: quota spent on requests the caller answered otherwise.
@@ -338,8 +371,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The most calls sent to Redis and not yet answered (default 256). A check that finds no room
-    /// is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
+    /// The most calls sent to Redis and not yet answered (default 256); one key's checks hold at
+    /// most two of them (the others wait behind those two, and are shed at the timeout: a key's
+    /// flood costs that key). A check that finds no room is not queued: it is shed, answered locally as a rejection (`429`, `Retry-After: 1`, counted
     /// in [`RedisCounters::shed`]), never admitted, when Redis is answering other calls (overload),
     /// and by the failure policy when Redis has answered nothing for 2 s or the connection broke
     /// (an outage).
@@ -445,20 +479,27 @@ impl RedisStoreBuilder {
             ));
         }
         let target = Target::parse(&self.url, tls, self.timeout, self.connect_timeout)?;
+        let mut unresolved = false;
         let conn = match connect(&target, self.timeout, self.connect_timeout).await {
             Ok(c) => Some(c),
             Err(e) if unreachable(&e) => {
-                tracing::warn!(
-                    error = %e,
-                    "Redis is unreachable at start-up; deciding by the failure policy and \
-                     reconnecting in the background"
-                );
+                let missing = resolve::unresolved(&target.hosts, self.connect_timeout).await;
+                unresolved = !missing.is_empty();
+                if missing.is_empty() {
+                    tracing::warn!(
+                        error = %e,
+                        "Redis is unreachable at start-up; deciding by the failure policy and \
+                         reconnecting in the background"
+                    );
+                } else {
+                    report_unresolved(&target, &missing);
+                }
                 None
             }
             Err(e) => return Err(e.into()),
         };
         let connected = conn.is_some();
-        let cluster = matches!(target.kind, TargetKind::Cluster(_));
+        let cluster = matches!(target.kind, TargetKind::Cluster(..));
         let sweep = self.leasing.is_some();
         let rebuild = rebuild::Rebuild::new(target.clone(), self.connect_timeout);
         let scripts = Family::ALL.map(|f| {
@@ -478,6 +519,7 @@ impl RedisStoreBuilder {
                     .map(|cap| BlockCache::new(cap, self.block_cache_stale)),
                 scripts,
                 gate: Arc::new(Semaphore::new(self.max_in_flight)),
+                lanes: Arc::default(),
                 max_in_flight: self.max_in_flight,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 local: self.local_fallback.map(Local::new),
@@ -489,9 +531,15 @@ impl RedisStoreBuilder {
                 rejected: Counter::default(),
                 errors: Counter::default(),
                 shed: Counter::default(),
+                shed_own_key: Counter::default(),
+                shed_no_room: Counter::default(),
+                shed_slow: Counter::default(),
+                shed_warned: AtomicU64::new(0),
+                last_shed_warn: crate::throttle::Throttle::default(),
                 local_allowed: Counter::default(),
                 local_rejected: Counter::default(),
                 timed_out: Counter::default(),
+                waited_longer: Counter::default(),
                 late_replies: Counter::default(),
                 late_admitted: Counter::default(),
                 late_refunded: Counter::default(),
@@ -506,7 +554,8 @@ impl RedisStoreBuilder {
         if connected {
             store.prepare(self.connect_timeout).await?;
         } else {
-            reconnect_in_background(Arc::downgrade(&store.inner), target, self.connect_timeout);
+            let inner = Arc::downgrade(&store.inner);
+            reconnect_in_background(inner, target, self.connect_timeout, unresolved);
         }
         Ok(store)
     }
@@ -592,6 +641,8 @@ fn client_for(url: &str, tls: &TlsFiles) -> Result<::redis::Client, RedisError> 
 struct Target {
     /// The URL with its password masked, for messages.
     shown: String,
+    /// The hosts the URL names, for telling a name that does not resolve from a silent server.
+    hosts: Vec<(String, u16)>,
     tls: TlsFiles,
     kind: TargetKind,
 }
@@ -599,7 +650,8 @@ struct Target {
 #[derive(Clone)]
 enum TargetKind {
     Single(::redis::Client),
-    Cluster(ClusterClient),
+    /// The Cluster client, and a client per seed node for the credential check.
+    Cluster(ClusterClient, Vec<::redis::Client>),
     Sentinel(Arc<sentinel::Target>),
 }
 
@@ -640,7 +692,7 @@ impl Target {
             if nodes.is_empty() {
                 return Err(bad("no Cluster node given".into()));
             }
-            let mut builder = ClusterClient::builder(nodes);
+            let mut builder = ClusterClient::builder(nodes.clone());
             if !tls.is_empty() {
                 builder = builder.certs(tls.certificates());
             }
@@ -652,7 +704,11 @@ impl Target {
                 .response_timeout(timeout.saturating_add(LATE_GRACE))
                 .build()
                 .map_err(|e| bad(redact(&e.to_string())))?;
-            TargetKind::Cluster(client)
+            let seeds = nodes
+                .iter()
+                .map(|n| client_for(n, &tls).map_err(|e| bad(redact(&e.to_string()))))
+                .collect::<Result<_, _>>()?;
+            TargetKind::Cluster(client, seeds)
         } else if ["redis://", "rediss://", "redis+unix://"]
             .iter()
             .any(|p| lower.starts_with(p))
@@ -663,7 +719,12 @@ impl Target {
                  redis+cluster://host1:port1,host2:port2 or redis+sentinel://host:port/service"
                 .into()));
         };
-        Ok(Self { shown, tls, kind })
+        Ok(Self {
+            shown,
+            hosts: resolve::hosts(url),
+            tls,
+            kind,
+        })
     }
 }
 
@@ -687,7 +748,20 @@ async fn connect(
             .map_err(|e| map_error(e).in_context(shown))?;
             Ok(Conn::Sentinel(c))
         }
-        TargetKind::Cluster(client) => {
+        TargetKind::Cluster(client, seeds) => {
+            // The first seed that answers tells a refused password (the Cluster client would
+            // retry it until the connect timeout); seeds that do not answer are skipped.
+            for seed in seeds {
+                match check_credentials(seed, certs(tls), shown, connect_timeout).await {
+                    Ok(()) => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            StoreErrorKind::Connection | StoreErrorKind::Timeout
+                        ) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
                 .await
                 .map_err(|_| {
@@ -700,7 +774,7 @@ async fn connect(
             Ok(Conn::Cluster(c))
         }
         TargetKind::Single(client) => {
-            check_credentials(client, tls, shown, connect_timeout).await?;
+            check_credentials(client, certs(tls), shown, connect_timeout).await?;
             let config = manager_config(timeout, connect_timeout);
             let c = tokio::time::timeout(
                 connect_timeout,
@@ -738,32 +812,11 @@ fn manager_config(timeout: Duration, connect_timeout: Duration) -> ConnectionMan
 /// made a wrong password look like a timeout. Unreachable servers give a connection error.
 async fn check_credentials(
     client: &::redis::Client,
-    tls: &TlsFiles,
+    certs: Option<::redis::TlsCertificates>,
     shown: &str,
     within: Duration,
 ) -> Result<(), StoreError> {
-    let mut info = client.get_connection_info().clone();
-    let password = info.redis.password.take();
-    let username = info.redis.username.take();
-    let bare = if tls.is_empty() {
-        ::redis::Client::open(info)
-    } else {
-        ::redis::Client::build_with_tls(info, tls.certificates())
-    }
-    .map_err(map_error)?;
-    let attempt = async {
-        let mut c = bare.get_multiplexed_async_connection().await?;
-        if let Some(password) = password {
-            let mut auth = ::redis::cmd("AUTH");
-            if let Some(user) = username {
-                auth.arg(user);
-            }
-            auth.arg(password);
-            auth.query_async::<()>(&mut c).await?;
-        }
-        ::redis::cmd("PING").query_async::<()>(&mut c).await
-    };
-    match tokio::time::timeout(within, attempt).await {
+    match tokio::time::timeout(within, authenticate(client, certs)).await {
         Err(_) => Err(StoreError::new(
             StoreErrorKind::Connection,
             format!("{shown}: no answer within {within:?}"),
@@ -780,6 +833,36 @@ async fn check_credentials(
     }
 }
 
+/// The TLS files as the `redis` crate takes them; `None` without any.
+fn certs(tls: &TlsFiles) -> Option<::redis::TlsCertificates> {
+    (!tls.is_empty()).then(|| tls.certificates())
+}
+
+/// Connects to `client`'s server without its credentials, then sends `AUTH` and `PING`: a refusal
+/// is the server's own reply (`WRONGPASS ...`), not the `redis` crate's rewording of it.
+pub(super) async fn authenticate(
+    client: &::redis::Client,
+    certs: Option<::redis::TlsCertificates>,
+) -> Result<(), RedisError> {
+    let mut info = client.get_connection_info().clone();
+    let password = info.redis.password.take();
+    let username = info.redis.username.take();
+    let bare = match certs {
+        None => ::redis::Client::open(info)?,
+        Some(c) => ::redis::Client::build_with_tls(info, c)?,
+    };
+    let mut c = bare.get_multiplexed_async_connection().await?;
+    if let Some(password) = password {
+        let mut auth = ::redis::cmd("AUTH");
+        if let Some(user) = username {
+            auth.arg(user);
+        }
+        auth.arg(password);
+        auth.query_async::<()>(&mut c).await?;
+    }
+    ::redis::cmd("PING").query_async::<()>(&mut c).await
+}
+
 /// Whether a connection error means "nobody answered" (start anyway and keep trying) rather than
 /// "Redis answered and refused" (authentication, TLS, a bad URL: fail at start).
 fn unreachable(e: &StoreError) -> bool {
@@ -793,13 +876,34 @@ fn unreachable(e: &StoreError) -> bool {
     }
 }
 
-/// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped.
-fn reconnect_in_background(inner: Weak<Inner>, target: Target, connect_timeout: Duration) {
+/// A host name of the store's URL does not resolve: an error, not the warning of a Redis that is
+/// still booting (a typo in a name never heals by itself).
+fn report_unresolved(target: &Target, missing: &[String]) {
+    tracing::error!(
+        url = %target.shown,
+        hosts = ?missing,
+        "Redis host name {} does not resolve (DNS); the store has no connection and decides by \
+         the failure policy; retrying in the background, reported every {}s while it lasts",
+        missing.join(", "),
+        resolve::REPORT_EVERY.as_secs()
+    );
+}
+
+/// Tries to connect every [`RECONNECT_PAUSE`] until it succeeds or the store is dropped; while a
+/// host name does not resolve (`unresolved` at start-up), says so every
+/// [`resolve::REPORT_EVERY`] instead of warning about each attempt.
+fn reconnect_in_background(
+    inner: Weak<Inner>,
+    target: Target,
+    connect_timeout: Duration,
+    mut unresolved: bool,
+) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
     rt.spawn(async move {
         let within = connect_timeout.min(RECONNECT_ATTEMPT);
+        let mut resolved_at = Instant::now();
         loop {
             tokio::time::sleep(RECONNECT_PAUSE).await;
             let Some(timeout) = inner.upgrade().map(|i| i.timeout) else {
@@ -820,6 +924,17 @@ fn reconnect_in_background(inner: Weak<Inner>, target: Target, connect_timeout: 
                     return;
                 }
                 Err(e) => {
+                    if resolved_at.elapsed() >= resolve::REPORT_EVERY {
+                        resolved_at = Instant::now();
+                        let missing = resolve::unresolved(&target.hosts, within).await;
+                        unresolved = !missing.is_empty();
+                        if unresolved {
+                            report_unresolved(&target, &missing);
+                        }
+                    }
+                    if unresolved {
+                        continue;
+                    }
                     if let Some(strong) = inner.upgrade() {
                         RedisStore { inner: strong }.warn(&e);
                     }
@@ -909,9 +1024,13 @@ impl RedisStore {
         let i = &self.inner;
         RedisCounters {
             shed: i.shed.get(),
+            shed_own_key: i.shed_own_key.get(),
+            shed_no_room: i.shed_no_room.get(),
+            shed_slow: i.shed_slow.get(),
             local_allowed: i.local_allowed.get(),
             local_rejected: i.local_rejected.get(),
             timed_out: i.timed_out.get(),
+            waited_longer: i.waited_longer.get(),
             late_replies: i.late_replies.get(),
             late_admitted: i.late_admitted.get(),
             late_refunded: i.late_refunded.get(),
@@ -966,10 +1085,35 @@ impl RedisStore {
         }
     }
 
-    /// A check rejected locally because the store has no room to ask Redis in time (overload).
-    fn shed(&self, limit: u32, now: u64) -> Decision {
-        self.inner.shed.add(1);
-        self.inner.rejected.add(1);
+    /// A check rejected locally because the store has no room to ask Redis in time (overload),
+    /// counted by reason and warned about at most once a second.
+    fn shed(&self, why: Shed, limit: u32, now: u64) -> Decision {
+        let i = &self.inner;
+        i.shed.add(1);
+        i.rejected.add(1);
+        match why {
+            Shed::OwnKey => i.shed_own_key.add(1),
+            Shed::NoRoom => i.shed_no_room.add(1),
+            Shed::Slow => i.shed_slow.add(1),
+        }
+        if i.last_shed_warn.ready(WARN_EVERY) {
+            let total = i.shed.get();
+            let since = total.saturating_sub(i.shed_warned.swap(total, Ordering::Relaxed));
+            tracing::warn!(
+                shed = since,
+                shed_total = total,
+                own_key = i.shed_own_key.get(),
+                no_room = i.shed_no_room.get(),
+                no_reply_in_time = i.shed_slow.get(),
+                timeout = ?i.timeout,
+                "rate-limit Redis store shed {since} checks since the last warning (answered 429 \
+                 without asking Redis): own_key = a key's own flood waited behind its two checks in \
+                 flight; no_room = {} calls in flight to Redis; no_reply_in_time = Redis or this \
+                 process slower than the timeout, raise the store timeout if this keeps growing \
+                 while Redis is healthy (logged at most once per second)",
+                i.max_in_flight
+            );
+        }
         let wait = nanos(SHED_WAIT);
         Decision {
             outcome: Outcome::Rejected,
@@ -982,6 +1126,7 @@ impl RedisStore {
             cost: 0,
             local: false,
             bound: 0,
+            shed: true,
         }
     }
 
@@ -1311,24 +1456,21 @@ impl RedisStore {
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
         let redis_keys = redis_keys(&base, rule.strategy(), tag, params.len());
-        let cache_key = self.cache_key(&redis_keys, &args, params.len());
-        if let (Some(cache), Some(ck)) = (&self.inner.cache, cache_key) {
-            match op {
-                // Only costs every quota could ever admit: a larger one is `Exceeds`, which only
-                // Redis's answer tells apart from a rejection.
-                Op::Check(c)
-                    if c > 0
-                        && params
-                            .iter()
-                            .all(|p| u64::from(c) <= p.limit.min(p.burst.max(1))) =>
-                {
-                    if let Some(d) = cache.get(ck, Instant::now()) {
-                        self.inner.rejected.add(1);
-                        return Box::pin(std::future::ready(Ok(d)));
-                    }
+        let fingerprint = Self::fingerprint(&redis_keys, &args, params.len());
+        let cache_key = self.inner.cache.as_ref().map(|_| fingerprint);
+        // Only costs every quota could ever admit are answered from the cache: a larger one is
+        // `Exceeds`, which only Redis's answer tells apart from a rejection.
+        let cacheable = matches!(op, Op::Check(c) if c > 0
+            && params.iter().all(|p| u64::from(c) <= p.limit.min(p.burst.max(1))));
+        if let Some(cache) = &self.inner.cache {
+            if cacheable {
+                if let Some(d) = cache.get(fingerprint, Instant::now()) {
+                    self.inner.rejected.add(1);
+                    return Box::pin(std::future::ready(Ok(d)));
                 }
-                Op::Settle { .. } | Op::Reset | Op::StepBack { .. } => cache.remove(ck),
-                _ => {}
+            }
+            if matches!(op, Op::Settle { .. } | Op::Reset | Op::StepBack { .. }) {
+                cache.remove(fingerprint);
             }
         }
         let fam = family(rule.strategy());
@@ -1371,6 +1513,11 @@ impl RedisStore {
             src,
         };
         let sheddable = matches!(op, Op::Check(_));
+        // Checks go through their key's lane (`lanes.rs`); settlements, resets and peeks do not
+        // (they are never shed), nor checks while the breaker is open or there is no connection
+        // (the failure policy answers them at once).
+        let down = self.inner.breaker.is_open() || self.inner.conn.read().is_none();
+        let place = (sheddable && !down).then(|| self.inner.lanes.enter(fingerprint));
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
@@ -1378,9 +1525,47 @@ impl RedisStore {
                 Some((base, rule)) => store.outage(base, cache_key, (rule, tag), op, now, e),
                 None => store.outage_error(e),
             };
-            let v = match store.send_script(script, deadline, sheddable, refund).await {
+            let lane = match place {
+                None => None,
+                Some(place) => {
+                    let permit = match place.try_admit() {
+                        Some(p) => p,
+                        None => {
+                            let waited_from = inner.clock();
+                            let Some(p) = place.admit(deadline).await else {
+                                // The key's calls ahead got no reply: overload if Redis answers
+                                // others, else an outage for the failure policy.
+                                let since = waited_from.saturating_sub(nanos(SILENCE));
+                                if inner.replied_since(since) {
+                                    return Ok(store.shed(Shed::OwnKey, limit, now));
+                                }
+                                // A failure for the breaker like the calls' own timeouts.
+                                inner.breaker.failure(false);
+                                return outage(StoreError::new(
+                                    StoreErrorKind::Timeout,
+                                    format!("no reply from Redis within {:?}", inner.timeout),
+                                ));
+                            };
+                            // The checks ahead were answered: if Redis found the key blocked, so
+                            // is this one, without a call.
+                            let cached = inner.cache.as_ref().filter(|_| cacheable);
+                            if let Some(d) = cached.and_then(|c| c.get(fingerprint, Instant::now()))
+                            {
+                                inner.rejected.add(1);
+                                return Ok(d);
+                            }
+                            p
+                        }
+                    };
+                    Some(place.into_slot(permit))
+                }
+            };
+            let v = match store
+                .send_script(script, deadline, sheddable, refund, lane)
+                .await
+            {
                 Ok(v) => v,
-                Err(send::NoReply::Overload) => return Ok(store.shed(limit, now)),
+                Err(send::NoReply::Overload(why)) => return Ok(store.shed(why, limit, now)),
                 Err(send::NoReply::Outage(e)) => return outage(e),
             };
             let d = match decode(&v, quotas) {
@@ -1403,14 +1588,20 @@ impl RedisStore {
         })
     }
 
-    /// The blocked-key cache's key of a logical key: its Redis keys and the rule's part of the
-    /// arguments only (not the op's time or units), so a settlement or reset finds the entry its
-    /// key's check cached. `None` without a cache.
+    /// A logical key under its rule, for the blocked-key cache and the key's lane: its Redis keys
+    /// and the rule's part of the arguments only (not the op's time or units), so a settlement or
+    /// reset finds the entry its key's check cached.
+    fn fingerprint(redis_keys: &[String], args: &[u64], quotas: usize) -> u64 {
+        let rule_args = args.get(4..6 + 4 * quotas).unwrap_or_default();
+        cache::fingerprint(redis_keys, rule_args)
+    }
+
+    /// The blocked-key cache's key ([`fingerprint`](Self::fingerprint)); `None` without a cache.
     fn cache_key(&self, redis_keys: &[String], args: &[u64], quotas: usize) -> Option<u64> {
-        self.inner.cache.as_ref().map(|_| {
-            let rule_args = args.get(4..6 + 4 * quotas).unwrap_or_default();
-            cache::fingerprint(redis_keys, rule_args)
-        })
+        self.inner
+            .cache
+            .as_ref()
+            .map(|_| Self::fingerprint(redis_keys, args, quotas))
     }
 
     fn stats_now(&self) -> Stats {
@@ -1419,6 +1610,7 @@ impl RedisStore {
             rejected: self.inner.rejected.get(),
             store_errors: self.inner.errors.get(),
             breaker_open: self.inner.breaker.is_open(),
+            store_down: self.inner.breaker.is_open() || self.inner.conn.read().is_none(),
             ..Stats::default()
         }
     }

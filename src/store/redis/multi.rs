@@ -149,11 +149,11 @@ impl RedisStore {
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         AllAnswer::later(Box::pin(async move {
-            let v = match self.send_script(script, deadline, true, None).await {
+            let v = match self.send_script(script, deadline, true, None, None).await {
                 Ok(v) => v,
-                Err(NoReply::Overload) => {
+                Err(NoReply::Overload(why)) => {
                     let limit = items.first().map_or(0, |it| limit_of(it.scope.rule()));
-                    return vec![(0, Ok(self.shed(limit, now)))];
+                    return vec![(0, Ok(self.shed(why, limit, now)))];
                 }
                 Err(NoReply::Outage(e)) => {
                     return self.outage_all(items, &bases, &prepared, now, e);

@@ -32,7 +32,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 
 use super::scripts::{FIXED, GCRA, PRELUDE, SLIDING};
-use super::send::{NoReply, Script};
+use super::send::{NoReply, Script, Shed};
 use super::{
     Inner, LATE_GRACE, RedisFuture, RedisStore, SILENCE, TICK_NANOS, decode, keys, limit_of, nanos,
     redis_keys, script_args,
@@ -370,6 +370,7 @@ impl Lease {
             // A lease's answer counts as its verdict, not as the outage fallback's.
             local: false,
             bound: 0,
+            shed: false,
         })
     }
 
@@ -706,7 +707,7 @@ impl RedisStore {
                     }
                     return Ok(d);
                 }
-                Step::Shed => return Ok(self.shed(limit_of(&rule), now)),
+                Step::Shed => return Ok(self.shed(Shed::NoRoom, limit_of(&rule), now)),
                 Step::Failed(e) => return outage(e),
                 Step::Wait(rx) => rx,
                 Step::Fetch(tx, rx, want) => {
@@ -744,7 +745,7 @@ impl RedisStore {
                 inner.timed_out.add(1);
                 // The fetch goes on: a late grant still becomes this instance's lease.
                 if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
-                    return Ok(self.shed(limit_of(&rule), now));
+                    return Ok(self.shed(Shed::Slow, limit_of(&rule), now));
                 }
                 return outage(StoreError::new(
                     StoreErrorKind::Timeout,
@@ -832,9 +833,9 @@ impl RedisStore {
         let deadline = tokio::time::Instant::now() + inner.timeout.saturating_add(LATE_GRACE);
         let sent_i = Instant::now();
         let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
-        let v = match self.send_script(script, deadline, true, None).await {
+        let v = match self.send_script(script, deadline, true, None, None).await {
             Ok(v) => v,
-            Err(NoReply::Overload) => return Err(Fetched::Shed),
+            Err(NoReply::Overload(_)) => return Err(Fetched::Shed),
             Err(NoReply::Outage(e)) => return Err(Fetched::Failed(e)),
         };
         let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;

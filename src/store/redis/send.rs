@@ -9,6 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ::redis::{ErrorKind, Value};
 use tokio::sync::oneshot;
 
+use super::lanes::Slot;
+use std::time::Duration;
+
+/// How much past the timeout a check of a key that is not flooding (no check of it waiting in its
+/// lane) waits for its reply while Redis answers others, instead of being shed.
+pub(super) const UNQUEUED_GRACE: Duration = Duration::from_millis(500);
 use super::{LATE_GRACE, Pass, RedisStore, SILENCE, error_kind, map_error, nanos, rebuild};
 use crate::error::{StoreError, StoreErrorKind};
 
@@ -25,12 +31,26 @@ pub(super) struct Script {
     pub(super) src: Arc<str>,
 }
 
+/// Why a check was shed (answered locally as a rejection, never admitted), for the counters and
+/// the warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shed {
+    /// Its key's own checks held the key's share of the calls in flight until the deadline
+    /// (`lanes.rs`): the key's own flood.
+    OwnKey,
+    /// No room among the calls in flight until the deadline, while Redis answered others.
+    NoRoom,
+    /// Sent, and no reply within the timeout while Redis answered others (or this process was
+    /// starved).
+    Slow,
+}
+
 /// How a call ended without a reply to use.
 #[derive(Debug)]
 pub(super) enum NoReply {
     /// No slot or no reply in time while Redis answers others: overload (only for calls sent
     /// with `sheddable`); the caller answers "shed", never admits.
-    Overload,
+    Overload(Shed),
     /// Redis failed, the breaker is open, or there is no connection: the failure policy answers.
     Outage(StoreError),
 }
@@ -42,13 +62,15 @@ impl RedisStore {
     /// connection's own timeout, `LATE_GRACE` past ours): a caller that gives up does not free the
     /// slot of a call still queued in front of Redis. A failed probe of the open circuit starts
     /// the Cluster rebuild. With `sheddable`, a slow call while Redis answers others is
-    /// [`NoReply::Overload`]. A reply that comes after the caller gave up goes to `refund`.
+    /// [`NoReply::Overload`]. A reply that comes after the caller gave up goes to `refund`. The
+    /// key's `lane` slot, if any, is held with the in-flight slot.
     pub(super) async fn send_script(
         &self,
         script: Script,
         deadline: tokio::time::Instant,
         sheddable: bool,
         refund: Option<Refund>,
+        lane: Option<Slot>,
     ) -> Result<Value, NoReply> {
         let inner = &self.inner;
         let outage = |kind, m: &str| Err(NoReply::Outage(StoreError::new(kind, m)));
@@ -93,7 +115,7 @@ impl RedisStore {
                         if sheddable
                             && inner.replied_since(waited_from.saturating_sub(nanos(SILENCE)))
                         {
-                            return Err(NoReply::Overload);
+                            return Err(NoReply::Overload(Shed::NoRoom));
                         }
                         return outage(
                             StoreErrorKind::Timeout,
@@ -106,7 +128,8 @@ impl RedisStore {
                 }
             }
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
+        let queue = lane.as_ref().and_then(Slot::lane);
         let sent_at = inner.clock();
         // Set when this caller answers "shed" after giving up on the reply.
         let shed_flag = Arc::new(AtomicBool::new(false));
@@ -114,6 +137,9 @@ impl RedisStore {
         let sender = self.clone();
         rt.spawn(async move {
             // Held through a refund too: everything sent to Redis counts against the gate.
+            // The lane's slot is released after the store's (locals drop in reverse order), so
+            // the key never has more calls in flight than its lane allows.
+            let _lane = lane;
             let _slot = permit;
             let inner = &sender.inner;
             let call = |name: &str, body: &str| {
@@ -177,7 +203,19 @@ impl RedisStore {
                 }
             }
         });
-        let reply = match tokio::time::timeout_at(deadline, rx).await {
+        let mut got = tokio::time::timeout_at(deadline, &mut rx).await;
+        // A key with no check waiting behind this one is not flooding: while Redis answers (it
+        // replied to something within the last 2 s), its reply is waited for a while longer
+        // rather than shed, so another key's flood, which slows this process, does not reject it.
+        if got.is_err()
+            && sheddable
+            && queue.as_ref().is_some_and(|l| l.unqueued())
+            && inner.replied_since(sent_at.saturating_sub(nanos(SILENCE)))
+        {
+            inner.waited_longer.add(1);
+            got = tokio::time::timeout_at(deadline + UNQUEUED_GRACE, &mut rx).await;
+        }
+        let reply = match got {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => {
                 release();
@@ -199,7 +237,7 @@ impl RedisStore {
                     // outage. Never admitted, never a 5xx.
                     release();
                     shed_flag.store(true, Ordering::Release);
-                    return Err(NoReply::Overload);
+                    return Err(NoReply::Overload(Shed::Slow));
                 }
                 self.probe_failed(probe);
                 return outage(

@@ -112,6 +112,11 @@ pub(super) struct SentinelConn {
     /// The address of `current`'s primary, as the sentinels named it.
     current_addr: RwLock<Option<(String, u16)>>,
     service: String,
+    /// The TLS files for the primary, for the credential check.
+    certs: Option<::redis::TlsCertificates>,
+    /// What the URL gives to log in to the primary, for the credential check.
+    secure: bool,
+    login: ::redis::RedisConnectionInfo,
     config: ConnectionManagerConfig,
     resolving: AtomicBool,
     within: Duration,
@@ -150,7 +155,7 @@ impl SentinelConn {
             b = b
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if let Some(c) = certs {
+            if let Some(c) = certs.clone() {
                 b = b
                     .set_client_to_redis_certificates(c.clone())
                     .set_client_to_sentinel_certificates(c);
@@ -161,6 +166,14 @@ impl SentinelConn {
             current: RwLock::new(None),
             current_addr: RwLock::new(None),
             service: target.service.clone(),
+            certs,
+            secure: target.secure,
+            login: ::redis::RedisConnectionInfo {
+                db: target.db,
+                username: target.username.clone(),
+                password: target.password.clone(),
+                ..Default::default()
+            },
             config,
             resolving: AtomicBool::new(false),
             within,
@@ -172,7 +185,15 @@ impl SentinelConn {
 
     async fn resolve(&self) -> Result<(), RedisError> {
         let work = async {
-            let client = self.client.lock().await.async_get_client().await?;
+            // The lock is released before `refusal` takes it again.
+            let asked = self.client.lock().await.async_get_client().await;
+            let client = match asked {
+                Ok(c) => c,
+                Err(e) if e.kind() == ErrorKind::AuthenticationFailed => {
+                    return Err(self.refusal().await.unwrap_or(e));
+                }
+                Err(e) => return Err(e),
+            };
             let addr = host_port(&client.get_connection_info().addr);
             let manager = ConnectionManager::new_with_config(client, self.config.clone()).await?;
             Ok::<_, RedisError>((manager, addr))
@@ -188,6 +209,40 @@ impl SentinelConn {
         *self.current.write() = Some(manager);
         *self.current_addr.write() = addr;
         Ok(())
+    }
+
+    /// The primary's own words for a refused login (`WRONGPASS ...`; the `redis` crate's sentinel
+    /// client rewords them), from logging in to the primary a sentinel names.
+    async fn refusal(&self) -> Option<RedisError> {
+        let sentinel = self
+            .client
+            .lock()
+            .await
+            .async_get_sentinel_client()
+            .await
+            .ok()?;
+        let mut c = sentinel.get_multiplexed_async_connection().await.ok()?;
+        let (host, port) = self.named(&mut c).await.ok()??;
+        let addr = if self.secure {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host, port)
+        };
+        let info = ::redis::ConnectionInfo {
+            addr,
+            redis: self.login.clone(),
+        };
+        let client = match self.certs.clone() {
+            None => ::redis::Client::open(info),
+            Some(c) => ::redis::Client::build_with_tls(info, c),
+        }
+        .ok()?;
+        super::authenticate(&client, self.certs.clone()).await.err()
     }
 
     /// The primary a sentinel names now, over `conn` (a connection to one sentinel).
