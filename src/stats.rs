@@ -119,40 +119,57 @@ impl Counter {
     }
 }
 
-/// How many items a structure holds, when many threads add them one at a time: each thread gathers
-/// its additions in a stripe of its own and publishes them [`HeldCount::BATCH`] at a time, so that
-/// two threads adding items do not pass one cache line back and forth on every addition. Removals
-/// (in bulk, by sweeps) go straight to the published count.
-#[derive(Debug, Default)]
+/// How many items a structure holds, when many threads add them one at a time: with a batch above
+/// 1, each thread gathers its additions in a stripe of its own and publishes them a batch at a time,
+/// so that two threads adding items do not pass one cache line back and forth on every addition.
+/// Removals (in bulk, by sweeps) go straight to the published count. With a batch of 1 every
+/// addition is published at once (an exact count at every moment, for small bounds).
+#[derive(Debug)]
 pub(crate) struct HeldCount {
     /// Published additions minus removals (wrapping: removals may be published first).
     published: Stripe,
     /// Additions not published yet, per owned stripe.
     pending: [Stripe; OWNED],
+    batch: u64,
+    /// How far the published count may be below the exact one.
+    slack: u64,
 }
 
 impl HeldCount {
-    /// Additions a thread gathers before publishing them.
+    /// The largest batch.
     pub(crate) const BATCH: u64 = 64;
-    /// How far the published count may be below the exact one.
-    const SLACK: u64 = (Self::BATCH - 1) * OWNED as u64;
+
+    /// A count publishing additions `batch` (1 to [`BATCH`](Self::BATCH)) at a time.
+    pub(crate) fn new(batch: u64) -> Self {
+        let batch = batch.clamp(1, Self::BATCH);
+        Self {
+            published: Stripe::default(),
+            pending: Default::default(),
+            batch,
+            slack: (batch - 1) * OWNED as u64,
+        }
+    }
 
     /// Counts one item added; returns how many additions this published (0 while gathering).
     #[inline]
     pub(crate) fn add_one(&self) -> u64 {
-        let Some(s) = self.pending.get(stripe()) else {
-            self.published.0.fetch_add(1, Ordering::Relaxed);
-            return 1;
+        let s = match self.pending.get(stripe()) {
+            Some(s) if self.batch > 1 => s,
+            _ => {
+                self.published.0.fetch_add(1, Ordering::Relaxed);
+                return 1;
+            }
         };
         // Only this thread writes its stripe: a load and a store cannot lose an update.
         let n = s.0.load(Ordering::Relaxed) + 1;
-        if n < Self::BATCH {
+        if n < self.batch {
             s.0.store(n, Ordering::Relaxed);
             return 0;
         }
-        // Published before the stripe is emptied: a reader may count them twice, never miss them.
+        // Published before the stripe is emptied (released: a reader that sees it emptied sees
+        // them published): a reader may count them twice for a moment, never miss them.
         self.published.0.fetch_add(n, Ordering::Relaxed);
-        s.0.store(0, Ordering::Relaxed);
+        s.0.store(0, Ordering::Release);
         n
     }
 
@@ -162,7 +179,7 @@ impl HeldCount {
         self.published.0.fetch_sub(n, Ordering::Relaxed);
     }
 
-    /// The published count: at most `(BATCH - 1)` per thread below [`get`](Self::get).
+    /// The published count: at most `batch - 1` per thread below [`get`](Self::get).
     #[inline]
     pub(crate) fn published(&self) -> u64 {
         clamp_signed(self.published.0.load(Ordering::Relaxed))
@@ -170,10 +187,11 @@ impl HeldCount {
 
     /// The count, the gathered additions included (exact when no thread is adding or removing).
     pub(crate) fn get(&self) -> u64 {
+        // The stripes before the published count (see `add_one`).
         let pending = self
             .pending
             .iter()
-            .map(|s| s.0.load(Ordering::Relaxed))
+            .map(|s| s.0.load(Ordering::Acquire))
             .fold(0, u64::wrapping_add);
         clamp_signed(
             self.published
@@ -187,7 +205,7 @@ impl HeldCount {
     /// below `n`; near `n`, the gathered additions are added in.
     #[inline]
     pub(crate) fn at_least(&self, n: u64) -> bool {
-        self.published().saturating_add(Self::SLACK) >= n && self.get() >= n
+        self.published().saturating_add(self.slack) >= n && self.get() >= n
     }
 }
 
@@ -246,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_held_count_is_exact_once_threads_stop_and_published_within_its_slack() {
-        let c = HeldCount::default();
+        let c = HeldCount::new(HeldCount::BATCH);
         std::thread::scope(|s| {
             for _ in 0..40 {
                 s.spawn(|| {
@@ -257,13 +275,13 @@ mod tests {
             }
         });
         assert_eq!(c.get(), 40_000);
-        assert!(c.published() <= 40_000 && c.published() + HeldCount::SLACK >= 40_000);
+        assert!(c.published() <= 40_000 && c.published() + c.slack >= 40_000);
         c.remove(40_000);
         assert_eq!(c.get(), 0);
         assert!(!c.at_least(1));
         // Removals published before the additions they follow read as nothing held, not as
         // a wrapped-around huge count.
-        let d = HeldCount::default();
+        let d = HeldCount::new(HeldCount::BATCH);
         d.add_one();
         d.remove(1);
         assert_eq!(d.published(), 0);
@@ -271,5 +289,9 @@ mod tests {
         assert!(!d.at_least(1));
         d.add_one();
         assert!(d.at_least(1) && !d.at_least(2));
+        // A batch of 1 publishes every addition.
+        let e = HeldCount::new(1);
+        assert_eq!(e.add_one(), 1);
+        assert_eq!(e.published(), 1);
     }
 }
