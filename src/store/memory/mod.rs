@@ -32,7 +32,7 @@ use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
 pub use self::sketch::MAX_SKETCH_BYTES;
 use self::sketch::Sketch;
-use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
+use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table, segment_of};
 use super::{Answer, LimiterNames, Scope, Store};
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -394,7 +394,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         now: u64,
     ) -> Decision {
         let packed = &table.ctx;
-        let i = hash as usize % SEGMENTS;
+        let i = segment_of(hash);
         // A request of cost 1 (the layer's) from a key known to be blocked: answered here.
         let miss = match op {
             Op::Check(1) => match self
@@ -406,11 +406,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             },
             _ => None,
         };
-        let segment = table.segment(i);
         // The read lock only keeps the entry in place; the state changes by compare-and-swap.
-        if let Some(cell) = segment.get(key) {
-            self.caught_up(packed, i, &cell, now);
-            let v = packed.apply(&*cell, op, now);
+        let found = table.find(hash, key, |cell| {
+            self.caught_up(packed, i, cell, now);
+            let v = packed.apply(cell, op, now);
             match (miss, v.outcome) {
                 // Cached only when `now` is not clamped to the state's time (the clock went back):
                 // the cache answers with times relative to `now`.
@@ -423,6 +422,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 (None, _) if !matches!(op, Op::Check(_) | Op::Peek) => self.blocked.invalidate(),
                 _ => {}
             }
+            v
+        });
+        if let Some(v) = found {
             return self.finish(0, v, now, op);
         }
         // A key handed to a general entry at NOW_LIMIT, asked again after the clock stepped back:
@@ -456,7 +458,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         op: Op,
         now: u64,
     ) -> Decision {
-        let i = hash as usize % SEGMENTS;
+        let i = segment_of(hash);
         let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
             if !entry.first_is(tag) {
