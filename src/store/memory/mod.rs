@@ -660,8 +660,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// Drops the keys of segment `i` of every table fresh at `now`; during a catch-up that has
     /// not reached the segment, their states read as of the gap's start (see
-    /// [`MemoryStore::catch_up`]).
-    fn sweep_segment(&self, i: usize, now: u64) {
+    /// [`MemoryStore::catch_up`]). Returns how many.
+    fn sweep_segment(&self, i: usize, now: u64) -> usize {
         let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
         let bit = 1u64 << i;
         let catching_up = from != 0 && self.caught.load(Ordering::Acquire) & bit == 0;
@@ -683,6 +683,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             // must not stay cached as blocked.
             self.blocked.invalidate();
         }
+        removed
     }
 
     /// After no decision for [`CATCH_UP_AFTER`] or more (an idle store, a suspended process, a
@@ -741,11 +742,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     /// Sweeps segment `i` first if a catch-up has not reached it: room-making must not read a
-    /// state from before the gap as of now.
-    fn catch_up_segment(&self, i: usize, now: u64) {
+    /// state from before the gap as of now. Returns how many keys that dropped (room made).
+    fn catch_up_segment(&self, i: usize, now: u64) -> usize {
         let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
         if from != 0 && self.caught.load(Ordering::Acquire) & (1u64 << i) == 0 {
-            self.sweep_segment(i, now);
+            self.sweep_segment(i, now)
+        } else {
+            0
         }
     }
 
@@ -777,28 +780,29 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             visited: 0,
             sketch: &self.sketch,
         };
-        self.catch_up_segment(home_i, now);
+        // Keys a catch-up drops as fresh on the way are room too (counted off by the sweep).
+        let mut swept = self.catch_up_segment(home_i, now);
         home.make_room(home_i, now, &mut scan);
         for _ in 1..SEGMENTS_PER_ROOM_CALL {
-            if scan.freed >= scan.batch {
+            if scan.freed + swept >= scan.batch {
                 break;
             }
             let i = self.next_segment();
-            self.catch_up_segment(i, now);
+            swept += self.catch_up_segment(i, now);
             for table in self.tables() {
                 table.make_room(i, now, &mut scan);
             }
         }
-        if scan.freed == 0 {
+        if scan.freed + swept == 0 {
             // The segments looked at held no key with room (a small cap leaves most segments
             // empty): evict the nearest key with room of the next segments of every table, from the
             // new key's, up to every segment of a small store and a bounded number of entries of a
             // large one.
-            self.evict_nearest(home_i, now, &mut scan);
+            swept += self.evict_nearest(home_i, now, &mut scan);
         }
         self.keys.remove(scan.freed as u64);
         self.evictions.add(scan.evicted);
-        if scan.freed > 0 {
+        if scan.freed + swept > 0 {
             self.fruitless.store(0, Ordering::Relaxed);
             return true;
         }
@@ -823,11 +827,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// Evicts the key with room nearest a new key's state among the segments from `home_i` on,
     /// until [`ENTRIES_PER_EVICTION`] entries were looked at (or every segment).
-    fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) {
+    /// Returns how many keys a catch-up dropped on the way instead (then it evicts none).
+    fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) -> usize {
         let mut best: Option<(u16, usize, usize)> = None;
         let mut i = home_i;
         for _ in 0..SEGMENTS {
-            self.catch_up_segment(i, now);
+            let swept = self.catch_up_segment(i, now);
+            if swept > 0 {
+                return swept;
+            }
             for (t, table) in self.tables().enumerate() {
                 if let Some(n) = table.nearest(i, now, scan) {
                     if best.is_none_or(|(b, _, _)| n < b) {
@@ -845,6 +853,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 table.evict_one(i, now, n, scan);
             }
         }
+        0
     }
 
     /// Bytes taken by the record of evicted keys' spent quota (0 until a key with spent quota was
@@ -1545,6 +1554,44 @@ mod catch_up_tests {
         assert_eq!(store.pacing.0.catch_up_from.load(Ordering::Relaxed), 0);
         // Left: the keys decided since the gap (101), none of the others.
         assert!(store.len() <= 101, "keys held: {}", store.len());
+    }
+
+    /// At the cap during a catch-up, room-making sweeps a segment the catch-up has not reached
+    /// before it looks at its keys: keys spent in full 70 h ago are dropped as fresh (read as of
+    /// the gap), not misread as blocked (which would send new keys to the overflow state) nor
+    /// evicted as spent.
+    #[test]
+    fn room_is_made_from_keys_the_catch_up_has_not_reached_yet() {
+        let t0 = 1_700_000_000 * S;
+        let later = t0 + 70 * 3_600 * S;
+        let rule = Rule::parse(Strategy::SlidingWindow, "10000000/s").unwrap();
+        let store = MemoryStore::<u64>::builder().max_keys(100).build();
+        for key in 0..100u64 {
+            assert!(
+                store
+                    .decide(&key, &rule, Op::Check(10_000_000), t0)
+                    .is_allowed()
+            );
+        }
+        for key in 1_000..1_050u64 {
+            assert!(
+                store.decide(&key, &rule, Op::Check(1), later).is_allowed(),
+                "key {key}"
+            );
+        }
+        assert_eq!(store.counters().overflow_hits, 0);
+        assert!(store.len() <= 100);
+        // None was evicted as spent (which a misread would have recorded): each has its whole
+        // quota back.
+        for key in 0..100u64 {
+            assert!(
+                store
+                    .decide(&key, &rule, Op::Check(10_000_000), later)
+                    .is_allowed(),
+                "key {key}"
+            );
+        }
+        assert_eq!(store.counters().overflow_hits, 0);
     }
 
     /// The same race with real threads: thread A's decision 70 h after the last one runs the
