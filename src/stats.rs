@@ -17,9 +17,13 @@ pub(crate) struct Counter {
     stripes: [Stripe; STRIPES],
 }
 
+/// A value alone on its cache lines (128 bytes: a line and the one the prefetcher pairs with it), so
+/// that writes to its neighbours do not take it away from the cores reading it.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Stripe(AtomicU64);
+pub(crate) struct CacheLine<T>(pub(crate) T);
+
+type Stripe = CacheLine<AtomicU64>;
 
 /// Stripe indices given back by threads that ended.
 static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -81,13 +85,19 @@ fn choose_stripe() -> usize {
     }
 }
 
+/// The calling thread's stripe: below [`OWNED`] one it owns, [`SHARED`] otherwise.
+#[inline]
+fn stripe() -> usize {
+    match STRIPE.get() {
+        UNSET => choose_stripe(),
+        i => i,
+    }
+}
+
 impl Counter {
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        let mut i = STRIPE.get();
-        if i == UNSET {
-            i = choose_stripe();
-        }
+        let i = stripe();
         match self.stripes.get(i) {
             // Only this thread writes stripe `i`: a load and a store cannot lose an update.
             Some(s) if i < OWNED => s.0.store(
@@ -108,6 +118,102 @@ impl Counter {
             .fold(0, u64::wrapping_add)
     }
 }
+
+/// How many items a structure holds, when many threads add them one at a time: with a batch above
+/// 1, each thread gathers its additions in a stripe of its own and publishes them a batch at a time,
+/// so that two threads adding items do not pass one cache line back and forth on every addition.
+/// Removals (in bulk, by sweeps) go straight to the published count. With a batch of 1 every
+/// addition is published at once (an exact count at every moment, for small bounds).
+#[derive(Debug)]
+pub(crate) struct HeldCount {
+    /// Published additions minus removals (wrapping: removals may be published first).
+    published: Stripe,
+    /// Additions not published yet, per owned stripe.
+    pending: [Stripe; OWNED],
+    batch: u64,
+    /// How far the published count may be below the exact one.
+    slack: u64,
+}
+
+impl HeldCount {
+    /// The largest batch.
+    pub(crate) const BATCH: u64 = 64;
+
+    /// A count publishing additions `batch` (1 to [`BATCH`](Self::BATCH)) at a time.
+    pub(crate) fn new(batch: u64) -> Self {
+        let batch = batch.clamp(1, Self::BATCH);
+        Self {
+            published: Stripe::default(),
+            pending: Default::default(),
+            batch,
+            slack: (batch - 1) * OWNED as u64,
+        }
+    }
+
+    /// Counts one item added; returns how many additions this published (0 while gathering).
+    #[inline]
+    pub(crate) fn add_one(&self) -> u64 {
+        let s = match self.pending.get(stripe()) {
+            Some(s) if self.batch > 1 => s,
+            _ => {
+                self.published.0.fetch_add(1, Ordering::Relaxed);
+                return 1;
+            }
+        };
+        // Only this thread writes its stripe: a load and a store cannot lose an update.
+        let n = s.0.load(Ordering::Relaxed) + 1;
+        if n < self.batch {
+            s.0.store(n, Ordering::Relaxed);
+            return 0;
+        }
+        // Published before the stripe is emptied (released: a reader that sees it emptied sees
+        // them published): a reader may count them twice for a moment, never miss them.
+        self.published.0.fetch_add(n, Ordering::Relaxed);
+        s.0.store(0, Ordering::Release);
+        n
+    }
+
+    /// Counts `n` items removed.
+    #[inline]
+    pub(crate) fn remove(&self, n: u64) {
+        self.published.0.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// The published count: at most `batch - 1` per thread below [`get`](Self::get).
+    #[inline]
+    pub(crate) fn published(&self) -> u64 {
+        clamp_signed(self.published.0.load(Ordering::Relaxed))
+    }
+
+    /// The count, the gathered additions included (exact when no thread is adding or removing).
+    pub(crate) fn get(&self) -> u64 {
+        // The stripes before the published count (see `add_one`).
+        let pending = self
+            .pending
+            .iter()
+            .map(|s| s.0.load(Ordering::Acquire))
+            .fold(0, u64::wrapping_add);
+        clamp_signed(
+            self.published
+                .0
+                .load(Ordering::Relaxed)
+                .wrapping_add(pending),
+        )
+    }
+
+    /// Whether the count is at least `n`: the published count answers when it is far enough
+    /// below `n`; near `n`, the gathered additions are added in.
+    #[inline]
+    pub(crate) fn at_least(&self, n: u64) -> bool {
+        self.published().saturating_add(self.slack) >= n && self.get() >= n
+    }
+}
+
+/// A wrapping count read as signed, below zero as zero (removals published before the additions).
+fn clamp_signed(n: u64) -> u64 {
+    if n > i64::MAX as u64 { 0 } else { n }
+}
+
 /// A snapshot of a limiter's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -164,5 +270,38 @@ mod tests {
             }
         });
         assert_eq!(c.get(), 40_016);
+    }
+
+    #[test]
+    fn a_held_count_is_exact_once_threads_stop_and_published_within_its_slack() {
+        let c = HeldCount::new(HeldCount::BATCH);
+        std::thread::scope(|s| {
+            for _ in 0..40 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        c.add_one();
+                    }
+                });
+            }
+        });
+        assert_eq!(c.get(), 40_000);
+        assert!(c.published() <= 40_000 && c.published() + c.slack >= 40_000);
+        c.remove(40_000);
+        assert_eq!(c.get(), 0);
+        assert!(!c.at_least(1));
+        // Removals published before the additions they follow read as nothing held, not as
+        // a wrapped-around huge count.
+        let d = HeldCount::new(HeldCount::BATCH);
+        d.add_one();
+        d.remove(1);
+        assert_eq!(d.published(), 0);
+        assert_eq!(d.get(), 0);
+        assert!(!d.at_least(1));
+        d.add_one();
+        assert!(d.at_least(1) && !d.at_least(2));
+        // A batch of 1 publishes every addition.
+        let e = HeldCount::new(1);
+        assert_eq!(e.add_one(), 1);
+        assert_eq!(e.published(), 1);
     }
 }

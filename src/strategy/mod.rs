@@ -479,7 +479,7 @@ pub(crate) fn reported(verdicts: impl IntoIterator<Item = Verdict>) -> Option<(u
 
 /// Whether `a` should be reported instead of `b`: a "never" over a rejection over an allowance; among
 /// rejections the longest wait; among allowances the fewest remaining, then the later reset.
-fn reports_over(a: &Verdict, b: &Verdict) -> bool {
+pub(crate) fn reports_over(a: &Verdict, b: &Verdict) -> bool {
     let rank = |o: Outcome| match o {
         Outcome::Allowed => 0,
         Outcome::Rejected => 1,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use parking_lot::RwLock;
 
-use super::packed::{NOW_LIMIT, PackedRule};
+use super::packed::{NOW_LIMIT, PackedRule, check_words};
 use super::sketch::{self, Sketch, Spent};
 use super::table::{Look, nearness};
 use crate::decision::Outcome;
@@ -670,6 +670,19 @@ impl KeyState {
                 let strategy = *strategy;
                 // Some: `fit` kept the words only then.
                 let layouts = quota_words(rule).unwrap_or_default();
+                // A check: each layout's own state type, without the general state (what almost
+                // every call is).
+                let checked = match op {
+                    Op::Check(cost) if now < NOW_LIMIT && layouts.len() == params.len() => {
+                        check_words(layouts, words, now, cost)
+                    }
+                    _ => None,
+                };
+                if let Some(checked) = checked {
+                    self.fresh_at = checked.2;
+                    self.set_blocked(&checked.1, now);
+                    return (checked.0, checked.1);
+                }
                 let n = params.len();
                 // On the stack, as for `Words`.
                 let mut buf: [QuotaState; MAX_QUOTAS] =

@@ -30,12 +30,12 @@ use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
 pub use self::sketch::MAX_SKETCH_BYTES;
 use self::sketch::Sketch;
-use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table};
+use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table, segment_of};
 use super::{Answer, LimiterNames, Scope, Store};
 use crate::decision::{Decision, Outcome, to_decision};
 use crate::error::StoreError;
 use crate::rule::Rule;
-use crate::stats::{Counter, Stats};
+use crate::stats::{CacheLine, Counter, HeldCount, Stats};
 use crate::strategy::{Op, QuotaState, Verdict};
 
 /// How many distinct packable rules get a packed table; keys of further rules use general entries.
@@ -52,6 +52,9 @@ const SEGMENTS_PER_ROOM_CALL: usize = 2;
 /// Entries the last-resort eviction of one key with room may look at (past the first segment
 /// holding one): all of a small store, a bounded part of a large one.
 const ENTRIES_PER_EVICTION: usize = 4096;
+/// From this cap on, the key count is gathered per thread ([`HeldCount`]): the cap may then be
+/// overshot by up to 63 keys per inserting thread (under 0.1 % of it for 15 threads).
+const GATHERED_COUNT_FROM: usize = 1 << 20;
 /// The key cap of a store built without one: 8 x 10^6 keys.
 pub const DEFAULT_MAX_KEYS: usize = 8_000_000;
 /// How often the overflow warning may repeat.
@@ -93,7 +96,8 @@ const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
 ///
 /// A key's state belongs to the rule it was used with: the same key under another rule (a tier
 /// change) starts afresh there. A key held under two packable rules counts twice against the cap.
-/// Concurrent inserts may overshoot the cap by at most the number of inserting threads.
+/// Concurrent inserts may overshoot the cap by at most the number of inserting threads (with a cap
+/// of 2^20 keys or more, by at most 64 keys per inserting thread: the count is gathered per thread).
 pub struct MemoryStore<K> {
     general: Table<K, Entry>,
     /// What eviction forgot: evicted keys' spent quota (see [`sketch`]).
@@ -110,11 +114,16 @@ pub struct MemoryStore<K> {
     blocked: BlockedCache,
     route: RandomState,
     max_keys: usize,
-    keys: AtomicUsize,
+    /// Keys held: an insert writes its thread's stripe, not a line the other threads read.
+    keys: HeldCount,
     cursor: AtomicUsize,
-    inserts: AtomicUsize,
-    /// When the next timed sweep step is due (see [`SWEEP_STEP_EVERY`]).
-    next_step_at: AtomicU64,
+    /// Inserts published by `keys` since the last sweep step they paced.
+    inserts: AtomicU64,
+    /// Read by every decision, so alone on its line (the counters beside it are written by
+    /// inserts and sweeps).
+    pacing: CacheLine<Pacing>,
+    /// During a catch-up ([`MemoryStore::catch_up`]): bit `i` set once segment `i` was swept.
+    caught: AtomicU64,
     full_until: AtomicU64,
     /// Segments examined at the cap since room was last found, and the soonest time a blocked key
     /// among them frees up: after two rotations without room, `full_until` takes that time.
@@ -131,10 +140,23 @@ pub struct MemoryStore<K> {
     stripes: many::Stripes,
 }
 
+/// When the sweep runs, and whether a catch-up after a gap is under way.
+#[derive(Debug, Default)]
+struct Pacing {
+    /// When the next timed sweep step is due (see [`SWEEP_STEP_EVERY`]).
+    next_step_at: AtomicU64,
+    /// While a catch-up runs: the start of the gap it follows (every state older than the gap
+    /// is read as of then); 0 otherwise.
+    catch_up_from: AtomicU64,
+}
+
+// The catch-up keeps one bit per segment.
+const _: () = assert!(SEGMENTS <= 64);
+
 impl<K> std::fmt::Debug for MemoryStore<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("keys", &self.keys.get())
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
     }
@@ -201,10 +223,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             blocked: BlockedCache::default(),
             route,
             max_keys,
-            keys: AtomicUsize::new(0),
+            // Gathered per thread only where the cap is large enough for that to be noise: a
+            // store with a small cap keeps an exact count (and its overshoot bound) at every moment.
+            keys: HeldCount::new(if max_keys >= GATHERED_COUNT_FROM {
+                HeldCount::BATCH
+            } else {
+                1
+            }),
             cursor: AtomicUsize::new(0),
-            inserts: AtomicUsize::new(0),
-            next_step_at: AtomicU64::new(0),
+            inserts: AtomicU64::new(0),
+            pacing: CacheLine(Pacing::default()),
+            caught: AtomicU64::new(0),
             full_until: AtomicU64::new(0),
             fruitless: AtomicUsize::new(0),
             soonest_room: AtomicU64::new(u64::MAX),
@@ -221,7 +250,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// The number of keys held.
     pub fn len(&self) -> usize {
-        self.keys.load(Ordering::Relaxed)
+        usize::try_from(self.keys.get()).unwrap_or(usize::MAX)
     }
 
     /// `true` when no key is held.
@@ -364,7 +393,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         now: u64,
     ) -> Decision {
         let packed = &table.ctx;
-        let i = hash as usize % SEGMENTS;
+        let i = segment_of(hash);
         // A request of cost 1 (the layer's) from a key known to be blocked: answered here.
         let miss = match op {
             Op::Check(1) => match self
@@ -376,10 +405,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             },
             _ => None,
         };
-        let segment = table.segment(i);
         // The read lock only keeps the entry in place; the state changes by compare-and-swap.
-        if let Some(cell) = segment.get(key) {
-            let v = packed.apply(&*cell, op, now);
+        let found = table.find(hash, key, |cell| {
+            self.caught_up(packed, i, cell, now);
+            let v = packed.apply(cell, op, now);
             match (miss, v.outcome) {
                 // Cached only when `now` is not clamped to the state's time (the clock went back):
                 // the cache answers with times relative to `now`.
@@ -392,6 +421,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 (None, _) if !matches!(op, Op::Check(_) | Op::Peek) => self.blocked.invalidate(),
                 _ => {}
             }
+            v
+        });
+        if let Some(v) = found {
             return self.finish(0, v, now, op);
         }
         // A key handed to a general entry at NOW_LIMIT, asked again after the clock stepped back:
@@ -405,13 +437,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             return self.finish(0, v, now, op);
         }
         let new = || AtomicU64::new(packed.recall(&self.sketch, hash, now));
-        let Some((cell, inserted)) = self.insert(table, i, key, new, now) else {
+        let Some((cell, published)) = self.insert(table, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
         let v = table.ctx.apply(&*cell, op, now);
         drop(cell);
-        if inserted {
-            self.after_insert(now);
+        if published > 0 {
+            self.after_insert(published, now);
         }
         self.finish(0, v, now, op)
     }
@@ -425,7 +457,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         op: Op,
         now: u64,
     ) -> Decision {
-        let i = hash as usize % SEGMENTS;
+        let i = segment_of(hash);
         let segment = self.general.segment(i);
         if let Some(mut entry) = segment.get_mut(key) {
             if !entry.first_is(tag) {
@@ -454,13 +486,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state], now),
             None => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now),
         };
-        let Some((mut entry, inserted)) = self.insert(&self.general, i, key, new, now) else {
+        let Some((mut entry, published)) = self.insert(&self.general, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
         let decision = self.run(&mut entry, rule, tag, op, now);
         drop(entry);
-        if inserted {
-            self.after_insert(now);
+        if published > 0 {
+            self.after_insert(published, now);
         }
         decision
     }
@@ -485,7 +517,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let word = if take {
             let (_, cell) = table.segment(i).remove(key)?;
             self.handed.store(true, Ordering::Relaxed);
-            self.keys.fetch_sub(1, Ordering::Relaxed);
+            self.keys.remove(1);
             cell.into_inner()
         } else {
             table.segment(i).get(key)?.load(Ordering::Relaxed)
@@ -502,8 +534,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .is_some_and(|entry| entry.holds(tag))
     }
 
-    /// The entry of a key not found a moment ago, inserted if still missing (and whether it was),
-    /// or `None` at the cap when no room could be made.
+    /// The entry of a key not found a moment ago, inserted if still missing (and how many inserts
+    /// that published to the key count: see [`HeldCount::add_one`]), or `None` at the cap when no
+    /// room could be made.
     fn insert<'a, V: Held>(
         &self,
         table: &'a Table<K, V>,
@@ -511,21 +544,20 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         key: &K,
         new: impl FnOnce() -> V,
         now: u64,
-    ) -> Option<(RefMut<'a, K, V>, bool)>
+    ) -> Option<(RefMut<'a, K, V>, u64)>
     where
         Table<K, V>: Segmented,
     {
-        if self.keys.load(Ordering::Relaxed) >= self.max_keys && !self.make_room(table, i, now) {
+        if self.keys.at_least(self.max_keys as u64) && !self.make_room(table, i, now) {
             return None;
         }
-        let mut inserted = false;
+        let mut published = 0;
         let entry = table.segment(i).entry(key.clone()).or_insert_with(|| {
-            inserted = true;
             // Counted under the shard lock: a sweep cannot remove it (and decrement) first.
-            self.keys.fetch_add(1, Ordering::Relaxed);
+            published = self.keys.add_one();
             new()
         });
-        Some((entry, inserted))
+        Some((entry, published))
     }
 
     #[inline]
@@ -576,7 +608,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     /// traffic flows. The hot path only reads a shared word that changes once per step.
     #[inline]
     fn tick(&self, now: u64) {
-        let due = self.next_step_at.load(Ordering::Relaxed);
+        // Acquire: a thread that sees a deadline moved after a gap sees the catch-up started.
+        let due = self.pacing.0.next_step_at.load(Ordering::Acquire);
         // The second test restarts the pacing after the clock went back.
         if now >= due || due > now.saturating_add(SWEEP_STEP_EVERY) {
             self.timed_step(due, now);
@@ -585,26 +618,30 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     #[cold]
     fn timed_step(&self, due: u64, now: u64) {
+        // Every thread that sees the gap starts the catch-up before it decides; the others see
+        // the deadline moved after it was started.
+        if due != 0 && now.saturating_sub(due) >= CATCH_UP_AFTER {
+            self.catch_up(due, now);
+        }
         let next = now.saturating_add(SWEEP_STEP_EVERY);
         // One caller per step: the one that moves the deadline.
         if self
+            .pacing
+            .0
             .next_step_at
-            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(due, next, Ordering::Release, Ordering::Relaxed)
             .is_ok()
         {
-            if due != 0 && now.saturating_sub(due) >= CATCH_UP_AFTER {
-                self.catch_up(due, now);
-            } else {
-                self.sweep_step(now);
-            }
+            self.sweep_step(now);
         }
     }
 
     /// After enough inserts (one segment's share of the keys held), sweep one segment: amortised, each
-    /// insert pays for about one entry examined.
-    fn after_insert(&self, now: u64) {
-        let inserts = self.inserts.fetch_add(1, Ordering::Relaxed) + 1;
-        if inserts >= (self.len() / SEGMENTS).max(64) {
+    /// insert pays for about one entry examined. Told of inserts as the key count publishes them
+    /// (`published` at a time), so that this shared word is not written on every insert.
+    fn after_insert(&self, published: u64, now: u64) {
+        let inserts = self.inserts.fetch_add(published, Ordering::Relaxed) + published;
+        if inserts >= (self.keys.published() / SEGMENTS as u64).max(HeldCount::BATCH) {
             self.inserts.store(0, Ordering::Relaxed);
             self.sweep_step(now);
         }
@@ -620,44 +657,98 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         self.sweep_segment(i, now);
     }
 
-    fn sweep_segment(&self, i: usize, now: u64) {
-        self.sweep_segment_read_at(i, now, now);
-    }
-
-    /// Drops the keys of segment `i` of every table fresh at `now`, their states read as of
-    /// `read_at`.
-    fn sweep_segment_read_at(&self, i: usize, read_at: u64, now: u64) {
+    /// Drops the keys of segment `i` of every table fresh at `now`; during a catch-up that has
+    /// not reached the segment, their states read as of the gap's start (see
+    /// [`MemoryStore::catch_up`]). Returns how many.
+    fn sweep_segment(&self, i: usize, now: u64) -> usize {
+        let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
+        let bit = 1u64 << i;
+        let catching_up = from != 0 && self.caught.load(Ordering::Acquire) & bit == 0;
+        let read_at = if catching_up { from } else { now };
         let removed: usize = self.tables().map(|t| t.sweep(i, read_at, now)).sum();
         if removed > 0 {
-            self.keys.fetch_sub(removed, Ordering::Relaxed);
+            self.keys.remove(removed as u64);
         }
+        if catching_up
+            && self.caught.fetch_or(bit, Ordering::Release) | bit == u64::MAX
+            && self
+                .pacing
+                .0
+                .catch_up_from
+                .compare_exchange(from, 0, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+        {
+            // Every segment swept as of the gap's start: a key dropped as fresh by the catch-up
+            // must not stay cached as blocked.
+            self.blocked.invalidate();
+        }
+        removed
     }
 
     /// After no decision for [`CATCH_UP_AFTER`] or more (an idle store, a suspended process, a
-    /// clock jump forward): every state was written before `due`, so it is read as of then and
-    /// dropped if fresh `now`. Read as of `now`, a packed time on a ring (a first-hit start, a
-    /// large window index) older than 7/8 of its ring would look ahead of `now`, and its key stay
-    /// blocked for hours: this pass runs before the first decision after the gap.
+    /// clock jump forward), every state was written before `due`: read as of `now`, a packed time
+    /// on a ring (a first-hit start, a large window index) older than 7/8 of its ring would look
+    /// ahead of `now`, and its key stay blocked for hours. So, until every segment has been swept
+    /// with its states read as of `due` (by the paced steps, one segment each, or by room-making
+    /// and full sweeps, which reach a segment first), a decision on a ring table first drops its
+    /// key's state if it is fresh read as of then ([`MemoryStore::caught_up`]). No decision waits
+    /// for more than its own key and the paced step it would run anyway.
     #[cold]
     fn catch_up(&self, due: u64, now: u64) {
-        // Only the packed tables that keep a time on a ring can misread one: the others (whole
-        // times, buckets, general entries) wait for the paced sweep, and the pause stays short.
-        let rings: Vec<&Table<K, AtomicU64>> = self
+        // Only the packed tables that keep a time on a ring can misread one (whole times, buckets
+        // and general entries cannot).
+        let rings = self
             .packed
             .iter()
             .filter_map(OnceLock::get)
-            .filter(|t| t.ctx.keeps_a_ring())
-            .collect();
-        if rings.is_empty() {
+            .any(|t| t.ctx.keeps_a_ring());
+        let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
+        if !rings || from == due {
             return;
         }
-        for i in 0..SEGMENTS {
-            let removed: usize = rings.iter().map(|t| t.sweep(i, due, now)).sum();
-            if removed > 0 {
-                self.keys.fetch_sub(removed, Ordering::Relaxed);
+        if from != 0 {
+            // Another gap before the last catch-up reached every segment (traffic resumed, then
+            // stopped for hours again within a rotation): its segments are swept now, as of its
+            // own start (rare; the pause of the sweep before this change).
+            for i in 0..SEGMENTS {
+                self.sweep_segment(i, now);
             }
         }
-        self.blocked.invalidate();
+        self.caught.store(0, Ordering::Relaxed);
+        self.pacing.0.catch_up_from.store(due, Ordering::Release);
+    }
+
+    /// During a catch-up that has not reached segment `i`: drops the state in `cell` (a new
+    /// key's) if it is fresh read as of the gap's start, as the catch-up's sweep would.
+    #[inline]
+    fn caught_up(&self, rule: &PackedRule, i: usize, cell: &AtomicU64, now: u64) {
+        let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
+        if from != 0 {
+            self.catch_up_key(from, rule, i, cell, now);
+        }
+    }
+
+    #[cold]
+    fn catch_up_key(&self, from: u64, rule: &PackedRule, i: usize, cell: &AtomicU64, now: u64) {
+        if !rule.keeps_a_ring() || self.caught.load(Ordering::Acquire) & (1u64 << i) != 0 {
+            return;
+        }
+        let word = cell.load(Ordering::Relaxed);
+        if word != 0 && rule.is_fresh(word, from, now) {
+            // Lost to a decision that wrote the word since: that state is a recent one.
+            let _ = cell.compare_exchange(word, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Sweeps segment `i` first if a catch-up has not reached it: room-making must not read a
+    /// state from before the gap as of now. Returns how many keys that dropped (room made).
+    fn catch_up_segment(&self, i: usize, now: u64) -> usize {
+        let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
+        if from != 0 && self.caught.load(Ordering::Acquire) & (1u64 << i) == 0 {
+            self.sweep_segment(i, now)
+        } else {
+            0
+        }
     }
 
     /// Sweeps every segment.
@@ -688,26 +779,29 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             visited: 0,
             sketch: &self.sketch,
         };
+        // Keys a catch-up drops as fresh on the way are room too (counted off by the sweep).
+        let mut swept = self.catch_up_segment(home_i, now);
         home.make_room(home_i, now, &mut scan);
         for _ in 1..SEGMENTS_PER_ROOM_CALL {
-            if scan.freed >= scan.batch {
+            if scan.freed + swept >= scan.batch {
                 break;
             }
             let i = self.next_segment();
+            swept += self.catch_up_segment(i, now);
             for table in self.tables() {
                 table.make_room(i, now, &mut scan);
             }
         }
-        if scan.freed == 0 {
+        if scan.freed + swept == 0 {
             // The segments looked at held no key with room (a small cap leaves most segments
             // empty): evict the nearest key with room of the next segments of every table, from the
             // new key's, up to every segment of a small store and a bounded number of entries of a
             // large one.
-            self.evict_nearest(home_i, now, &mut scan);
+            swept += self.evict_nearest(home_i, now, &mut scan);
         }
-        self.keys.fetch_sub(scan.freed, Ordering::Relaxed);
+        self.keys.remove(scan.freed as u64);
         self.evictions.add(scan.evicted);
-        if scan.freed > 0 {
+        if scan.freed + swept > 0 {
             self.fruitless.store(0, Ordering::Relaxed);
             return true;
         }
@@ -732,10 +826,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     /// Evicts the key with room nearest a new key's state among the segments from `home_i` on,
     /// until [`ENTRIES_PER_EVICTION`] entries were looked at (or every segment).
-    fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) {
+    /// Returns how many keys a catch-up dropped on the way instead (then it evicts none).
+    fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) -> usize {
         let mut best: Option<(u16, usize, usize)> = None;
         let mut i = home_i;
         for _ in 0..SEGMENTS {
+            let swept = self.catch_up_segment(i, now);
+            if swept > 0 {
+                return swept;
+            }
             for (t, table) in self.tables().enumerate() {
                 if let Some(n) = table.nearest(i, now, scan) {
                     if best.is_none_or(|(b, _, _)| n < b) {
@@ -753,6 +852,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 table.evict_one(i, now, n, scan);
             }
         }
+        0
     }
 
     /// Bytes taken by the record of evicted keys' spent quota (0 until a key with spent quota was
@@ -1354,11 +1454,13 @@ mod catch_up_tests {
             let store = MemoryStore::<u64>::new();
             // Some traffic at t0 sets the step deadline.
             assert!(store.decide(&1, &rule, Op::Check(1), t0).is_allowed());
-            let due = store.next_step_at.load(Ordering::Relaxed);
+            let due = store.pacing.0.next_step_at.load(Ordering::Relaxed);
             assert!(due > t0 && due <= t0 + S);
             // Thread A: `timed_step(due, later)` wins the compare-and-swap ...
             let next = later + SWEEP_STEP_EVERY;
             store
+                .pacing
+                .0
                 .next_step_at
                 .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
                 .unwrap();
@@ -1369,20 +1471,113 @@ mod catch_up_tests {
                     .is_allowed()
             );
             assert!(!store.decide(&7, &rule, Op::Check(1), later).is_allowed());
-            // ... thread A's catch-up then sweeps key 7's segment.
+            // ... thread A starts the catch-up, which reads key 7 as of `due` on its next
+            // decision, and its sweep reaches key 7's segment later.
             store.catch_up(due, later);
-            // The key spent its whole quota at `later`: still rejected 1 ms later.
-            let d = store.decide(&7, &rule, Op::Check(limit), later + 1_000_000);
-            if d.is_allowed() {
-                failures.push(format!(
-                    "{strategy:?} {quotas}: a key spent in full at `later` by another thread \
-                     during the catch-up was dropped by it and admitted {limit} more 1 ms later \
-                     (keys held: {})",
-                    store.len()
-                ));
+            // The key spent its whole quota at `later`: still rejected 1 ms later, and after the
+            // sweep.
+            for (what, at) in [("decision", 1), ("sweep", 2)] {
+                if what == "sweep" {
+                    store.sweep_all(later);
+                }
+                let d = store.decide(&7, &rule, Op::Check(limit), later + at * 1_000_000);
+                if d.is_allowed() {
+                    failures.push(format!(
+                        "{strategy:?} {quotas}: a key spent in full at `later` by another thread \
+                         was dropped by the catch-up's {what} and admitted {limit} more {at} ms \
+                         later (keys held: {})",
+                        store.len()
+                    ));
+                }
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    /// The first decision after a gap sweeps one segment (the paced step), not the store; the
+    /// keys of the segments not swept yet are read as of the gap's start (fresh: a whole quota),
+    /// and the paced steps finish the catch-up within a rotation.
+    #[test]
+    fn the_catch_up_runs_in_paced_steps_and_reads_unswept_keys_as_of_the_gap() {
+        let t0 = 1_700_000_000 * S;
+        let later = t0 + 70 * 3_600 * S;
+        let rule = Rule::parse(Strategy::SlidingWindow, "10000000/s").unwrap();
+        let store = MemoryStore::<u64>::new();
+        for key in 0..10_000u64 {
+            assert!(
+                store
+                    .decide(&key, &rule, Op::Check(10_000_000), t0)
+                    .is_allowed()
+            );
+        }
+        assert!(!store.decide(&0, &rule, Op::Check(1), t0).is_allowed());
+        assert!(
+            store
+                .decide(&u64::MAX, &rule, Op::Check(1), later)
+                .is_allowed()
+        );
+        // One segment of 64 swept (about 156 keys), not all of them.
+        assert!(store.len() > 10_000 - 400, "keys held: {}", store.len());
+        assert_ne!(store.pacing.0.catch_up_from.load(Ordering::Relaxed), 0);
+        // Spent in full 70 h ago: a whole quota again, not misread as blocked.
+        for key in 0..100u64 {
+            assert!(
+                store
+                    .decide(&key, &rule, Op::Check(10_000_000), later)
+                    .is_allowed(),
+                "key {key}"
+            );
+            assert!(!store.decide(&key, &rule, Op::Check(1), later).is_allowed());
+        }
+        for step in 1..=SEGMENTS as u64 {
+            store.decide(
+                &u64::MAX,
+                &rule,
+                Op::Check(1),
+                later + step * SWEEP_STEP_EVERY,
+            );
+        }
+        assert_eq!(store.pacing.0.catch_up_from.load(Ordering::Relaxed), 0);
+        // Left: the keys decided since the gap (101), none of the others.
+        assert!(store.len() <= 101, "keys held: {}", store.len());
+    }
+
+    /// At the cap during a catch-up, room-making sweeps a segment the catch-up has not reached
+    /// before it looks at its keys: keys spent in full 70 h ago are dropped as fresh (read as of
+    /// the gap), not misread as blocked (which would send new keys to the overflow state) nor
+    /// evicted as spent.
+    #[test]
+    fn room_is_made_from_keys_the_catch_up_has_not_reached_yet() {
+        let t0 = 1_700_000_000 * S;
+        let later = t0 + 70 * 3_600 * S;
+        let rule = Rule::parse(Strategy::SlidingWindow, "10000000/s").unwrap();
+        let store = MemoryStore::<u64>::builder().max_keys(100).build();
+        for key in 0..100u64 {
+            assert!(
+                store
+                    .decide(&key, &rule, Op::Check(10_000_000), t0)
+                    .is_allowed()
+            );
+        }
+        for key in 1_000..1_050u64 {
+            assert!(
+                store.decide(&key, &rule, Op::Check(1), later).is_allowed(),
+                "key {key}"
+            );
+        }
+        assert_eq!(store.counters().overflow_hits, 0);
+        assert!(store.len() <= 100);
+        // None was evicted as spent (which a misread would have recorded): each has its whole
+        // quota back.
+        for key in 0..100u64 {
+            assert!(
+                store
+                    .decide(&key, &rule, Op::Check(10_000_000), later)
+                    .is_allowed(),
+                "key {key}"
+            );
+        }
+        assert_eq!(store.counters().overflow_hits, 0);
     }
 
     /// The same race with real threads: thread A's decision 70 h after the last one runs the
@@ -1397,7 +1592,7 @@ mod catch_up_tests {
         for key in 0..200_000u64 {
             store.decide(&key, &rule, Op::Check(1), t0);
         }
-        let due = store.next_step_at.load(Ordering::Relaxed);
+        let due = store.pacing.0.next_step_at.load(Ordering::Relaxed);
         let a_done = AtomicBool::new(false);
         let spent = std::thread::scope(|s| {
             let a = s.spawn(|| {
@@ -1405,7 +1600,7 @@ mod catch_up_tests {
                 a_done.store(true, Ordering::Release);
             });
             let b = s.spawn(|| {
-                while store.next_step_at.load(Ordering::Relaxed) == due {
+                while store.pacing.0.next_step_at.load(Ordering::Relaxed) == due {
                     std::hint::spin_loop();
                 }
                 let mut spent = Vec::new();

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::sketch::{self, Sketch};
 use super::table::{Look, nearness};
 use crate::decision::Outcome;
-use crate::rule::Rule;
+use crate::rule::{MAX_QUOTAS, Rule};
 use crate::strategy::{
     self, FIRST_HIT_SPAN, FixedWindow, Gcra, Op, Params, QuotaState, SlidingWindow, Strategy,
     Verdict, bits_for, first_hit_layout,
@@ -750,6 +750,8 @@ trait Packable: Sized + PartialEq {
     fn pack(&self, rule: &PackedRule) -> u64;
     fn check(&mut self, rule: &PackedRule, now: u64, cost: u64) -> Verdict;
     fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64);
+    /// When the state becomes a new key's.
+    fn fresh_at(&self, rule: &PackedRule) -> u64;
     /// `v` answered on this state at `now`, its times pointing where the packed state really
     /// ends (a rounded first-hit window's end).
     #[inline(always)]
@@ -777,6 +779,11 @@ impl Packable for Gcra {
     #[inline(always)]
     fn commit(&mut self, rule: &PackedRule, now: u64, cost: u64) {
         Gcra::commit(self, &rule.params, now, cost);
+    }
+
+    #[inline(always)]
+    fn fresh_at(&self, _: &PackedRule) -> u64 {
+        Gcra::fresh_at(self)
     }
 }
 
@@ -810,6 +817,11 @@ impl Packable for FixedWindow {
     fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
         FixedWindow::commit(self, now, cost, true);
     }
+
+    #[inline(always)]
+    fn fresh_at(&self, rule: &PackedRule) -> u64 {
+        FixedWindow::fresh_at(self, &rule.params)
+    }
 }
 
 /// A first-hit window, packed apart from the clock-aligned one (its own layout and arithmetic).
@@ -841,6 +853,11 @@ impl Packable for FirstHit {
     #[inline(always)]
     fn commit(&mut self, _: &PackedRule, now: u64, cost: u64) {
         self.0.commit(now, cost, false);
+    }
+
+    #[inline(always)]
+    fn fresh_at(&self, rule: &PackedRule) -> u64 {
+        self.0.fresh_at(&rule.params)
     }
 
     #[inline(always)]
@@ -893,6 +910,74 @@ impl Packable for SlidingWindow {
     fn commit(&mut self, _: &PackedRule, _now: u64, cost: u64) {
         SlidingWindow::commit(self, cost);
     }
+
+    #[inline(always)]
+    fn fresh_at(&self, rule: &PackedRule) -> u64 {
+        SlidingWindow::fresh_at(self, &rule.params)
+    }
+}
+
+/// A check of `cost` on the quotas of a several-quota rule held one word each under `layouts` (a
+/// general entry's one-word states), below [`NOW_LIMIT`]: what `strategy::apply` does (every quota
+/// checked, then all committed if all admit) on each layout's own state type instead of the general
+/// one, and the words rewritten in place as `repack` does after a check. The reported quota, its
+/// verdict, and when the states become a new key's; `None` for layouts without such a loop (the
+/// caller runs the general one).
+#[inline]
+pub(super) fn check_words(
+    layouts: &[PackedRule],
+    words: &mut [u64],
+    now: u64,
+    cost: u32,
+) -> Option<(usize, Verdict, u64)> {
+    match layouts.first()?.layout {
+        Layout::Fixed { .. } => Some(check_words_as::<FixedWindow>(layouts, words, now, cost)),
+        Layout::Sliding { .. } => Some(check_words_as::<SlidingWindow>(layouts, words, now, cost)),
+        Layout::FirstHit(_) | Layout::Gcra => None,
+    }
+}
+
+#[inline(always)]
+fn check_words_as<S: Packable + Copy + Default>(
+    layouts: &[PackedRule],
+    words: &mut [u64],
+    now: u64,
+    cost: u32,
+) -> (usize, Verdict, u64) {
+    let cost = u64::from(cost);
+    // On the stack: no allocation per check.
+    let mut buf = [S::default(); MAX_QUOTAS];
+    let mut n = 0;
+    for ((s, l), w) in buf.iter_mut().zip(layouts).zip(words.iter()) {
+        *s = S::unpack(l, *w, now);
+        n += 1;
+    }
+    let states = buf.get_mut(..n).unwrap_or_default();
+    let mut reported: Option<(usize, Verdict)> = None;
+    let mut all_allowed = true;
+    for (i, (s, l)) in states.iter_mut().zip(layouts).enumerate() {
+        let v = s.check(l, now, cost);
+        all_allowed &= v.outcome == Outcome::Allowed;
+        if reported.is_none_or(|(_, r)| strategy::reports_over(&v, &r)) {
+            reported = Some((i, v));
+        }
+    }
+    let spent = all_allowed && cost > 0;
+    let mut fresh_at = 0;
+    for ((s, l), w) in states.iter_mut().zip(layouts).zip(words.iter_mut()) {
+        if spent {
+            s.commit(l, now, cost);
+        }
+        let word = s.pack(l).min(!USED);
+        // A word that would read back rounded after a request that spent nothing is left as it
+        // was (as in the packed table).
+        if spent || !l.rounds_counts() || S::unpack(l, word, now) == *s {
+            *w = word;
+        }
+        fresh_at = fresh_at.max(s.fresh_at(l));
+    }
+    let (index, v) = reported.unwrap_or((0, Verdict::allowed(0, 0, 0)));
+    (index, v, fresh_at)
 }
 
 #[cfg(test)]

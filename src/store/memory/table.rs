@@ -16,6 +16,13 @@ pub(super) const SEGMENTS: usize = 64;
 /// Shards per segment map.
 const SHARDS_PER_SEGMENT: usize = 4;
 
+/// The segment of a key of hash `hash`: bits 49 to 54, which neither the maps' shard choice (the
+/// top bits, under the 7 of the table's tags) nor their buckets (the low bits) use.
+#[inline]
+pub(super) fn segment_of(hash: u64) -> usize {
+    (hash >> 49) as usize % SEGMENTS
+}
+
 /// What eviction sees of a held value at some time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Look {
@@ -138,10 +145,10 @@ pub(super) struct Table<K, V: Held> {
 
 impl<K: Hash + Eq, V: Held> Table<K, V> {
     pub(super) fn new(ctx: V::Ctx, route: RandomState) -> Self {
+        // The store's routing hasher in every map: a key's hash routes it to its segment and is
+        // the one its map finds it by ([`segment_of`] takes bits the maps do not use).
         let maps = (0..SEGMENTS)
-            .map(|_| {
-                DashMap::with_hasher_and_shard_amount(RandomState::default(), SHARDS_PER_SEGMENT)
-            })
+            .map(|_| DashMap::with_hasher_and_shard_amount(route, SHARDS_PER_SEGMENT))
             .collect();
         Self { maps, ctx, route }
     }
@@ -153,6 +160,17 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
     #[allow(clippy::indexing_slicing)]
     pub(super) fn segment(&self, i: usize) -> &DashMap<K, V, RandomState> {
         &self.maps[i]
+    }
+
+    /// The value of `key`, whose hash under the store's routing hasher is `hash`, under its
+    /// shard's read lock (the lock keeps the entry in place): the map's own lookup without hashing
+    /// the key again.
+    #[inline]
+    pub(super) fn find<R>(&self, hash: u64, key: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
+        let map = self.segment(segment_of(hash));
+        let shard = map.shards().get(map.determine_shard(hash as usize))?.read();
+        let (_, v) = shard.get(hash, |(k, _)| k == key)?;
+        Some(f(v.get()))
     }
 
     /// The capacity of every segment map, summed (tests).
@@ -284,5 +302,33 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
             self.drop_one(k, v, fresh, now, scan);
             false
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `find` reuses the store's hash for the map's own lookup: it must find what the map's API
+    /// inserted (a hash the maps compute otherwise would miss every key, silently: the insert path
+    /// would then answer, slower).
+    #[test]
+    fn a_key_inserted_through_the_map_is_found_by_the_routing_hash() {
+        let route = RandomState::default();
+        let rule =
+            crate::rule::Rule::parse(crate::strategy::Strategy::TokenBucket, "10/s").unwrap();
+        let packed = PackedRule::for_rule(&rule).unwrap();
+        let table: Table<u64, AtomicU64> = Table::new(packed, route);
+        for key in 0..10_000u64 {
+            let hash = route.hash_one(key);
+            table
+                .segment(segment_of(hash))
+                .insert(key, AtomicU64::new(key));
+        }
+        for key in 0..10_000u64 {
+            let found = table.find(route.hash_one(key), &key, |v| v.load(Ordering::Relaxed));
+            assert_eq!(found, Some(key));
+        }
+        assert_eq!(table.find(route.hash_one(10_000u64), &10_000, |_| ()), None);
     }
 }
