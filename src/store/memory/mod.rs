@@ -1428,9 +1428,9 @@ mod tests {
 
 #[cfg(test)]
 mod catch_up_tests {
-    //! Review r3: the catch-up sweep ([`MemoryStore::catch_up`]) runs in the thread that moved
-    //! the step deadline while other threads keep deciding; it reads every state as of `due`, the
-    //! gap's start, including states those threads wrote at `now`, after `due`.
+    //! The catch-up after a gap ([`MemoryStore::catch_up`]) sweeps in the paced steps while other
+    //! threads keep deciding; it reads every state as of `due`, the gap's start, including states
+    //! those threads wrote at `now`, after `due`.
     use super::*;
     use crate::strategy::Strategy;
 
