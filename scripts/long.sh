@@ -72,6 +72,11 @@ cargo deny --all-features check licenses bans sources
 # missing file; built in the checkout's target dir, so the dependencies are not built again.
 step "the packaged crate: cargo package, then its tests in the unpacked copy"
 cargo package --allow-dirty --no-verify
+# Every file the README links or shows (relative paths) is in the package.
+listed=$(cargo package --allow-dirty --list)
+for f in $(grep -oE '\]\([^)#:]+\)' README.md | sed -E 's/^\]\((.*)\)$/\1/' | sort -u); do
+  grep -qxF "$f" <<<"$listed" || { echo "README shows $f, which the package leaves out" >&2; exit 1; }
+done
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 root=$PWD
 unpacked=$(mktemp -d)
