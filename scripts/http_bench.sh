@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP benchmark (issue 5, BENCHMARKS.md "HTTP"): wrk against an axum hello world with no limiter,
+# HTTP benchmark (BENCHMARKS.md "HTTP"): wrk against an axum hello world with no limiter,
 # with a layer that does nothing (identity: what any Router::layer costs), with tollgate, with
 # tower_governor, and a static 429 handler; variants interleaved round by round, server and wrk
 # pinned to different cores; each result reported as a ratio to its reference (allow: to no limiter

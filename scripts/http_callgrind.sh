@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per HTTP request (issue 5, BENCHMARKS.md "HTTP"): the bench server
+# Instructions per HTTP request (BENCHMARKS.md "HTTP"): the bench server
 # (`tools/src/bin/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
 # (instructions after WARM + N requests - after WARM requests) / N, and the ratio to identity (allow)
 # or static429 (reject) when measured in the same run. Deterministic, unlike wrk (timers move a

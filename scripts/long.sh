@@ -27,19 +27,19 @@ cargo test --release --all-features -- --nocapture
 step "key churn at a cap of 100,000: floods of 20x to 60x the cap, new keys admitted and a spent key's budget kept"
 TOLLGATE_KEY_CAP=100000 cargo test --release --all-features --test core key_cap::after_ -- --nocapture
 
-step "Redis flood over HTTP: the server example (release) under wrk, 2000 connections x 5 s, every strategy, one and two instances (issue 12)"
+step "Redis flood over HTTP: the server example (release) under wrk, 2000 connections x 5 s, every strategy, one and two instances"
 CHECK=1 bash scripts/redis_http_flood.sh
 
 step "Fair shedding over HTTP: one key flooded by 2000 connections while 20 clients send 5 req/s each, 10 s, one and two instances"
 CHECK=1 BUILD=0 bash scripts/redis_fairness.sh
 
-step "time and numbers with overflow checks on (test profile), at the scaled case count (T-09, T-10)"
+step "time and numbers with overflow checks on (test profile), at the scaled case count"
 cargo test --all-features --test core time_and_numbers
 
-step "time and numbers with overflow checks off (release): debug and release must agree (T-10)"
+step "time and numbers with overflow checks off (release): debug and release must agree"
 cargo test --release --all-features --test core time_and_numbers
 
-step "key flood: $FLOOD_KEYS distinct keys, capped at 10^6 then uncapped, VmRSS printed (T-52)"
+step "key flood: $FLOOD_KEYS distinct keys, capped at 10^6 then uncapped, VmRSS printed"
 cargo run --release -p tollgate-tools --bin key_flood -- --keys "$FLOOD_KEYS"
 
 if [ "${FUZZ:-1}" = 1 ] && [ -f scripts/fuzz.sh ]; then
@@ -52,11 +52,11 @@ fi
 # The model checkers build the crate with a cfg of their own, in target dirs of their own so that the
 # normal build cache is kept. `--cfg tollgate_loom`, not `--cfg loom`: RUSTFLAGS reach every crate,
 # and tokio drops `tokio::net` under `cfg(loom)`, breaking the dev-dependencies.
-step "loom: every interleaving of 2 threads x 2 checks on one packed cell, 4 layouts (T-12)"
+step "loom: every interleaving of 2 threads x 2 checks on one packed cell, 4 layouts"
 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release --lib memory::model:: -- --nocapture
 
-step "shuttle: clock advancer + 2 consumers, 1000 random and 1000 PCT schedules per layout (T-12)"
+step "shuttle: clock advancer + 2 consumers, 1000 random and 1000 PCT schedules per layout"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
   cargo test --release --lib memory::model:: -- --nocapture
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12, point 1, over HTTP (BENCHMARKS.md "A flood over HTTP"): the `server` example, release
+# Over HTTP (BENCHMARKS.md "A flood over HTTP"): the `server` example, release
 # build, with its defaults (fail-open, 50 ms store timeout, key = peer IP: every wrk connection comes
 # from 127.0.0.1, so one key) and `--quota LIMIT/hour`, on one instance and on two instances sharing
 # one throw-away redis-server, flooded by wrk with CONNS connections for SECS seconds (two instances:

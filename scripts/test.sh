@@ -34,7 +34,7 @@ fi
 
 export RUST_BACKTRACE=1
 cargo test --all-features "$@"
-# Arithmetic must agree with overflow checks off too (T-10).
+# Arithmetic must agree with overflow checks off too.
 if [ -f tests/core/time_and_numbers.rs ]; then
   cargo test --release --all-features --test core time_and_numbers
 fi

@@ -392,7 +392,7 @@ pub fn forwarded(data: &[u8]) {
         got.ip
     );
 
-    // Prefix invariance (T-46): what the attacker sent sits left of what the proxies appended.
+    // Prefix invariance: what the attacker sent sits left of what the proxies appended.
     if matches!(
         stop,
         Stop::Untrusted | Stop::Garbage | Stop::Cap | Stop::UntrustedPeer

@@ -1,4 +1,4 @@
-//! Sliding window counter accuracy (T-03 (b), (c)): how far the counter is from the exact
+//! Sliding window counter accuracy: how far the counter is from the exact
 //! moving window on benign random traffic, and the adversarial two-burst trace that reaches `2N`.
 //!
 //! (c) Seeded deterministic Poisson traces (generator: SplitMix64 + inverse-CDF exponential gaps,
@@ -124,9 +124,7 @@ fn score(arrivals: &[u64]) -> Score {
 #[test]
 fn sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
     let span = 6 * 3600 * S;
-    eprintln!(
-        "T-03c sliding window counter vs exact moving window, 100/minute, 6 h of Poisson traffic"
-    );
+    eprintln!("sliding window counter vs exact moving window, 100/minute, 6 h of Poisson traffic");
     eprintln!(
         "{:>5} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9}",
         "rate",
@@ -175,7 +173,7 @@ fn sliding_counter_is_close_to_the_exact_log_on_poisson_traffic() {
     }
 }
 
-/// T-03 (b): an attacker who times two bursts gets `2N` through in one trailing window: 100 at the
+/// An attacker who times two bursts gets `2N` through in one trailing window: 100 at the
 /// last nanosecond of a bucket, then a burst `f * W` into the next. The hard bound is `2N`, reached as
 /// `f -> 1`; the exact moving window lets only `N` through on the same trace.
 #[test]
@@ -207,7 +205,5 @@ fn two_bursts_reach_but_never_pass_2n() {
             }
         }
     }
-    eprintln!(
-        "T-03b two bursts at f = 0.5, 0.9, 0.99, 1 - 2 ns/W: {reached:?} in one trailing minute"
-    );
+    eprintln!("two bursts at f = 0.5, 0.9, 0.99, 1 - 2 ns/W: {reached:?} in one trailing minute");
 }

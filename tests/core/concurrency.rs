@@ -1,18 +1,18 @@
-//! In-memory concurrency (T-11, T-13, T-14; issue 6 item 1), on a `ManualClock`.
+//! In-memory concurrency, on a `ManualClock`.
 //!
-//! - T-11: one key, limit 1000, clock frozen, 2 threads and 8 threads hammering it: exactly 1000
+//! - One key, limit 1000, clock frozen, 2 threads and 8 threads hammering it: exactly 1000
 //!   admitted for every strategy and for a several-quota rule (and `cost x admitted` consumed).
 //!   Huge quotas under 2 threads (governor #203/#207).
-//! - T-13: a sweeper calling `limiter.sweep()` in a tight loop while 2 threads hammer 1000 keys,
+//! - A sweeper calling `limiter.sweep()` in a tight loop while 2 threads hammer 1000 keys,
 //!   across phases where the clock jumps by one horizon (so half the keys go idle and get evicted
 //!   while the others are live): every key admits exactly its limit in every phase it is used (no
 //!   live key reset), no deadlock (watchdog), nothing left after the last horizon.
-//! - T-14: key A hammered at 100x its limit while key B sends exactly its limit: B admits all.
+//! - Key A hammered at 100x its limit while key B sends exactly its limit: B admits all.
 //!
 //! Sizes: by default 2 threads x 50,000 and 8 threads x 12,500 attempts per strategy (a debug build
 //! on 2 shared cores). `TOLLGATE_SCALE=10` (or more) runs the issue's full sizes: 2 x 5*10^5 and
 //! 8 x 5*10^5 attempts (use `--release`: `TOLLGATE_SCALE=10 cargo test --release --all-features
-//! --test core concurrency`). `TOLLGATE_SCALE` also multiplies the phases of T-13.
+//! --test core concurrency`). `TOLLGATE_SCALE` also multiplies the phases of the sweeper test.
 
 use crate::oracle;
 
@@ -152,7 +152,7 @@ fn huge_quotas_under_two_threads() {
     }
 }
 
-/// T-13: see the module docs. Keys `0..1000`; even keys are hammered in every phase, odd keys only
+/// See the module docs. Keys `0..1000`; even keys are hammered in every phase, odd keys only
 /// in even phases, so in odd phases the odd keys are idle and the sweeper evicts them while the
 /// even keys are live and hammered.
 #[test]

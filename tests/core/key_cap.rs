@@ -1,4 +1,4 @@
-//! The key cap without amnesia (issue 17, points 1, 2 and 5), through the public `RateLimiter` API
+//! The key cap without amnesia, through the public `RateLimiter` API
 //! on a `ManualClock`:
 //!
 //! - a flood of 10x the cap of new keys gives a key that spent 9 of 10 at most its 1 left, for

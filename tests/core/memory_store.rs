@@ -1,13 +1,12 @@
-//! The memory store under floods and idleness (T-52, T-53, T-54 at PR scale; issue 6
-//! item 2), through the public `RateLimiter` API on a `ManualClock`.
+//! The memory store under floods and idleness (at PR scale), through the public `RateLimiter` API on a `ManualClock`.
 //!
-//! - T-52: a flood of 10^5 distinct keys (PR scale; `TOLLGATE_SCALE=100` gives the 10^7 of the
+//! - A flood of 10^5 distinct keys (PR scale; `TOLLGATE_SCALE=100` gives the 10^7 of the
 //!   longer tier) against a store capped at 1000 keys: `len()` never passes the cap plus the number
 //!   of inserting threads; a key blocked before the flood is still blocked after it; when every held
 //!   key is blocked, new keys share the overflow quota and no held key is reset.
-//! - T-53: idle keys vanish after their horizon with only other traffic (no sweep call), and after
+//! - Idle keys vanish after their horizon with only other traffic (no sweep call), and after
 //!   `sweep()`; never one nanosecond early.
-//! - T-54: the moving window's limit is capped (typed error above `MAX_MOVING_WINDOW_LIMIT`); a
+//! - The moving window's limit is capped (typed error above `MAX_MOVING_WINDOW_LIMIT`); a
 //!   70,000/day moving window stays O(1) per request (compared loosely with a 10/day one: no timing
 //!   bound of its own).
 

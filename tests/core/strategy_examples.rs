@@ -1,5 +1,5 @@
-//! The worked examples of the core-engine issue (issue 2), exactly, through the public
-//! `RateLimiter` API on a `ManualClock` (T-02, T-01, T-03, T-04, T-05).
+//! The worked examples of the core-engine issue, exactly, through the public
+//! `RateLimiter` API on a `ManualClock`.
 //!
 //! "Previous" and "current" bucket counts are set up by driving real requests into earlier buckets.
 //! Run: `cargo test --all-features --test core strategy_examples` (no scaling: fixed examples).

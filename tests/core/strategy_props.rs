@@ -1,12 +1,12 @@
-//! Properties of every strategy against brute-force oracles (T-01..T-07), through the
+//! Properties of every strategy against brute-force oracles, through the
 //! public `RateLimiter` API on a `ManualClock`.
 //!
-//! - T-01 moving window, T-02 fixed window (both alignments), T-03a sliding window counter,
-//!   T-04 token bucket (GCRA), T-05 leaky bucket: every decision (outcome, limit, remaining,
+//! - The moving window, the fixed window (both alignments), the sliding window counter,
+//!   the token bucket (GCRA), the leaky bucket: every decision (outcome, limit, remaining,
 //!   reset_after, retry_after) equals the oracle of `tests/support/oracle.rs`, and the hard bound holds.
-//! - T-05 differential: the leaky-bucket meter decides exactly as the token bucket.
+//! - Differential: the leaky-bucket meter decides exactly as the token bucket.
 //! - GCRA differential against `governor` (see `gcra_equals_governor` for the conventions).
-//! - T-06 several quotas are all-or-nothing; T-07 remaining / reset_after / retry_after are true,
+//! - Several quotas are all-or-nothing; remaining / reset_after / retry_after are true,
 //!   probed on fresh limiters that replay the trace.
 //!
 //! Scaling: `PROPTEST_CASES` (default 256) and `TOLLGATE_SCALE` (default 1; multiplies the 200 steps
@@ -201,37 +201,37 @@ fn equals_oracle(
 proptest! {
     #![proptest_config(config(REGRESSIONS))]
 
-    /// T-01: moving window == brute-force sum over the log; <= N in every trailing window.
+    /// Moving window == brute-force sum over the log; <= N in every trailing window.
     #[test]
     fn moving_window_equals_oracle((q, start, trace) in arb_case(Strategy::MovingWindow, 200, max_steps())) {
         equals_oracle(Strategy::MovingWindow, q, start, &trace)?;
     }
 
-    /// T-02: clock-aligned fixed window == oracle; <= N per window, <= 2N per trailing window.
+    /// Clock-aligned fixed window == oracle; <= N per window, <= 2N per trailing window.
     #[test]
     fn fixed_window_aligned_equals_oracle((q, start, trace) in arb_case(Strategy::FixedWindow, 200, max_steps())) {
         equals_oracle(Strategy::FixedWindow, q, start, &trace)?;
     }
 
-    /// T-02: first-hit fixed window == oracle; <= N per window, <= 2N per trailing window.
+    /// First-hit fixed window == oracle; <= N per window, <= 2N per trailing window.
     #[test]
     fn fixed_window_first_hit_equals_oracle((q, start, trace) in arb_case(Strategy::FixedWindowFirstHit, 200, max_steps())) {
         equals_oracle(Strategy::FixedWindowFirstHit, q, start, &trace)?;
     }
 
-    /// T-03a: sliding window counter == the integer formula; <= 2N in every trailing window.
+    /// Sliding window counter == the integer formula; <= 2N in every trailing window.
     #[test]
     fn sliding_window_equals_formula((q, start, trace) in arb_case(Strategy::SlidingWindow, 200, max_steps())) {
         equals_oracle(Strategy::SlidingWindow, q, start, &trace)?;
     }
 
-    /// T-04 (1), (2): GCRA == the continuous-state bucket; <= B + floor(L/T) in every interval.
+    /// GCRA == the continuous-state bucket; <= B + floor(L/T) in every interval.
     #[test]
     fn token_bucket_equals_oracle((q, start, trace) in arb_case(Strategy::TokenBucket, 200, max_steps())) {
         equals_oracle(Strategy::TokenBucket, q, start, &trace)?;
     }
 
-    /// T-05: the leaky-bucket meter == the same oracle, and == the token bucket decision by decision.
+    /// The leaky-bucket meter == the same oracle, and == the token bucket decision by decision.
     #[test]
     fn leaky_bucket_equals_token_bucket((q, start, trace) in arb_case(Strategy::LeakyBucket, 200, max_steps())) {
         let (admitted, leaky) = run(Strategy::LeakyBucket, &[q], start, &trace)?;
@@ -240,7 +240,7 @@ proptest! {
         prop_assert_eq!(leaky, token);
     }
 
-    /// T-04 (3), (5): after an idle gap >= (B+1)T exactly B unit requests pass (governor #107/#249);
+    /// After an idle gap >= (B+1)T exactly B unit requests pass (governor #107/#249);
     /// cost B is admissible after a full refill and B+1 never is.
     #[test]
     fn exactly_burst_after_idle_gap(
@@ -272,7 +272,7 @@ proptest! {
         }
     }
 
-    /// T-06: several quotas are all-or-nothing: decisions equal "all oracles admit" (each oracle
+    /// Several quotas are all-or-nothing: decisions equal "all oracles admit" (each oracle
     /// only records what every quota admitted), the reported quota follows the guide, and each
     /// quota keeps its own bound.
     #[test]
@@ -290,7 +290,7 @@ proptest! {
         }
     }
 
-    /// T-06 on "5/second; 100/minute" with dense random traffic.
+    /// Several quotas on "5/second; 100/minute" with dense random traffic.
     #[test]
     fn five_per_second_and_hundred_per_minute(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
@@ -301,10 +301,10 @@ proptest! {
         run(strategy, &quotas, start, &trace)?;
     }
 
-    /// T-07: remaining, reset_after and retry_after are true statements, probed on fresh limiters
+    /// Remaining, reset_after and retry_after are true statements, probed on fresh limiters
     /// that replay the trace up to the probed decision: exactly `remaining` unit requests pass at the
     /// same instant; at `now + reset_after` remaining == limit and not 1 ns earlier; a rejected cost
-    /// passes exactly at `now + retry_after` and not 1 ns earlier (T-04 (4) for every strategy).
+    /// passes exactly at `now + retry_after` and not 1 ns earlier (for every strategy).
     #[test]
     fn headers_are_true(
         (strategy, q, start, trace) in prop::sample::select(Strategy::ALL.to_vec())

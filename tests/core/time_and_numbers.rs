@@ -1,12 +1,12 @@
-//! Time anomalies and number extremes (T-08, T-09, T-10; issue 6 item 5), through the
+//! Time anomalies and number extremes, through the
 //! public `RateLimiter` API on a `ManualClock`.
 //!
-//! - T-08: degenerate and extreme quotas (1/366d, 10^9/second, u32::MAX/ms: a typed error for the
+//! - Degenerate and extreme quotas (1/366d, 10^9/second, u32::MAX/ms: a typed error for the
 //!   buckets), costs 0, 1, == capacity, > capacity.
-//! - T-09: time standing still, stepping back (never more admissions than holding time still;
+//! - Time standing still, stepping back (never more admissions than holding time still;
 //!   retry_after and reset_after never beyond the horizon), jumping forward by years and to the end
 //!   of `u64` nanoseconds (year 2554).
-//! - T-10: full-range `u64` times, `u32` limits, costs and bursts, periods up to `MAX_PERIOD`: no
+//! - Full-range `u64` times, `u32` limits, costs and bursts, periods up to `MAX_PERIOD`: no
 //!   panic. The test profile has `overflow-checks = true`, so a debug run without panic proves that no
 //!   arithmetic wrapped on these inputs, hence a release build computes the same results. Also run:
 //!   `cargo test --release --all-features --test core time_and_numbers`.
@@ -63,7 +63,7 @@ fn bound_holds(strategy: Strategy, quota: &Quota, admitted: &[(u64, u64)]) -> Re
 }
 
 // ---------------------------------------------------------------------------------------------
-// T-08: degenerate and extreme quotas.
+// Degenerate and extreme quotas.
 
 #[test]
 fn one_per_366_days() {
@@ -216,7 +216,7 @@ fn limit_one_admits() {
     }
 }
 
-/// Extreme quotas for T-08/T-10: limits 1, 2, u32::MAX and random; periods from 1 ns to MAX_PERIOD.
+/// Extreme quotas: limits 1, 2, u32::MAX and random; periods from 1 ns to MAX_PERIOD.
 fn arb_extreme_quota() -> impl proptest::strategy::Strategy<Value = Quota> {
     let max_period = u64::try_from(MAX_PERIOD.as_nanos()).expect("fits");
     let limit = prop_oneof![
@@ -264,7 +264,7 @@ fn arb_cost(cap: u64) -> impl proptest::strategy::Strategy<Value = u32> {
 proptest! {
     #![proptest_config(config(REGRESSIONS))]
 
-    /// T-08 / T-10: any quota the constructors accept, costs 0, 1, == capacity, > capacity, u32::MAX,
+    /// Any quota the constructors accept, costs 0, 1, == capacity, > capacity, u32::MAX,
     /// at full-range times in any order: no panic, or a typed error at build time; cost 0 is free;
     /// a cost above the capacity is `Exceeds`; what is admitted fits the capacity; remaining <= limit;
     /// waits never beyond the horizon.
@@ -313,7 +313,7 @@ proptest! {
         }
     }
 
-    /// The quota notation on arbitrary text (T-56 item 2 as a proptest): no panic, a typed error
+    /// The quota notation on arbitrary text (as a proptest): no panic, a typed error
     /// with a position inside the input; several quotas likewise.
     #[test]
     fn quota_parser_never_panics(text in "\\PC{0,40}|[0-9 ]{0,12}(/| per )[0-9 ]{0,6}[a-zµ ]{0,9}") {
@@ -338,7 +338,7 @@ proptest! {
         prop_assert_eq!((back.limit(), back.period()), (quota.limit(), quota.period()));
     }
 
-    /// T-09: time standing still: exactly the capacity passes at one instant, whatever the instant.
+    /// Time standing still: exactly the capacity passes at one instant, whatever the instant.
     #[test]
     fn time_standing_still(
         strategy in prop::sample::select(Strategy::ALL.to_vec()),
@@ -352,7 +352,7 @@ proptest! {
         prop_assert_eq!(admitted as u64, capacity(strategy, &quota), "{} at {}", strategy, at);
     }
 
-    /// T-09: steps back by 1 ns, 1 ms, 1 s, 1 h (or more) in the middle of traces never admit more
+    /// Steps back by 1 ns, 1 ms, 1 s, 1 h (or more) in the middle of traces never admit more
     /// than the same trace with time held still at its maximum (unit costs), and waits stay within
     /// the horizon (JSONbored/loopover #5855 reported minutes after a 0.5 s step back).
     #[test]
@@ -395,7 +395,7 @@ proptest! {
         prop_assert!(admitted_a <= admitted_b, "{}: stepping back admitted {} > held {}", strategy, admitted_a, admitted_b);
     }
 
-    /// T-09: near the end of `u64` nanoseconds (year 2554) every bound still holds: no saturation
+    /// Near the end of `u64` nanoseconds (year 2554) every bound still holds: no saturation
     /// that expires entries early or lets a bucket refill for free.
     #[test]
     fn end_of_time_keeps_the_bounds(

@@ -111,7 +111,7 @@ async fn server_refuses_bad_flags_with_exit_code_2() {
         );
     }
     // Without the Redis store in this build: a clear error and exit code 2. With it, an
-    // unreachable Redis is not a start-up error (issue 12; tests/redis/redis_server.rs).
+    // unreachable Redis is not a start-up error (tests/redis/redis_server.rs).
     if cfg!(not(feature = "redis")) {
         let (code, stdout, stderr) =
             refused(&["--addr", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"]).await;
@@ -375,7 +375,7 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
-/// Issue 6 item 2 from outside (T-52, PR scale): `server --max-keys 2000` behind a trusted
+/// From outside (PR scale): `server --max-keys 2000` behind a trusted
 /// loopback proxy receives 20,000 distinct client IPs (forged `X-Forwarded-For` from the trusted
 /// peer). A client blocked before the flood is still blocked after it, and the server's resident
 /// memory after the second half of the flood is not materially above its level after the first half
@@ -468,7 +468,7 @@ async fn server_key_flood_of_20000_ips_keeps_the_cap_and_the_block() {
     server.stop_with("-TERM").await;
 }
 
-/// Issue 17 from outside: `server --max-keys 2` behind a trusted loopback proxy, 40 distinct client
+/// `server --max-keys 2` behind a trusted loopback proxy, 40 distinct client
 /// IPs at 5/minute: every one gets in (a key with room is evicted, nearest a new key's state first,
 /// and its spent quota kept in the sketch; nothing goes to the overflow quota), and a returning
 /// client comes back as spent as it left.

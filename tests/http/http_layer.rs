@@ -75,7 +75,7 @@ fn assert_headers_match(res: &Resp, d: &Decision, what: &str) {
     }
 }
 
-/// T-39, T-41 and the guide's formulas: every strategy, header values on allowed and rejected
+/// Every strategy, header values on allowed and rejected
 /// responses equal the decision of a mirror limiter, the table's values hold for the exact
 /// strategies, and advancing the clock by Retry-After gets the next request in.
 #[tokio::test]
@@ -175,7 +175,7 @@ async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
             3,
             "{strategy}: inner not called on 429"
         );
-        // T-40: one second short is still rejected (waits of 2 s and more), the wait admits.
+        // One second short is still rejected (waits of 2 s and more), the wait admits.
         if retry >= 2 {
             clock.advance(Duration::from_secs(retry - 1));
             let res = client.get(&url).await;
@@ -198,7 +198,7 @@ async fn headers_on_allowed_and_rejected_responses_for_every_strategy() {
     }
 }
 
-/// T-41: the reported quota is the binding one; Unix reset; IETF fields; headers off; an inner
+/// The reported quota is the binding one; Unix reset; IETF fields; headers off; an inner
 /// service's own x-ratelimit-* fields are replaced, never duplicated.
 #[tokio::test]
 async fn header_options() {
@@ -390,7 +390,7 @@ async fn forwarded_headers_count_only_through_trusted_proxies() {
     server.stop().await;
 }
 
-/// T-42: no usable key gets the configured answer: 400 text/plain by default, or the fallback key.
+/// No usable key gets the configured answer: 400 text/plain by default, or the fallback key.
 #[tokio::test]
 async fn missing_keys_get_the_configured_answer() {
     let clock = ManualClock::new(T0);
@@ -480,7 +480,7 @@ async fn two_hundred_concurrent_requests_admit_exactly_fifty() {
     server.stop().await;
 }
 
-/// T-45: two stacked layers on one limiter (route and router level) count a request once; a
+/// Two stacked layers on one limiter (route and router level) count a request once; a
 /// request rejected by the outer layer consumes nothing in an inner one.
 #[tokio::test]
 async fn stacked_layers_never_count_one_request_twice() {

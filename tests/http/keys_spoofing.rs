@@ -1,4 +1,4 @@
-//! Key extraction and spoofing (catalogue G: T-46..T-51, issue 6 item 3).
+//! Key extraction and spoofing.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -84,7 +84,7 @@ fn forwarded_table() {
     }
 }
 
-/// T-47: only the configured header is read; the others never are.
+/// Only the configured header is read; the others never are.
 #[test]
 fn one_source_of_truth() {
     let peer = ip("10.0.0.1");
@@ -114,7 +114,7 @@ fn one_source_of_truth() {
     );
 }
 
-/// T-48: IPv6 prefixes and mapped IPv4.
+/// IPv6 prefixes and mapped IPv4.
 #[test]
 fn ipv6_prefixes_and_mapped_ipv4() {
     let key = |s: &str| PeerIp::default().extract(&parts(ip(s), &[])).unwrap();
@@ -162,7 +162,7 @@ fn ip_v6(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
 }
 
-/// T-49: malformed, control and non-UTF-8 bytes in every header an extractor reads.
+/// Malformed, control and non-UTF-8 bytes in every header an extractor reads.
 #[test]
 fn malformed_values_follow_the_documented_rule() {
     let peer = ip("10.0.0.1");
@@ -205,7 +205,7 @@ fn malformed_values_follow_the_documented_rule() {
     assert!(proxies().extract(&no_peer).is_err());
 }
 
-/// T-50: a 1 MiB X-Forwarded-For of 10^5 entries is walked over at most 64 entries, with the
+/// A 1 MiB X-Forwarded-For of 10^5 entries is walked over at most 64 entries, with the
 /// right answer; a 64 KiB API key becomes a fixed-size key.
 #[test]
 fn oversized_headers_take_bounded_work() {
@@ -252,7 +252,7 @@ impl tollgate::store::StoreKey for User {
     }
 }
 
-/// T-51: IP + username, normalised, length-prefixed, fixed-size for huge names.
+/// IP + username, normalised, length-prefixed, fixed-size for huge names.
 #[test]
 fn composite_ip_and_username() {
     let x = (PeerIp::default(), ExtensionKey::<User>::new());
@@ -333,7 +333,7 @@ fn lines(entries: &[String], cuts: &[usize]) -> Vec<String> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
 
-    /// T-46: key(P ++ S) == key(S) for any attacker prefix P and the suffix S trusted proxies
+    /// Key(P ++ S) == key(S) for any attacker prefix P and the suffix S trusted proxies
     /// append (client then hops), in both list headers and any split into field lines; and from an
     /// untrusted peer, key(any headers) == key(no headers).
     #[test]

@@ -1,4 +1,4 @@
-//! Misconfiguration is loud, once (issue 6 item 7), store failures warn at most about once a
+//! Misconfiguration is loud, once, store failures warn at most about once a
 //! second, and `tracing` events name the key only when configured.
 
 use std::convert::Infallible;

@@ -325,7 +325,7 @@ impl<K> Store<K> for DownStore {
     }
 }
 
-/// T-43: fail-open passes carry no rate-limit headers and are counted; fail-closed answers 503
+/// Fail-open passes carry no rate-limit headers and are counted; fail-closed answers 503
 /// without calling the inner service.
 #[tokio::test]
 async fn store_failures_follow_the_policy() {
@@ -407,7 +407,7 @@ async fn pacing_mode_waits_for_a_slot_then_rejects() {
     assert_eq!(layer.waiting(), 0);
 }
 
-/// T-44: 10^4 waiting requests, half cancelled: waits stay within the maximum, cancelled waiters
+/// 10^4 waiting requests, half cancelled: waits stay within the maximum, cancelled waiters
 /// free their slot, and no waiter is left behind.
 #[tokio::test(start_paused = true)]
 async fn cancelled_waiters_give_their_place_back() {
@@ -504,7 +504,7 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// T-40: for every strategy and costs up to the limit, after some traffic: waiting exactly
+    /// For every strategy and costs up to the limit, after some traffic: waiting exactly
     /// Retry-After admits a request of the same cost; one second less does not (waits >= 2 s).
     #[test]
     fn retry_after_is_sufficient_and_tight(
@@ -553,7 +553,7 @@ proptest! {
         })?;
     }
 
-    /// Issue 6 item 3: arbitrary requests (methods, paths, header names and bytes, peers) never
+    /// Arbitrary requests (methods, paths, header names and bytes, peers) never
     /// make the layer panic; every answer is 200, 400 or 429.
     #[test]
     fn arbitrary_requests_never_panic(

@@ -1,4 +1,4 @@
-//! The `login` example (catalogue J: T-57..T-60), over real HTTP with a `ManualClock`, and its
+//! The `login` example, over real HTTP with a `ManualClock`, and its
 //! pacing on tokio's paused clock.
 
 use crate::support;
@@ -68,7 +68,7 @@ fn ip_n(i: usize) -> String {
     format!("203.0.{}.{}", i / 250, i % 250 + 1)
 }
 
-/// T-57: 100 IPs, one wrong password each, against one account: throttled after 20 whatever the
+/// 100 IPs, one wrong password each, against one account: throttled after 20 whatever the
 /// IPs (≤ 100 consecutive failures, NIST).
 #[tokio::test]
 async fn the_account_is_throttled_across_ips() {
@@ -104,7 +104,7 @@ async fn the_account_is_throttled_across_ips() {
     app.server.stop().await;
 }
 
-/// T-58: one IP, 200 usernames: blocked after the per-IP daily quota of 100.
+/// One IP, 200 usernames: blocked after the per-IP daily quota of 100.
 #[tokio::test]
 async fn password_spraying_from_one_ip_is_blocked() {
     let clock = ManualClock::new(T0);
@@ -133,7 +133,7 @@ async fn password_spraying_from_one_ip_is_blocked() {
     app.server.stop().await;
 }
 
-/// T-59: successes do not consume the failure quotas, and reset the IP + username counter; the
+/// Successes do not consume the failure quotas, and reset the IP + username counter; the
 /// page shows the attempts left.
 #[tokio::test]
 async fn only_failures_count() {
@@ -182,7 +182,7 @@ async fn only_failures_count() {
     app.server.stop().await;
 }
 
-/// T-60: unknown and known usernames get the same answers (status, body, rate-limit headers) and
+/// Unknown and known usernames get the same answers (status, body, rate-limit headers) and
 /// the same throttling; the owner still gets in from another IP, and after the documented delay
 /// even while the account is throttled.
 #[tokio::test]

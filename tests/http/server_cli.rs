@@ -328,7 +328,7 @@ async fn flags_without_effect_warn_once_on_stderr_and_the_server_runs() {
     }
 
     // `--max-keys` with a Redis store warns before the store is even reached (an unreachable
-    // Redis does not stop the start, issue 12; without the Redis store in the build, exit 2).
+    // Redis does not stop the start; without the Redis store in the build, exit 2).
     let redis = format!("redis://127.0.0.1:{}", closed_port());
     let args = [
         "--addr",
@@ -405,7 +405,7 @@ async fn a_redis_start_error_never_prints_the_password() {
         format!("redis+cluster://alice:hunter2-secret@127.0.0.1:{port},127.0.0.1:{port}"),
         format!("ftp://alice:hunter2-secret@127.0.0.1:{port}"),
     ];
-    // Issue 12: an unreachable Redis is not a start-up error (the server starts, answers by its
+    // An unreachable Redis is not a start-up error (the server starts, answers by its
     // failure policy and connects in the background): what it prints must not carry the password
     // either. Without the Redis store in the build, a configuration error (2).
     for url in &urls {

@@ -1,4 +1,4 @@
-//! Quota leasing on the Redis store (issue 13): two and four stores on one real `redis-server`,
+//! Quota leasing on the Redis store: two and four stores on one real `redis-server`,
 //! on a test clock sent to the scripts, so windows and lease lives are exact. The bounds: never
 //! more than the strategy admits, the global state exact once leases are back, under-admission
 //! no more than the leases held elsewhere; a dying instance, Redis down during a lease, one fetch

@@ -1,6 +1,5 @@
 //! The Redis store on a local 3-master Cluster: keys spread over slots, one slot per logical key,
-//! exact counts, no CROSSSLOT, and scripts that work on nodes that never saw them (T-22, T-33,
-//! T-34). One Cluster for the whole binary's single test, to keep the suite short.
+//! exact counts, no CROSSSLOT, and scripts that work on nodes that never saw them. One Cluster for the whole binary's single test, to keep the suite short.
 
 use crate::redis_support;
 
@@ -25,7 +24,7 @@ fn cluster_spreads_keys_and_stays_exact() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // T-34: scripts were never loaded; flush them everywhere so the first calls hit NOSCRIPT.
+        // Scripts were never loaded; flush them everywhere so the first calls hit NOSCRIPT.
         let store = RedisStore::builder(cluster.url())
             .timeout(Duration::from_secs(2))
             .build()
@@ -34,7 +33,7 @@ fn cluster_spreads_keys_and_stays_exact() {
         for n in &cluster.nodes {
             assert_eq!(n.cli(&["SCRIPT", "FLUSH"]), "OK");
         }
-        // T-22 / T-33: keys with braces, separators and long bytes; every strategy (the moving
+        // Keys with braces, separators and long bytes; every strategy (the moving
         // window with two quotas touches two Redis keys: same slot, no CROSSSLOT).
         let mut masters = HashSet::new();
         for (i, strategy) in Strategy::ALL.iter().cycle().take(300).enumerate() {
@@ -137,7 +136,7 @@ pub(crate) fn slot_of(key: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(b)) % 16384
 }
 
-/// T-35 (PR variant): 100 slots move from one master to another with
+/// 100 slots move from one master to another with
 /// `redis-cli --cluster reshard` while 8 keys living in those slots are hammered by 16 tasks. No
 /// error reaches the caller (MOVED / ASK / TRYAGAIN are retried inside the client) and every key
 /// admits exactly its limit.
@@ -273,7 +272,7 @@ fn resharding_100_slots_under_load_stays_exact() {
         );
         let counts: Vec<u64> = admitted.iter().map(|a| a.load(Ordering::Relaxed)).collect();
         eprintln!(
-            "T-35: reshard of 100 slots took {took:?} with {during} decisions during it; \
+            "reshard of 100 slots took {took:?} with {during} decisions during it; \
              {} decisions in all; slowest decision {} ms; admitted per key {counts:?}",
             attempts.load(Ordering::Relaxed),
             slowest_us.load(Ordering::Relaxed) / 1000

@@ -1,4 +1,4 @@
-//! Issue 12, "Bad input and faults": a Cluster failover under a flood. Three masters with a replica
+//! A Cluster failover under a flood. Three masters with a replica
 //! each (node timeout 1 s); a flood of concurrent checks on one hot key and on fresh keys of every
 //! slot, with the store's defaults (50 ms timeout) and no block cache (every check of the hot key
 //! reaches Redis). The hot key's master fails over twice: first by `CLUSTER FAILOVER` on its

@@ -1,4 +1,4 @@
-//! Issue 12, point 2 (degraded mode): during an outage the store decides with a local limiter of the
+//! Degraded mode: during an outage the store decides with a local limiter of the
 //! same rule, its limit divided by the instances; keys known blocked stay blocked; the circuit
 //! breaker opens after consecutive failures, so a dead or hung Redis costs no timeout per call,
 //! and probes until Redis is back. Each test on its own server.

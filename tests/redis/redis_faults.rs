@@ -1,4 +1,4 @@
-//! Redis faults (catalogue D, T-36 short variant): kill -9 and restart, a hung server (SIGSTOP,
+//! Redis faults: kill -9 and restart, a hung server (SIGSTOP,
 //! CLIENT PAUSE), SCRIPT FLUSH mid-run, out of memory, a wrong value type, a Cluster master killed
 //! and restarted. Run one at a time (a process-wide lock), each on its own server(s), with the
 //! store's default 50 ms timeout.
@@ -509,7 +509,7 @@ fn an_indeterminate_failure_is_never_replayed() {
     });
 }
 
-/// T-23: a restart of a Redis without persistence (`--save '' --appendonly no`) forgets
+/// A restart of a Redis without persistence (`--save '' --appendonly no`) forgets
 /// every counter, so a key may be admitted up to N more times per restart (documented bound), and
 /// never more; after the reconnect no call errors.
 #[test]
@@ -566,7 +566,7 @@ fn restart_without_persistence_over_admits_at_most_n() {
             after += u32::from(d.is_allowed());
         }
         eprintln!(
-            "T-23: first decision {took:?} after PING; admitted after the restart {after} (N = {N})"
+            "first decision {took:?} after PING; admitted after the restart {after} (N = {N})"
         );
         assert!(after <= N, "over-admission {after} > N after one restart");
         assert_eq!(
@@ -587,7 +587,7 @@ fn redis_cli_auth(port: u16, password: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// T-30 (credentials): a wrong or missing password is a store error at connect time, and
+/// A wrong or missing password is a store error at connect time, and
 /// a password changed under a running store (its connections killed, the reconnect refused) makes
 /// every decision a store error (no panic, within the timeout); behind the layer, fail-closed
 /// answers 503 and never admits.
@@ -614,7 +614,7 @@ fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
                 Err(tollgate::BuildError::Store(e)) => e,
                 other => panic!("a refused password is a store error: {other:?}"),
             };
-            eprintln!("T-30: connect with a bad password: {:?}: {e}", e.kind());
+            eprintln!("connect with a bad password: {:?}: {e}", e.kind());
             // Bug fixed: the message used to quote the URL with its password.
             assert!(
                 !e.message().contains("wrong"),
@@ -680,10 +680,7 @@ fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
             assert!(start.elapsed() <= TIMEOUT + SLACK, "{:?}", start.elapsed());
             kinds.push(e.kind());
         }
-        eprintln!(
-            "T-30: error kinds after the password change: {:?}",
-            kinds[0]
-        );
+        eprintln!("error kinds after the password change: {:?}", kinds[0]);
         assert_eq!(
             calls.load(Ordering::SeqCst),
             before,
@@ -693,7 +690,7 @@ fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
     });
 }
 
-/// T-32 (PR variant, 5 s) and T-43 against a real failure, over HTTP: Redis is killed
+/// A real failure over HTTP (5 s at PR scale): Redis is killed
 /// for 5 s under ~100 requests/s through two axum apps sharing one Redis-backed limiter (fail-open
 /// and fail-closed). Fail-open answers 200 without `x-ratelimit-*` headers, fail-closed 503, every
 /// response within the timeout + slack; the store's warning is logged at most once per second; the
@@ -798,7 +795,7 @@ fn redis_down_five_seconds_over_http() {
     let open_warnings = text.matches("failing open").count();
     let closed_warnings = text.matches("failing closed").count();
     eprintln!(
-        "T-32/T-43: Redis down 5 s: {open_n} fail-open + {closed_n} fail-closed responses; \
+        "Redis down 5 s: {open_n} fail-open + {closed_n} fail-closed responses; \
          store_errors {} fail_open {}; store warnings {store_warnings}, WARN lines {all_warnings}; \
          first limited response {took:?} after PING",
         stats.store_errors, stats.fail_open

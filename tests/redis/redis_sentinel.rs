@@ -1,4 +1,4 @@
-//! Issue 12, point 3 (Sentinel): `redis+sentinel://HOST:PORT/SERVICE` and `rediss+sentinel://...`
+//! Sentinel: `redis+sentinel://HOST:PORT/SERVICE` and `rediss+sentinel://...`
 //! against a primary, a replica and a sentinel made at test time, each with a failover (the primary
 //! killed; over TLS, a failover ordered from the sentinel): the store follows the new primary
 //! without a restart, and what was replicated before the failover still counts.
@@ -133,7 +133,7 @@ fn tls_args(dir: &std::path::Path, tls_port: u16) -> Vec<String> {
     .to_vec()
 }
 
-/// Issue 12, point 3: `rediss+sentinel://` (TLS to the sentinel and to the primary, the test's own
+/// `rediss+sentinel://` (TLS to the sentinel and to the primary, the test's own
 /// CA) against a primary, a replica and a sentinel that speak only TLS to each other, with a
 /// failover ordered by `SENTINEL FAILOVER` (the old primary is demoted, not killed: the store's
 /// connection to it answers `READONLY` until the store asks the sentinel again). Counts replicated

@@ -1,5 +1,5 @@
 //! The `server` example on the Redis store: two processes share one Redis, so together they admit
-//! exactly the limit (issue 4: "two server processes sharing one Redis").
+//! exactly the limit.
 
 use crate::redis_support;
 use crate::support as http_support;
@@ -108,7 +108,7 @@ async fn two_server_processes_share_one_limit_through_redis() {
     let _ = b.kill().await;
 }
 
-/// Issue 12, start-up: a server whose Redis is down starts anyway, answers by its failure policy
+/// Start-up: a server whose Redis is down starts anyway, answers by its failure policy
 /// (503 when fail-closed), and limits normally within 2 s of Redis accepting connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_starts_without_redis_and_limits_once_redis_is_up() {
@@ -203,11 +203,11 @@ async fn server_with_a_wrong_redis_password_exits_1_without_printing_it() {
     assert!(stderr.contains(":***@"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
     assert!(!stderr.contains("the-right-one"), "{stderr}");
-    // Issue 12: the server's own words, at once (it used to look like a connect timeout).
+    // The server's own words, at once (it used to look like a connect timeout).
     assert!(stderr.contains("WRONGPASS"), "{stderr}");
 }
 
-/// Issue 12, degraded mode through the server: `--fail-mode local --instances 2` with Redis down
+/// Degraded mode through the server: `--fail-mode local --instances 2` with Redis down
 /// answers from the local limiter (half the limit, with its headers), never 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_fail_mode_local_limits_with_its_share_while_redis_is_down() {

@@ -1,5 +1,5 @@
-//! The Redis store on a single node: the same decisions as the memory store (T-15), exact totals
-//! from two instances (T-16), same-instant requests (T-18), TTLs (T-20), the block cache (T-31).
+//! The Redis store on a single node: the same decisions as the memory store, exact totals
+//! from two instances, same-instant requests, TTLs, the block cache.
 //! Each test starts its own `redis-server` on a free loopback port.
 
 use crate::redis_support;
@@ -222,7 +222,7 @@ fn scenarios() -> Vec<(&'static str, Rule, Vec<Step>)> {
         Rule::parse(Strategy::LeakyBucket, "5/second; 60/minute").unwrap(),
         steps,
     ));
-    // T-21: the largest limit over the longest period, where `count * (W - e)` passes 2^53 and
+    // The largest limit over the longest period, where `count * (W - e)` passes 2^53 and
     // the scripts' exact integer division must agree with the memory store's u128 arithmetic.
     let day = 86_400 * S;
     let any = |at: u64, op: Op| Step {
@@ -429,7 +429,7 @@ fn two_limiters_admit_exactly_the_limit_with_one_evalsha_each() {
         server.cli(&["CONFIG", "RESETSTAT"]);
         let admitted = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(AtomicU64::new(0));
-        // 10^5 attempts per CI run; the long tier (`TOLLGATE_SCALE=10`) makes them 10^6 (T-16).
+        // 10^5 attempts per CI run; the long tier (`TOLLGATE_SCALE=10`) makes them 10^6.
         let scale = std::env::var("TOLLGATE_SCALE")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

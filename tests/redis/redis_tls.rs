@@ -1,4 +1,4 @@
-//! Issue 12, point 3 (TLS): `rediss://` through rustls against a `redis-server --tls-port` made at
+//! TLS: `rediss://` through rustls against a `redis-server --tls-port` made at
 //! test time, with a CA and certificates the test generates with the `openssl` command line (a
 //! missing `openssl` skips, or fails under `CI=true`).
 

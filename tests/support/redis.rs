@@ -436,7 +436,7 @@ pub enum ProxyMode {
     ResetAfterForward,
 }
 
-/// A loopback TCP proxy in front of a server, with switchable faults (T-27).
+/// A loopback TCP proxy in front of a server, with switchable faults.
 pub struct FaultProxy {
     pub port: u16,
     mode: std::sync::Arc<std::sync::Mutex<ProxyMode>>,

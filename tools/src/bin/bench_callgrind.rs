@@ -12,7 +12,7 @@
 //! `allow_all` (`4294967295/day`; governor the same
 //! rate with burst u32::MAX), `allow_1e9` (`1000000000/s` for every strategy but the moving window,
 //! which keeps `allow_all`'s quota; governor `per_second(10^9)`), `reject_all` (`1/day`);
-//! `TOLLGATE_QUOTAS="..."` replaces tollgate's quota (several quotas: issue 17's benches). It
+//! `TOLLGATE_QUOTAS="..."` replaces tollgate's quota (several quotas). It
 //! prints the wall time per check (aggregate over the threads), used by `scripts/bench_rounds.sh`.
 //! Instructions per check = (total at 2n - total at n) / n, which cancels the set-up (see
 //! `scripts/bench_callgrind.sh`).

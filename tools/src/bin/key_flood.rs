@@ -1,4 +1,4 @@
-//! Key-cardinality flood against the memory store (T-52, issue 6 item 2): floods distinct
+//! Key-cardinality flood against the memory store: floods distinct
 //! keys (IPv6 addresses in distinct /56s, as the peer-IP extractor would key them) into a
 //! `RateLimiter` whose store is capped, and into an uncapped one for comparison, printing the
 //! resident memory (VmRSS from `/proc/self/status`) as it goes. Memory must level off at the cap.

@@ -1,4 +1,4 @@
-//! One thread against two on a shared map of `AtomicU64` states (issue 19, third round): the map
+//! One thread against two on a shared map of `AtomicU64` states: the map
 //! alone, without a limiter around it, so that what two threads cost each other on its lines shows.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! Departure gaps of the shaping queue (issue 18): `WAITERS` requests arrive at once at a layer in
+//! Departure gaps of the shaping queue: `WAITERS` requests arrive at once at a layer in
 //! queue mode (leaky bucket, `RATE`/s, maximum wait `MAX_WAIT` ms); the handler timestamps each
 //! departure (the server's side, not the client's), and the program prints the median, p99 and
 //! largest gap between consecutive departures, against the interval `T = 1/RATE`, and checks that

@@ -1,4 +1,4 @@
-//! A flood on one hot key through the layer and the Redis store, in-process (issue 12's figures):
+//! A flood on one hot key through the layer and the Redis store, in-process:
 //! `TASKS` concurrent callers (default 2000) for `SECS` seconds (default 5) against `1000/hour`,
 //! with the defaults (fail-open, 50 ms store timeout), for every strategy, on one instance and on
 //! two instances sharing one Redis. Prints what was admitted, any 5xx, the limiter's own wait

@@ -1,4 +1,4 @@
-//! Quota leasing on the Redis store (issue 13), three measurements on one Redis:
+//! Quota leasing on the Redis store, three measurements on one Redis:
 //!
 //! 1. Decisions per second from one process on one hot key (sliding window, 10^6/minute, 64
 //!    checks in flight), leasing against the plain store, alternating, `rounds` times (a fresh key
