@@ -108,17 +108,7 @@ fn builders() -> Vec<(&'static str, Svc, Probe)> {
         .unwrap();
     let single = RateLimitLayer::new(limiter.clone(), HeaderKey::new("x-k"))
         .layer(tower::service_fn(handler))
-        .and_then(|res: Response<_>| async move {
-            let (parts, body) = res.into_parts();
-            let bytes = http_body_util::BodyExt::collect(body)
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            Ok(Response::from_parts(
-                parts,
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ))
-        });
+        .and_then(collect_body);
     let single_left: Probe = Box::new(move || {
         let left = limiter
             .check_now(&tollgate::key::ValueKey::new(b"a"), 0)
@@ -134,7 +124,10 @@ fn builders() -> Vec<(&'static str, Svc, Probe)> {
         ManualClock::new(start),
     )
     .unwrap();
-    let file = rules.layer().layer(tower::service_fn(handler));
+    let file = rules
+        .layer()
+        .layer(tower::service_fn(handler))
+        .and_then(collect_body);
     let file_left: Probe = Box::new(move || {
         let rules = rules.clone();
         Box::pin(async move {
@@ -150,6 +143,22 @@ fn builders() -> Vec<(&'static str, Svc, Probe)> {
             file_left,
         ),
     ]
+}
+
+/// The response with its body read into a `String`.
+async fn collect_body<B>(res: Response<B>) -> Result<Response<String>, Infallible>
+where
+    B: http_body::Body,
+{
+    let (parts, body) = res.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body)
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    Ok(Response::from_parts(
+        parts,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    ))
 }
 
 fn request(ask: Ask) -> Request<()> {
