@@ -970,12 +970,8 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
                 }
                 file::KeyPart::Global => out.push(b'g'),
                 file::KeyPart::Header(name) => {
-                    let value = parts
-                        .headers
-                        .get(name)
-                        .ok_or(KeyError::new("the request lacks the key's header"))?;
+                    let v = crate::key::header_value_key(&parts.headers, name)?;
                     out.push(b'h');
-                    let v = crate::key::ValueKey::new(value.as_bytes());
                     let at = out.len();
                     out.extend_from_slice(&[0; 4]);
                     v.encode(&mut out);
