@@ -95,8 +95,8 @@ impl<L: Limits, R> Ctx<L, R> {
         &self.core.options.limits
     }
 
-    fn check(&self) -> L::Answer {
-        self.limits().check(&self.keys, self.cost)
+    fn check(&mut self) -> L::Answer {
+        self.core.options.limits.check(&mut self.keys, self.cost)
     }
 
     /// In queue mode, how long an admitted request waits for its departure.

@@ -45,7 +45,7 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn name(&self) -> &str;
     #[doc(hidden)]
-    fn check(&self, keys: &Self::Keys, cost: u32) -> Self::Answer;
+    fn check(&self, keys: &mut Self::Keys, cost: u32) -> Self::Answer;
     #[doc(hidden)]
     fn into_now(answer: Self::Answer) -> Result<Result<Self::Decided, StoreError>, Self::Answer>;
     /// The decision that speaks for `d`: its outcome, and the fields of its `429`.
@@ -281,7 +281,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
     }
 
     #[inline]
-    fn check(&self, keys: &Keyed<K>, cost: u32) -> Self::Answer {
+    fn check(&self, keys: &mut Keyed<K>, cost: u32) -> Self::Answer {
         self.limiter
             .apply(&keys.key, keys.rule.as_deref(), Op::Check(cost))
     }

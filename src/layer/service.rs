@@ -128,7 +128,7 @@ where
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }
-        let (keys, cost, id, marked) = match X::prepare(hooks, &self.core.options, &parts) {
+        let (mut keys, cost, id, marked) = match X::prepare(hooks, &self.core.options, &parts) {
             Prepared::Decide {
                 keys,
                 cost,
@@ -153,7 +153,7 @@ where
                 return ResponseFuture::ready(res);
             }
         };
-        let answer = self.core.options.limits.check(&keys, cost);
+        let answer = self.core.options.limits.check(&mut keys, cost);
         let ctx = Ctx::new(Arc::clone(&self.core), keys, cost, id, marked);
         // The store says whether it answered at once (the memory store always does).
         let check = match X::Limits::into_now(answer) {

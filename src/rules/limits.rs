@@ -50,14 +50,22 @@ pub struct RulesKeys<St, C> {
 pub struct RulesDecided {
     /// The enforced limits (shaping queues included) that admitted the request.
     held: Vec<Held>,
+    /// The rejecting limit (the longest wait) and its decision.
+    rejected: Option<(usize, Decision)>,
+    /// What shadow limits and shaping queues add, when the request met any (boxed: the common
+    /// decision stays small, and it is moved through the response future's states).
+    extra: Option<Box<Extra>>,
+}
+
+/// The shadow limits and the shaping queue of a request's decision.
+#[derive(Clone, Default)]
+struct Extra {
     /// The shadow limits that admitted it: settled like enforced ones.
     shadows: Vec<Held>,
     /// The shadow decision to report (fewest remaining).
     shadow: Option<(usize, Decision)>,
     /// How long it waits for its departure (a shaping queue).
     wait: Duration,
-    /// The rejecting limit (the longest wait) and its decision.
-    rejected: Option<(usize, Decision)>,
 }
 
 /// The decision of a request no enforced limit counted (none matched with a key, or its store
@@ -71,11 +79,13 @@ impl RulesDecided {
     fn admitted(held: Vec<Held>) -> Self {
         Self {
             held,
-            shadows: Vec::new(),
-            shadow: None,
-            wait: Duration::ZERO,
             rejected: None,
+            extra: None,
         }
+    }
+
+    fn shadows(&self) -> &[Held] {
+        self.extra.as_ref().map_or(&[], |e| e.shadows.as_slice())
     }
 
     fn rejected(index: usize, d: Decision) -> Self {
@@ -299,12 +309,17 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
         }
     }
+    let extra = (!admitted_shadows.is_empty() || shadow.is_some() || !wait.is_zero()).then(|| {
+        Box::new(Extra {
+            shadows: admitted_shadows,
+            shadow,
+            wait,
+        })
+    });
     Ok(RulesDecided {
         held,
-        shadows: admitted_shadows,
-        shadow,
-        wait,
         rejected: None,
+        extra,
     })
 }
 
@@ -325,7 +340,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         "rules"
     }
 
-    fn check(&self, keys: &RulesKeys<St, C>, _cost: u32) -> RulesAnswer {
+    fn check(&self, keys: &mut RulesKeys<St, C>, _cost: u32) -> RulesAnswer {
         // One enforced limit, and no request can match two: its limiter alone decides, at once on
         // the memory store (no task, no lock stripes).
         if let ([one], true, true, true) = (
@@ -345,6 +360,14 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                         .limiter
                         .apply(&one.key, limit.rule.as_ref(), Op::Check(limit.spec.cost));
                 return match answer.into_now() {
+                    // Admitted: its keys move into the decision (no copy, no allocation).
+                    Ok(Ok(d)) if d.is_allowed() => {
+                        let mut held = std::mem::take(&mut keys.enforced);
+                        for h in &mut held {
+                            h.decision = d;
+                        }
+                        RulesAnswer::Now(Some(Ok(RulesDecided::admitted(held))))
+                    }
                     Ok(result) => {
                         RulesAnswer::Now(Some(one_now(&keys.compiled, keys.failure, one, result)))
                     }
@@ -406,7 +429,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         _cost: u32,
         d: &RulesDecided,
     ) -> Duration {
-        d.wait
+        d.extra.as_ref().map_or(Duration::ZERO, |e| e.wait)
     }
 
     /// Reads the shaping queues' state at departure, for the fields.
@@ -424,7 +447,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     }
                 }
             }
-            d.wait = Duration::ZERO;
+            if let Some(extra) = d.extra.as_mut() {
+                extra.wait = Duration::ZERO;
+            }
             Ok(d)
         }))
     }
@@ -458,7 +483,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         let marker = res.extensions().get::<Settle>().cloned();
         let mut taken = false;
         let mut wanted: Vec<(usize, u32)> = Vec::new();
-        for (at, h) in d.held.iter().chain(&d.shadows).enumerate() {
+        for (at, h) in d.held.iter().chain(d.shadows()).enumerate() {
             let Some(limit) = compiled.limits.get(h.index) else {
                 continue;
             };
@@ -492,7 +517,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             for (at, units) in wanted {
                 let h = match at.checked_sub(enforced) {
                     None => d.held.get_mut(at),
-                    Some(i) => d.shadows.get_mut(i),
+                    Some(i) => d.extra.as_mut().and_then(|e| e.shadows.get_mut(i)),
                 };
                 let Some(h) = h else { continue };
                 let (Some(limit), Some(r)) =
@@ -600,7 +625,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             &o.limits.shared.options,
             o.headers.on_allowed,
             &d.held,
-            d.shadow,
+            d.extra.as_ref().and_then(|e| e.shadow),
             res,
         );
     }
@@ -638,7 +663,7 @@ impl std::fmt::Debug for RulesDecided {
         f.debug_struct("RulesDecided")
             .field("held", &self.held.len())
             .field("rejected", &self.rejected)
-            .field("wait", &self.wait)
+            .field("shadows", &self.shadows().len())
             .finish_non_exhaustive()
     }
 }

@@ -2,6 +2,11 @@
 //! all-or-nothing across their keys, reloaded without losing state, with shadow limits and
 //! metrics.
 //!
+//! [`Rules::layer`] is a [`RateLimitLayer`](crate::layer::RateLimitLayer), the pipeline of a single
+//! limiter with a file's limits in place of the limiter (see [`FileLimits`]): its response hooks,
+//! gRPC answers, failure policy (the [`RulesOptions`]' by default), pacing and `skip` apply here
+//! too, and it wraps any inner service body (tonic's included).
+//!
 //! ```toml
 //! [[limit]]
 //! name = "login"              # required, unique, [A-Za-z0-9_.-]{1,64}
