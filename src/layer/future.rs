@@ -238,7 +238,7 @@ where
         ctx: Ctx<L, R>,
     ) -> Self {
         let state = match result {
-            Ok(d) if L::decision(&d).is_allowed() && ctx.queue_wait(&d).is_zero() => {
+            Ok(d) if L::outcome(&d) == Outcome::Allowed && ctx.queue_wait(&d).is_zero() => {
                 ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, true);
                 ctx.mark(&mut request);
                 L::mark_request(&d, &mut request);
@@ -248,9 +248,11 @@ where
                 }
             }
             Ok(d)
-                if L::decision(&d).outcome() == Outcome::Exceeds
-                    || (!L::decision(&d).is_allowed()
-                        && !matches!(ctx.core.options.pacing, Some(Pacing::Sleep(_)))) =>
+                if match L::outcome(&d) {
+                    Outcome::Exceeds => true,
+                    Outcome::Rejected => !matches!(ctx.core.options.pacing, Some(Pacing::Sleep(_))),
+                    Outcome::Allowed => false,
+                } =>
             {
                 // The request never reaches `inner`: give back what its `poll_ready` reserved
                 // (e.g. a concurrency permit) rather than hold it until the next request.
@@ -419,7 +421,7 @@ where
         // A queued request holds its slot (counted when reserved): the departure's peek only
         // refreshes the headers, and a failed or refusing one leaves the reservation's.
         let d = match result {
-            Ok(d) if L::decision(&d).is_allowed() => d,
+            Ok(d) if L::outcome(&d) == Outcome::Allowed => d,
             Ok(_) => reserved,
             Err(e) => {
                 ctx.limits().count_store_error();
@@ -455,8 +457,7 @@ where
             };
         }
     };
-    let decision = L::decision(&d);
-    match decision.outcome() {
+    match L::outcome(&d) {
         Outcome::Allowed if !ctx.queue_wait(&d).is_zero() => {
             ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, true);
             let wait = ctx.queue_wait(&d);
@@ -480,7 +481,7 @@ where
         }
         Outcome::Rejected | Outcome::Exceeds => {
             let next = match ctx.core.options.pacing {
-                Some(Pacing::Sleep(max)) => ctx.waiter.next(&decision, max),
+                Some(Pacing::Sleep(max)) => ctx.waiter.next(&L::decision(&d), max),
                 _ => Next::TooLong,
             };
             match next {

@@ -51,6 +51,9 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// The decision that speaks for `d`: its outcome, and the fields of its `429`.
     #[doc(hidden)]
     fn decision(d: &Self::Decided) -> Decision;
+    /// The outcome of `d` (what [`decision`](Self::decision) says, without building it).
+    #[doc(hidden)]
+    fn outcome(d: &Self::Decided) -> Outcome;
     /// How long a request admitted by `d` waits for its departure (a shaping queue).
     #[doc(hidden)]
     fn queue_wait(o: &Options<Self>, keys: &Self::Keys, cost: u32, d: &Self::Decided) -> Duration;
@@ -294,6 +297,11 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
     #[inline]
     fn decision(d: &Decision) -> Decision {
         *d
+    }
+
+    #[inline]
+    fn outcome(d: &Decision) -> Outcome {
+        d.outcome()
     }
 
     /// In queue mode the check reserved the slot `[departure, departure + cost x T)`, and its

@@ -172,6 +172,10 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
                 // every other limit has admitted the request.
                 queues.push(held);
             } else {
+                if enforced.capacity() == 0 {
+                    // Most requests meet one enforced limit: room for it alone.
+                    enforced = Vec::with_capacity(1);
+                }
                 enforced.push(held);
             }
         }
@@ -410,6 +414,12 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             RulesAnswer::Now(Some(result)) => Ok(result),
             other => Err(other),
         }
+    }
+
+    #[inline]
+    fn outcome(d: &RulesDecided) -> crate::Outcome {
+        d.rejected
+            .map_or(crate::Outcome::Allowed, |(_, d)| d.outcome())
     }
 
     fn decision(d: &RulesDecided) -> Decision {

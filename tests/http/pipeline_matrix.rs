@@ -350,3 +350,84 @@ async fn every_case_answers_alike_through_one_limiter_and_a_one_limit_rules_file
         }
     }
 }
+
+/// One limiter and a one-limit rules file of 1 per second (token bucket) on tokio's clock, paced
+/// up to `max`.
+fn paced_builders(max: Duration) -> Vec<(&'static str, Svc)> {
+    let limiter: RateLimiter<_, MemoryStore<_>, _> = RateLimiter::builder()
+        .name("l")
+        .strategy(Strategy::TokenBucket)
+        .quotas("1/second")
+        .unwrap()
+        .clock(tollgate::TokioClock::new())
+        .build()
+        .unwrap();
+    let single = RateLimitLayer::new(limiter, HeaderKey::new("x-k")).pacing(max);
+    let rules = Rules::with_clock(
+        "[[limit]]\nname = \"l\"\nkey = \"header:x-k\"\nstrategy = \"token-bucket\"\n\
+         quotas = \"1/second\"\n",
+        RulesOptions::default(),
+        MemoryStore::default,
+        tollgate::TokioClock::new(),
+    )
+    .unwrap();
+    let file = rules.layer().pacing(max);
+    vec![
+        (
+            "one limiter",
+            boxed(single.layer(tower::service_fn(handler))),
+        ),
+        (
+            "a one-limit rules file",
+            boxed(file.layer(tower::service_fn(handler))),
+        ),
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn pacing_waits_for_the_slot_within_the_maximum_and_refuses_beyond_it_in_both() {
+    for (builder, svc) in paced_builders(Duration::from_millis(1500)) {
+        assert_eq!(
+            svc.clone()
+                .oneshot(request(Ask::Ok))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        let start = tokio::time::Instant::now();
+        let res = svc.clone().oneshot(request(Ask::Ok)).await.unwrap();
+        let waited = start.elapsed();
+        assert_eq!(
+            res.status(),
+            200,
+            "{builder}: the second request waits for its slot"
+        );
+        assert!(
+            waited >= Duration::from_millis(999) && waited <= Duration::from_millis(1100),
+            "{builder}: waited {waited:?} for a slot 1 s away"
+        );
+    }
+    for (builder, svc) in paced_builders(Duration::from_millis(500)) {
+        assert_eq!(
+            svc.clone()
+                .oneshot(request(Ask::Ok))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        let start = tokio::time::Instant::now();
+        let res = svc.clone().oneshot(request(Ask::Ok)).await.unwrap();
+        assert_eq!(
+            res.status(),
+            429,
+            "{builder}: a slot 1 s away is beyond a 500 ms maximum"
+        );
+        assert!(
+            start.elapsed() < Duration::from_millis(600),
+            "{builder}: refused within the maximum, not after a full wait ({:?})",
+            start.elapsed()
+        );
+    }
+}
