@@ -400,13 +400,15 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             again(&keys.queues),
             again(&keys.shadows),
         );
-        RulesAnswer::Later(Box::pin(decide(
-            compiled,
-            keys.failure,
-            enforced,
-            queues,
-            shadows,
-        )))
+        let limits = enforced.len() + queues.len() + shadows.len();
+        let decided = decide(compiled, keys.failure, enforced, queues, shadows);
+        // The span only when a subscriber wants `trace`: building a disabled span still costs a
+        // few hundred instructions (its `log` fallback) per request.
+        if tracing::level_enabled!(tracing::Level::TRACE) {
+            let span = tracing::trace_span!("tollgate.rules.decide", limits);
+            return RulesAnswer::Later(Box::pin(tracing::Instrument::instrument(decided, span)));
+        }
+        RulesAnswer::Later(Box::pin(decided))
     }
 
     fn into_now(answer: RulesAnswer) -> Result<Result<RulesDecided, StoreError>, RulesAnswer> {
