@@ -431,3 +431,78 @@ async fn pacing_waits_for_the_slot_within_the_maximum_and_refuses_beyond_it_in_b
         );
     }
 }
+
+/// One limiter and a one-limit rules file, each a shaping queue of 1 per second (leaky bucket)
+/// with at most 2 s of wait, on tokio's clock.
+fn queued_builders() -> Vec<(&'static str, Svc)> {
+    let limiter: RateLimiter<_, MemoryStore<_>, _> = RateLimiter::builder()
+        .name("l")
+        .strategy(Strategy::LeakyBucket)
+        .quotas("1/second")
+        .unwrap()
+        .clock(tollgate::TokioClock::new())
+        .build()
+        .unwrap();
+    let single = RateLimitLayer::new(limiter, HeaderKey::new("x-k"))
+        .queue(Duration::from_secs(2))
+        .unwrap();
+    let rules = Rules::with_clock(
+        "[[limit]]\nname = \"l\"\nkey = \"header:x-k\"\nstrategy = \"leaky-bucket\"\n\
+         quotas = \"1/second\"\nqueue_ms = 2000\n",
+        RulesOptions::default(),
+        MemoryStore::default,
+        tollgate::TokioClock::new(),
+    )
+    .unwrap();
+    vec![
+        (
+            "one limiter",
+            boxed(single.layer(tower::service_fn(handler))),
+        ),
+        (
+            "a one-limit rules file",
+            boxed(rules.layer().layer(tower::service_fn(handler))),
+        ),
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shaping_queue_spaces_departures_and_refuses_past_its_wait_in_both() {
+    for (builder, svc) in queued_builders() {
+        let start = tokio::time::Instant::now();
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                let svc = svc.clone();
+                tokio::spawn(async move {
+                    let res = svc.oneshot(request(Ask::Ok)).await.unwrap();
+                    (res.status().as_u16(), start.elapsed())
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for call in calls {
+            got.push(call.await.unwrap());
+        }
+        got.sort();
+        let statuses: Vec<u16> = got.iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            statuses,
+            [200, 200, 200, 429],
+            "{builder}: three places (0, 1 and 2 s away), the fourth refused"
+        );
+        let mut left: Vec<Duration> = got.iter().take(3).map(|(_, t)| *t).collect();
+        left.sort();
+        for (i, t) in left.iter().enumerate() {
+            let due = Duration::from_secs(i as u64);
+            assert!(
+                *t >= due && *t <= due + Duration::from_millis(100),
+                "{builder}: departure {i} at {t:?}, due at {due:?}"
+            );
+        }
+        assert!(
+            got[3].1 < Duration::from_millis(100),
+            "{builder}: the refusal comes at once ({:?})",
+            got[3].1
+        );
+    }
+}
