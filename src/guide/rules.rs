@@ -89,6 +89,13 @@
 //!   layer that answers with a page of its own. `Rules::with_clock` runs the limits on another clock
 //!   (tests). The `login` example (`examples/login.rs`) puts it together: per IP + username and per
 //!   IP from a rules file, all or nothing, only failures counted.
+//! - **One layer type.** `rules.layer()` is a `RateLimitLayer` (of `rules::FileLimits`), the same
+//!   pipeline as a single limiter's: `on_rejected(ProblemJson)`, `respond_with(..)`,
+//!   `failure_policy(..)` (the `RulesOptions`' by default), `pacing(..)`, `skip(..)` and
+//!   `headers_on_allowed(..)` apply to a file's limits, gRPC calls get trailers-only
+//!   `RESOURCE_EXHAUSTED` / `INVALID_ARGUMENT` / `UNAVAILABLE` answers, and it wraps any inner body
+//!   (tonic's included). A limit's `header:NAME` key is read as `HeaderKey` reads it: one value,
+//!   trimmed, not empty.
 //! - **Reload.** The file is polled every `--reload-interval` ms (default 1000; 0 disables) and swapped
 //!   in atomically when its content hash changes; requests in flight finish on the rules they started
 //!   with. A file that does not parse, vanished, or was caught half-written is refused with a log line

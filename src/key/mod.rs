@@ -369,19 +369,29 @@ impl KeyExtractor for HeaderKey {
     type Key = ValueKey;
 
     fn extract(&self, parts: &Parts) -> Result<ValueKey, KeyError> {
-        let mut values = parts.headers.get_all(&self.name).iter();
-        let value = values
-            .next()
-            .ok_or(KeyError::new("the key header is missing"))?;
-        if values.next().is_some() {
-            return Err(KeyError::new("the key header is repeated"));
-        }
-        let bytes = ip::trim_ows(value.as_bytes());
-        if bytes.is_empty() {
-            return Err(KeyError::new("the key header is empty"));
-        }
-        Ok(ValueKey::new(bytes))
+        header_value_key(&parts.headers, &self.name)
     }
+}
+
+/// The key of header `name`: its one value, surrounding whitespace trimmed; missing, repeated
+/// (which copy counts cannot be told) or empty, an error. Shared by [`HeaderKey`] and the
+/// `header:NAME` key of a rules file.
+pub(crate) fn header_value_key(
+    headers: &http::HeaderMap,
+    name: &http::HeaderName,
+) -> Result<ValueKey, KeyError> {
+    let mut values = headers.get_all(name).iter();
+    let value = values
+        .next()
+        .ok_or(KeyError::new("the key header is missing"))?;
+    if values.next().is_some() {
+        return Err(KeyError::new("the key header is repeated"));
+    }
+    let bytes = ip::trim_ows(value.as_bytes());
+    if bytes.is_empty() {
+        return Err(KeyError::new("the key header is empty"));
+    }
+    Ok(ValueKey::new(bytes))
 }
 
 /// A value that an earlier layer put into the request's extensions (an authenticated user id).

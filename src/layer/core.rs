@@ -10,10 +10,7 @@ use http::StatusCode;
 
 use super::response::{FailurePolicy, HeaderConfig};
 use super::settle::SettleFrom;
-use crate::clock::Clock;
-use crate::limiter::RateLimiter;
 use crate::rule::Rule;
-use crate::store::{Store, StoreKey};
 
 /// How a request that cannot pass now waits.
 #[derive(Clone, Debug)]
@@ -36,11 +33,10 @@ pub(crate) enum MissingKey<K> {
 
 /// The layer's settings whose types do not change with its hooks, and the counters its services
 /// share.
-pub(crate) struct Options<K, St, C> {
-    pub(crate) limiter: RateLimiter<K, St, C>,
+pub struct Options<L> {
+    pub(crate) limits: L,
     pub(crate) headers: HeaderConfig,
     pub(crate) failure: FailurePolicy,
-    pub(crate) missing: MissingKey<K>,
     pub(crate) pacing: Option<Pacing>,
     pub(crate) log_keys: bool,
     pub(crate) settle: Option<SettleFrom>,
@@ -49,24 +45,15 @@ pub(crate) struct Options<K, St, C> {
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
     pub(crate) settle_warned: Arc<AtomicBool>,
-    /// The metric handles of the limiter (its name is the `limit` label).
-    #[cfg(feature = "metrics")]
-    pub(crate) metrics: Arc<crate::metrics::LimitMetrics>,
 }
 
-impl<K: StoreKey, St: Store<K>, C: Clock> Options<K, St, C> {
-    /// The defaults for `limiter`: headers for its rule named after it, fail open, 400 without a
-    /// key, no pacing.
-    pub(crate) fn new(limiter: RateLimiter<K, St, C>) -> Self {
-        let mut headers = HeaderConfig::for_rule(limiter.rule());
-        headers.policy_name = Arc::from(limiter.name());
+impl<L> Options<L> {
+    /// The defaults for `limits` with `headers`: fail open, no pacing.
+    pub(crate) fn with_limits(limits: L, headers: HeaderConfig) -> Self {
         Self {
-            #[cfg(feature = "metrics")]
-            metrics: Arc::new(crate::metrics::LimitMetrics::new(limiter.name())),
+            limits,
             headers,
-            limiter,
             failure: FailurePolicy::default(),
-            missing: MissingKey::Reject(StatusCode::BAD_REQUEST),
             pacing: None,
             log_keys: false,
             settle: None,
@@ -75,51 +62,6 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Options<K, St, C> {
             missing_keys: Arc::default(),
             settle_warned: Arc::default(),
         }
-    }
-}
-
-impl<K, St, C> Options<K, St, C> {
-    /// Counts a decision of the store in the metrics: `units` spent if it was admitted.
-    #[inline]
-    pub(crate) fn count_decided(&self, d: &crate::Decision, units: u32) {
-        #[cfg(feature = "metrics")]
-        self.metrics.decided(d, units);
-        #[cfg(not(feature = "metrics"))]
-        let _ = (d, units);
-    }
-
-    /// Counts a request without a usable key that was answered (not a fallback key).
-    pub(crate) fn count_no_key(&self) {
-        #[cfg(feature = "metrics")]
-        self.metrics.no_key.increment(1);
-    }
-
-    /// Counts a failed store call.
-    pub(crate) fn count_store_error(&self) {
-        #[cfg(feature = "metrics")]
-        self.metrics.store_errors.increment(1);
-    }
-
-    /// Counts a request answered by the failure policy (503 when closed, passed when open).
-    pub(crate) fn count_failure(&self, closed: bool) {
-        #[cfg(feature = "metrics")]
-        if closed {
-            self.metrics.fail_closed.increment(1);
-        } else {
-            self.metrics.fail_open.increment(1);
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = closed;
-    }
-
-    /// Records how long a decision that was not ready at once took (remote stores).
-    pub(crate) fn time_store(&self, asked: std::time::Instant) {
-        #[cfg(feature = "metrics")]
-        self.metrics
-            .store_latency
-            .record(asked.elapsed().as_secs_f64());
-        #[cfg(not(feature = "metrics"))]
-        let _ = asked;
     }
 
     /// The queue's rule, in queue mode.
@@ -131,13 +73,12 @@ impl<K, St, C> Options<K, St, C> {
     }
 }
 
-impl<K: Clone, St, C> Clone for Options<K, St, C> {
+impl<L: Clone> Clone for Options<L> {
     fn clone(&self) -> Self {
         Self {
-            limiter: self.limiter.clone(),
+            limits: self.limits.clone(),
             headers: self.headers.clone(),
             failure: self.failure,
-            missing: self.missing.clone(),
             pacing: self.pacing.clone(),
             log_keys: self.log_keys,
             settle: self.settle.clone(),
@@ -145,23 +86,31 @@ impl<K: Clone, St, C> Clone for Options<K, St, C> {
             last_warn: Arc::clone(&self.last_warn),
             missing_keys: Arc::clone(&self.missing_keys),
             settle_warned: Arc::clone(&self.settle_warned),
-            #[cfg(feature = "metrics")]
-            metrics: Arc::clone(&self.metrics),
         }
     }
 }
 
 /// Settings shared by a layer's services and their futures: the options and the rejection hook.
-pub(crate) struct Core<K, St, C, R> {
-    pub(crate) options: Options<K, St, C>,
+pub(crate) struct Core<L, R> {
+    pub(crate) options: Options<L>,
     pub(crate) rejection: R,
 }
 
-impl<K: Clone, St, C, R: Clone> Clone for Core<K, St, C, R> {
+impl<L: Clone, R: Clone> Clone for Core<L, R> {
     fn clone(&self) -> Self {
         Self {
             options: self.options.clone(),
             rejection: self.rejection.clone(),
         }
+    }
+}
+
+impl<L: std::fmt::Debug> std::fmt::Debug for Options<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("limits", &self.limits)
+            .field("failure", &self.failure)
+            .field("pacing", &self.pacing)
+            .finish_non_exhaustive()
     }
 }

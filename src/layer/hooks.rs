@@ -80,11 +80,22 @@ impl<F: Fn(&Parts) -> bool + Send + Sync + 'static> Skip for F {
     }
 }
 
-/// The per-request hooks: key, cost, rule, skip.
+/// The per-request hooks: key (and what to do without one), cost, rule, skip.
 #[derive(Clone)]
-pub(crate) struct Hooks<X, Co, Ru, Sk> {
+pub struct Hooks<X: super::limits::LayerKey, Co, Ru, Sk> {
     pub(crate) key: X,
+    pub(crate) missing: super::core::MissingKey<X::Key>,
     pub(crate) cost: Co,
     pub(crate) rule: Ru,
     pub(crate) skip: Sk,
+}
+
+impl<X: super::limits::LayerKey + std::fmt::Debug, Co, Ru, Sk> std::fmt::Debug
+    for Hooks<X, Co, Ru, Sk>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }

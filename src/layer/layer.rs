@@ -10,7 +10,8 @@ use tower_layer::Layer;
 
 use super::core::{Core, MissingKey, Options, Pacing};
 use super::hooks::{Hooks, LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
-use super::response::{DefaultRejection, FailurePolicy, HeaderStyle, ResetFormat};
+use super::limits::{LayerKey, OneLimiter, Source};
+use super::response::{DefaultRejection, FailurePolicy, HeaderConfig, HeaderStyle, ResetFormat};
 use super::service::RateLimitService;
 use super::settle::SettleFrom;
 use crate::clock::{Clock, SystemClock};
@@ -29,8 +30,8 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn publish_stats(&self) {
-        let options = &self.core.options;
-        options.metrics.publish(&options.limiter.stats());
+        let limits = &self.core.options.limits;
+        limits.metrics.publish(&limits.limiter.stats());
     }
 
     /// Shaping queue mode, for a limiter with the [leaky bucket](crate::Strategy::LeakyBucket) and
@@ -58,7 +59,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
     /// [`ConfigError::Queue`](crate::ConfigError::Queue) when the limiter's rule is not a leaky
     /// bucket with one quota, or `max_wait` is shorter than `T`.
     pub fn queue(mut self, max_wait: Duration) -> Result<Self, crate::ConfigError> {
-        let rule = self.core.options.limiter.rule();
+        let rule = self.core.options.limits.limiter.rule();
         let err = |why: String| Err(crate::ConfigError::Queue(why));
         if rule.strategy() != crate::Strategy::LeakyBucket {
             return err(format!(
@@ -77,7 +78,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
             ))
         })?;
         let queue_rule = Rule::new(crate::Strategy::LeakyBucket, [queued])?;
-        let emission = in_ticks(emission, self.core.options.limiter.store().tick());
+        let emission = in_ticks(emission, self.core.options.limits.limiter.store().tick());
         self.core.options.pacing = Some(Pacing::Queue {
             rule: Arc::new(queue_rule),
             emission,
@@ -161,21 +162,21 @@ pub(crate) fn in_ticks(nanos: u64, tick: Duration) -> u64 {
 /// set by the builder methods (rejection `R`, cost `Co`, rule `Ru`, skip `Sk`). Cheap to clone.
 #[must_use]
 pub struct RateLimitLayer<
-    X: KeyExtractor,
-    St = MemoryStore<<X as KeyExtractor>::Key>,
+    X: Source<St, C>,
+    St = MemoryStore<<X as LayerKey>::Key>,
     C = SystemClock,
     R = DefaultRejection,
     Co = UnitCost,
     Ru = LimiterRule,
     Sk = NoSkip,
 > {
-    pub(crate) core: Core<X::Key, St, C, R>,
+    pub(crate) core: Core<X::Limits, R>,
     pub(crate) hooks: Hooks<X, Co, Ru, Sk>,
 }
 
 impl<X, St, C, R, Co, Ru, Sk> Clone for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
 where
-    X: KeyExtractor + Clone,
+    X: Source<St, C> + Clone,
     R: Clone,
     Co: Clone,
     Ru: Clone,
@@ -191,13 +192,12 @@ where
 
 impl<X, St, C, R, Co, Ru, Sk> fmt::Debug for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
 where
-    X: KeyExtractor + fmt::Debug,
-    St: fmt::Debug,
-    C: fmt::Debug,
+    X: Source<St, C> + fmt::Debug,
+    X::Limits: fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("limiter", &self.core.options.limiter)
+            .field("limits", &self.core.options.limits)
             .field("key", &self.hooks.key)
             .field("headers", &self.core.options.headers)
             .field("failure", &self.core.options.failure)
@@ -213,13 +213,23 @@ where
 impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
     /// Limits requests with `limiter`, keyed by `key`.
     pub fn new(limiter: RateLimiter<X::Key, St, C>, key: X) -> Self {
+        let mut headers = HeaderConfig::for_rule(limiter.rule());
+        headers.policy_name = Arc::from(limiter.name());
+        Self::from_limits(OneLimiter::new(limiter), key, headers)
+    }
+}
+
+impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
+    /// The layer of `limits`, keyed by `key`, its fields written as `headers` says.
+    pub(crate) fn from_limits(limits: X::Limits, key: X, headers: HeaderConfig) -> Self {
         Self {
             core: Core {
-                options: Options::new(limiter),
+                options: Options::with_limits(limits, headers),
                 rejection: DefaultRejection,
             },
             hooks: Hooks {
                 key,
+                missing: MissingKey::Reject(StatusCode::BAD_REQUEST),
                 cost: UnitCost,
                 rule: LimiterRule,
                 skip: NoSkip,
@@ -228,17 +238,12 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
     }
 }
 
-impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, Sk> {
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
+    RateLimitLayer<X, St, C, R, Co, Ru, Sk>
+{
     /// The limiter.
     pub fn limiter(&self) -> &RateLimiter<X::Key, St, C> {
-        &self.core.options.limiter
-    }
-
-    /// Whether allowed responses carry the rate-limit headers (default `true`). Rejections always
-    /// do.
-    pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        self.core.options.headers.on_allowed = on;
-        self
+        &self.core.options.limits.limiter
     }
 
     /// Which header fields to write (default the `x-ratelimit-*` fields).
@@ -297,6 +302,78 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         self
     }
 
+    /// Answers requests without a usable key with `status` (default 400), text/plain.
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.hooks.missing = MissingKey::Reject(status);
+        self
+    }
+
+    /// Counts requests without a usable key under one shared `key` instead of rejecting them.
+    pub fn fallback_key(mut self, key: X::Key) -> Self {
+        self.hooks.missing = MissingKey::Fallback(key);
+        self
+    }
+
+    /// Computes each request's cost with `f` (default 1).
+    pub fn cost<Co2: RequestCost>(self, f: Co2) -> RateLimitLayer<X, St, C, R, Co2, Ru, Sk> {
+        let h = self.hooks;
+        RateLimitLayer {
+            core: self.core,
+            hooks: Hooks {
+                key: h.key,
+                missing: h.missing,
+                cost: f,
+                rule: h.rule,
+                skip: h.skip,
+            },
+        }
+    }
+
+    /// Chooses each request's rule with `f` (tiers); `None` keeps the limiter's rule.
+    pub fn select_rule<Ru2: SelectRule>(self, f: Ru2) -> RateLimitLayer<X, St, C, R, Co, Ru2, Sk> {
+        let h = self.hooks;
+        RateLimitLayer {
+            core: self.core,
+            hooks: Hooks {
+                key: h.key,
+                missing: h.missing,
+                cost: h.cost,
+                rule: f,
+                skip: h.skip,
+            },
+        }
+    }
+
+    /// Settles each request's reservation from its response (a header, an extension, the body's
+    /// end; see [`SettleFrom`]): the request is admitted on its estimate ([`cost`](Self::cost),
+    /// at least 1 here) and then charged what the response reports. Stacked layers configured with
+    /// the same source each settle their own reservation from it.
+    ///
+    /// ```
+    /// use tollgate::{RateLimiter, key::HeaderKey, layer::{RateLimitLayer, SettleFrom}};
+    ///
+    /// // An LLM gateway: 100 000 tokens an hour per API key, each call charged the tokens its
+    /// // backend reports in `x-tokens-used`, admitted on an estimate of 500.
+    /// let limiter = RateLimiter::builder().quotas("100000/hour").unwrap().build().unwrap();
+    /// let layer = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
+    ///     .cost(|_: &http::request::Parts| 500)
+    ///     .settle_from(SettleFrom::header(http::HeaderName::from_static("x-tokens-used")));
+    /// # let _ = layer;
+    /// ```
+    pub fn settle_from(mut self, source: SettleFrom) -> Self {
+        self.core.options.settle = Some(source);
+        self
+    }
+}
+
+impl<X: Source<St, C>, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, Sk> {
+    /// Whether allowed responses carry the rate-limit headers (default `true`). Rejections always
+    /// do.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.core.options.headers.on_allowed = on;
+        self
+    }
+
     /// What to do when the store fails (default [`FailurePolicy::FailOpen`]).
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.core.options.failure = policy;
@@ -306,18 +383,6 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
     /// Shorthand for `failure_policy(FailurePolicy::FailClosed)`: answer 503 when the store fails.
     pub fn fail_closed(self) -> Self {
         self.failure_policy(FailurePolicy::FailClosed)
-    }
-
-    /// Answers requests without a usable key with `status` (default 400), text/plain.
-    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
-        self.core.options.missing = MissingKey::Reject(status);
-        self
-    }
-
-    /// Counts requests without a usable key under one shared `key` instead of rejecting them.
-    pub fn fallback_key(mut self, key: X::Key) -> Self {
-        self.core.options.missing = MissingKey::Fallback(key);
-        self
     }
 
     /// Pacing (delay) mode: a request that would be rejected waits for its slot on tokio's timer,
@@ -392,55 +457,6 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
         }
     }
 
-    /// Computes each request's cost with `f` (default 1).
-    pub fn cost<Co2: RequestCost>(self, f: Co2) -> RateLimitLayer<X, St, C, R, Co2, Ru, Sk> {
-        let h = self.hooks;
-        RateLimitLayer {
-            core: self.core,
-            hooks: Hooks {
-                key: h.key,
-                cost: f,
-                rule: h.rule,
-                skip: h.skip,
-            },
-        }
-    }
-
-    /// Chooses each request's rule with `f` (tiers); `None` keeps the limiter's rule.
-    pub fn select_rule<Ru2: SelectRule>(self, f: Ru2) -> RateLimitLayer<X, St, C, R, Co, Ru2, Sk> {
-        let h = self.hooks;
-        RateLimitLayer {
-            core: self.core,
-            hooks: Hooks {
-                key: h.key,
-                cost: h.cost,
-                rule: f,
-                skip: h.skip,
-            },
-        }
-    }
-
-    /// Settles each request's reservation from its response (a header, an extension, the body's
-    /// end; see [`SettleFrom`]): the request is admitted on its estimate ([`cost`](Self::cost),
-    /// at least 1 here) and then charged what the response reports. Stacked layers configured with
-    /// the same source each settle their own reservation from it.
-    ///
-    /// ```
-    /// use tollgate::{RateLimiter, key::HeaderKey, layer::{RateLimitLayer, SettleFrom}};
-    ///
-    /// // An LLM gateway: 100 000 tokens an hour per API key, each call charged the tokens its
-    /// // backend reports in `x-tokens-used`, admitted on an estimate of 500.
-    /// let limiter = RateLimiter::builder().quotas("100000/hour").unwrap().build().unwrap();
-    /// let layer = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
-    ///     .cost(|_: &http::request::Parts| 500)
-    ///     .settle_from(SettleFrom::header(http::HeaderName::from_static("x-tokens-used")));
-    /// # let _ = layer;
-    /// ```
-    pub fn settle_from(mut self, source: SettleFrom) -> Self {
-        self.core.options.settle = Some(source);
-        self
-    }
-
     /// Exempts the requests for which `f` returns `true`: they pass without a check and without
     /// rate-limit headers.
     pub fn skip<Sk2: Skip>(self, f: Sk2) -> RateLimitLayer<X, St, C, R, Co, Ru, Sk2> {
@@ -449,6 +465,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
             core: self.core,
             hooks: Hooks {
                 key: h.key,
+                missing: h.missing,
                 cost: h.cost,
                 rule: h.rule,
                 skip: f,
@@ -459,7 +476,7 @@ impl<X: KeyExtractor, St, C, R, Co, Ru, Sk> RateLimitLayer<X, St, C, R, Co, Ru, 
 
 impl<S, X, St, C, R, Co, Ru, Sk> Layer<S> for RateLimitLayer<X, St, C, R, Co, Ru, Sk>
 where
-    X: KeyExtractor + Clone,
+    X: Source<St, C> + Clone,
     R: Clone,
     Co: Clone,
     Ru: Clone,

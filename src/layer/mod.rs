@@ -117,6 +117,7 @@ mod hooks;
 mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
+mod limits;
 mod pace;
 pub(crate) mod response;
 mod service;
@@ -124,12 +125,19 @@ mod settle;
 mod wait_guard;
 
 pub use body::{BoxError, ResponseBody};
+#[cfg(feature = "rules")]
+pub(crate) use concurrency::OverCap;
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
+#[doc(hidden)]
+pub use core::Options;
 pub use future::ResponseFuture;
+#[doc(hidden)]
+pub use hooks::Hooks;
 pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
 pub use layer::RateLimitLayer;
 #[cfg(feature = "rules")]
 pub(crate) use layer::{in_ticks, queue_quota};
+pub use limits::{Keyed, LayerKey, Limits, OneLimiter, Prepared, Source};
 pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
 pub use response::{
     DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
@@ -140,6 +148,8 @@ pub use service::RateLimitService;
 #[cfg(feature = "rules")]
 pub(crate) use settle::warn_bad_value;
 pub use settle::{SettleFrom, UsedUnits};
+#[cfg(feature = "rules")]
+pub(crate) use wait_guard::OnCancel;
 
 #[allow(unused_imports)]
 use crate::{Decision, RateLimiter};

@@ -2,6 +2,11 @@
 //! all-or-nothing across their keys, reloaded without losing state, with shadow limits and
 //! metrics.
 //!
+//! [`Rules::layer`] is a [`RateLimitLayer`](crate::layer::RateLimitLayer), the pipeline of a single
+//! limiter with a file's limits in place of the limiter (see [`FileLimits`]): its response hooks,
+//! gRPC answers, failure policy (the [`RulesOptions`]' by default), pacing and `skip` apply here
+//! too, and it wraps any inner service body (tonic's included).
+//!
 //! ```toml
 //! [[limit]]
 //! name = "login"              # required, unique, [A-Za-z0-9_.-]{1,64}
@@ -101,22 +106,19 @@
 //! of them ends), so such a reload never fails on the name.
 
 mod file;
+mod limits;
 use crate::metrics;
+use limits::Stop;
+pub use limits::{FileLimits, RulesAnswer, RulesDecided, RulesKeys};
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use http::Response;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
-use tower_layer::Layer;
-use tower_service::Service;
-use tracing::Instrument as _;
 
 pub use file::{
     KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
@@ -126,13 +128,8 @@ pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
 pub use crate::layer::RejectedBy;
-use crate::layer::response::{
-    HeaderConfig, Reported, rejected_inside, write_allowed_headers, write_headers,
-};
-use crate::layer::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, Refusal, ResetFormat, Settle,
-    SettleFrom, warn_bad_value,
-};
+use crate::layer::response::{HeaderConfig, Reported, rejected_inside, write_allowed_headers};
+use crate::layer::{FailurePolicy, HeaderStyle, ResetFormat, Settle, SettleFrom, warn_bad_value};
 use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, StoreErrorKind, SystemClock};
 use metrics::LimitMetrics;
@@ -437,13 +434,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         Ok(Self {
             shared: Arc::new(shared),
         })
-    }
-
-    /// The layer deciding requests on these rules (the current ones, and later reloads).
-    pub fn layer(&self) -> RulesLayer<St, C> {
-        RulesLayer {
-            rules: self.clone(),
-        }
     }
 
     /// The state of `request`'s key under the limit named `limit` (as its next request would find
@@ -982,12 +972,8 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
                 }
                 file::KeyPart::Global => out.push(b'g'),
                 file::KeyPart::Header(name) => {
-                    let value = parts
-                        .headers
-                        .get(name)
-                        .ok_or(KeyError::new("the request lacks the key's header"))?;
+                    let v = crate::key::header_value_key(&parts.headers, name)?;
                     out.push(b'h');
-                    let v = crate::key::ValueKey::new(value.as_bytes());
                     let at = out.len();
                     out.extend_from_slice(&[0; 4]);
                     v.encode(&mut out);
@@ -999,208 +985,6 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
             }
         }
         Ok(out)
-    }
-}
-
-/// The layer of a [`Rules`]: see [`Rules::layer`].
-pub struct RulesLayer<St = MemoryStore<Vec<u8>>, C = SystemClock> {
-    rules: Rules<St, C>,
-}
-
-impl<St, C> Clone for RulesLayer<St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            rules: self.rules.clone(),
-        }
-    }
-}
-
-impl<St, C> std::fmt::Debug for RulesLayer<St, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RulesLayer")
-            .field("rules", &self.rules)
-            .finish()
-    }
-}
-
-impl<S, St, C> Layer<S> for RulesLayer<St, C> {
-    type Service = RulesService<S, St, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RulesService {
-            inner,
-            rules: self.rules.clone(),
-        }
-    }
-}
-
-/// The service of a [`RulesLayer`].
-pub struct RulesService<S, St = MemoryStore<Vec<u8>>, C = SystemClock> {
-    inner: S,
-    rules: Rules<St, C>,
-}
-
-impl<S: Clone, St, C> Clone for RulesService<S, St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            rules: self.rules.clone(),
-        }
-    }
-}
-
-impl<S, St, C> std::fmt::Debug for RulesService<S, St, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RulesService")
-            .field("rules", &self.rules)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The response future of a [`RulesService`].
-pub type RulesFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
-
-impl<S, St, C, ReqB, ResB> Service<Request<ReqB>> for RulesService<S, St, C>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send,
-    ReqB: Send + 'static,
-    ResB: From<String> + Send + 'static,
-    St: Store<Vec<u8>>,
-    C: Clock,
-{
-    type Response = Response<ResB>;
-    type Error = S::Error;
-    type Future = RulesFuture<Response<ResB>, S::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let compiled = self.rules.shared.current.load_full();
-        let shared = Arc::clone(&self.rules.shared);
-        Box::pin(async move {
-            let (parts, body) = req.into_parts();
-            // The span only when a subscriber wants `trace`: building a disabled span still
-            // costs a few hundred instructions (its `log` fallback) per request.
-            let verdict = if tracing::level_enabled!(tracing::Level::TRACE) {
-                let span = tracing::trace_span!("tollgate.rules.decide", path = parts.uri.path());
-                decide(&compiled, &shared.options, &parts)
-                    .instrument(span)
-                    .await
-            } else {
-                decide(&compiled, &shared.options, &parts).await
-            };
-            let mut inner = inner;
-            match verdict {
-                Verdict::Answer(res) => Ok(res),
-                Verdict::Forward {
-                    mut allowed,
-                    shadow,
-                    wait,
-                    mut shadows,
-                } => {
-                    if !wait.is_zero() {
-                        // Give back what the ready service holds (e.g. a concurrency permit)
-                        // while the request waits for its departure; poll a clone ready after.
-                        let fresh = inner.clone();
-                        drop(std::mem::replace(&mut inner, fresh));
-                        depart(&compiled, &mut allowed, wait).await;
-                        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    }
-                    let mut res = inner.call(Request::from_parts(parts, body)).await?;
-                    settle(&compiled, &mut allowed, &mut shadows, &mut res).await;
-                    write_success_headers(&compiled, &shared.options, &allowed, shadow, &mut res);
-                    Ok(res)
-                }
-            }
-        })
-    }
-}
-
-/// What the limits decided.
-enum Verdict<B> {
-    /// Answer with this (429, 400, 503).
-    Answer(Response<B>),
-    /// Forward after `wait` (the departure its shaping queue reserved, at most one); the enforced
-    /// decisions (by limit index) and the shadow decision to report.
-    Forward {
-        allowed: Vec<Held>,
-        shadow: Option<(usize, Decision)>,
-        wait: Duration,
-        /// The shadow limits that admitted the request: settled like enforced ones.
-        shadows: Vec<Held>,
-    },
-}
-
-/// Waits on tokio's timer for the departure of a request admitted by shaping queues, then reads
-/// their state at departure for the headers.
-async fn depart<St: Store<Vec<u8>>, C: Clock>(
-    compiled: &Compiled<St, C>,
-    allowed: &mut [Held],
-    wait: Duration,
-) {
-    tokio::time::sleep(wait).await;
-    for h in allowed.iter_mut() {
-        let Some(limit) = compiled.limits.get(h.index) else {
-            continue;
-        };
-        if limit.spec.queue.is_some() {
-            if let Ok(d) = limit.apply(&h.key, Op::Peek).await {
-                h.decision = d;
-            }
-        }
-    }
-}
-
-/// Settles the reservations of the forwarded request (enforced limits, then shadow ones) to what
-/// the response says it cost, and counts the units spent. A limit takes a [`Settle`] marker named
-/// for it, and an unnamed one when its `settle` is `marker` (the marker is then taken out: an
-/// enclosing layer never settles it again; a file without such a limit leaves an unnamed marker
-/// to the layer around it); a `settle = "header:NAME"` limit reads that header (a value it
-/// cannot use leaves the estimate, warned once per limit). A shaping queue's slot is never given
-/// back (two waiters would share one departure).
-async fn settle<St: Store<Vec<u8>>, C: Clock, B>(
-    compiled: &Compiled<St, C>,
-    allowed: &mut [Held],
-    shadows: &mut [Held],
-    res: &mut Response<B>,
-) {
-    let marker = res.extensions().get::<Settle>().cloned();
-    let mut taken = false;
-    for h in allowed.iter_mut().chain(shadows.iter_mut()) {
-        let Some(limit) = compiled.limits.get(h.index) else {
-            continue;
-        };
-        let mut units = limit.spec.cost;
-        let wanted = match marker.as_ref().filter(|m| limit.takes(m)) {
-            Some(m) => {
-                taken = true;
-                Some(m.charged())
-            }
-            None => limit.settle_value(res),
-        };
-        if let Some(wanted) = wanted.filter(|_| limit.spec.queue.is_none()) {
-            if let Some(r) = h.decision.reservation() {
-                match limit.apply(&h.key, Op::settle(r, wanted)).await {
-                    Ok(d) => {
-                        h.decision = d;
-                        units = wanted;
-                    }
-                    Err(e) => {
-                        limit.metrics.store_errors.increment(1);
-                        tracing::warn!(limit = %limit.spec.name, error = %e, "settle failed");
-                    }
-                }
-            }
-        }
-        limit.metrics.units.increment(u64::from(units));
-    }
-    if taken {
-        res.extensions_mut().remove::<Settle>();
     }
 }
 
@@ -1221,171 +1005,11 @@ const PENDING: Decision = Decision {
 
 /// A reservation to give back if another limit rejects (or, before the decision, a limit to
 /// decide: [`PENDING`]).
+#[derive(Clone)]
 struct Held {
     index: usize,
     key: Vec<u8>,
     decision: Decision,
-}
-
-async fn decide<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
-    compiled: &Compiled<St, C>,
-    options: &RulesOptions,
-    parts: &Parts,
-) -> Verdict<B> {
-    let path = parts.uri.path();
-    let mut first: Option<Held> = None;
-    let mut enforced: Vec<Held> = Vec::new();
-    let mut shadows: Vec<usize> = Vec::new();
-    let mut queues: Vec<usize> = Vec::new();
-    let mut wait = Duration::ZERO;
-    for (index, limit) in compiled.limits.iter().enumerate() {
-        if !limit.spec.matches(&parts.method, path) {
-            continue;
-        }
-        if limit.spec.shadow {
-            shadows.push(index);
-        } else if limit.spec.queue.is_some() {
-            // Shaping queues last: a slot is never given back, so it is only reserved once every
-            // other limit has admitted the request.
-            queues.push(index);
-        } else {
-            match key_of(limit, options, parts) {
-                Ok(key) => {
-                    let h = Held {
-                        index,
-                        key,
-                        decision: PENDING,
-                    };
-                    // The first in `first` (no allocation for a lone limit), the rest in order.
-                    if first.is_none() && enforced.is_empty() {
-                        first = Some(h);
-                    } else {
-                        enforced.extend(first.take());
-                        enforced.push(h);
-                    }
-                }
-                Err(answer) => return Verdict::Answer(answer),
-            }
-        }
-    }
-    let mut held = match first {
-        // One limit, and no request can match two: its limiter alone decides (as a plain layer
-        // does), without lock stripes.
-        Some(one) if compiled.lone => {
-            let mut held = Vec::new();
-            if let Err(answer) = enforce_keyed(compiled, options, one, &mut held).await {
-                return Verdict::Answer(answer);
-            }
-            held
-        }
-        first => {
-            // `first` is set only while `enforced` is empty.
-            enforced.extend(first);
-            match enforce_all(compiled, options, enforced).await {
-                Ok(held) => held,
-                Err(answer) => return Verdict::Answer(answer),
-            }
-        }
-    };
-    for index in queues {
-        match enforce(compiled, options, parts, index, &mut held).await {
-            Err(answer) => return Verdict::Answer(answer),
-            Ok(Some(d)) => {
-                if let Some(limit) = compiled.limits.get(index) {
-                    wait = wait.max(limit.queue_wait(&d));
-                }
-            }
-            Ok(None) => {}
-        }
-    }
-    for h in &held {
-        if let Some(limit) = compiled.limits.get(h.index) {
-            // Units are counted once settled.
-            limit.metrics.decided(&h.decision, 0);
-        }
-    }
-    let allowed = held;
-    let mut shadow: Option<(usize, Decision)> = None;
-    let mut admitted_shadows: Vec<Held> = Vec::new();
-    for index in shadows {
-        let Some(limit) = compiled.limits.get(index) else {
-            continue;
-        };
-        let Ok(key) = limit.key_or_global(parts, options) else {
-            limit.metrics.no_key.increment(1);
-            continue;
-        };
-        limit.convert(&key).await;
-        match limit.apply(&key, Op::Check(limit.spec.cost)).await {
-            Ok(d) => {
-                if d.is_allowed() {
-                    // Units are counted once settled.
-                    limit.metrics.allowed.increment(1);
-                    admitted_shadows.push(Held {
-                        index,
-                        key: key.clone(),
-                        decision: d,
-                    });
-                } else {
-                    limit.metrics.shadow_rejected.increment(1);
-                    tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
-                }
-                if shadow
-                    .as_ref()
-                    .is_none_or(|(_, s)| d.remaining() < s.remaining())
-                {
-                    shadow = Some((index, d));
-                }
-            }
-            Err(e) => {
-                limit.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
-            }
-        }
-    }
-    Verdict::Forward {
-        allowed,
-        shadow,
-        wait,
-        shadows: admitted_shadows,
-    }
-}
-
-/// The request's key under `limit` (the global key when the limit counts requests without one
-/// there), or the `400` answering a request without it.
-fn key_of<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
-    limit: &Limit<St, C>,
-    options: &RulesOptions,
-    parts: &Parts,
-) -> Result<Vec<u8>, Response<B>> {
-    match limit.key(parts, options) {
-        Ok(k) => Ok(k),
-        Err(_) if limit.missing_global => Ok(limit.global_key()),
-        Err(error) => {
-            limit.metrics.no_key.increment(1);
-            tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
-            Err(DefaultRejection.on_refused(Refusal::NoKey {
-                status: StatusCode::BAD_REQUEST,
-                error: &error,
-            }))
-        }
-    }
-}
-
-/// The `429` of `limit`'s rejection `d`, counted, with its headers and [`RejectedBy`].
-fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
-    limit: &Limit<St, C>,
-    d: Decision,
-) -> Response<B> {
-    limit.metrics.decided(&d, 0);
-    tracing::debug!(limit = %limit.spec.name, "rejected");
-    let mut res: Response<B> = DefaultRejection.on_rejected(&d);
-    write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
-    res.extensions_mut().insert(RejectedBy {
-        limit: Arc::clone(&limit.headers.policy_name),
-        decision: d,
-    });
-    res
 }
 
 /// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]
@@ -1393,11 +1017,11 @@ fn rejection<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
 /// charged: the store gave back what the others reserved) or a store failed closed (every
 /// admitted limit settled to 0, once). A store failing open skips its limit; a limit the store
 /// did not answer counts as failed. Every answer is read before acting on any.
-async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
     compiled: &Compiled<St, C>,
-    options: &RulesOptions,
+    failure: FailurePolicy,
     mut held: Vec<Held>,
-) -> Result<Vec<Held>, Response<B>> {
+) -> Result<Vec<Held>, Stop> {
     held.retain(|h| compiled.limits.get(h.index).is_some());
     for h in &held {
         if let Some(limit) = compiled.limits.get(h.index) {
@@ -1455,7 +1079,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         }
     }
     if let Some((at, d)) = rejected {
-        let Some(limit) = held.get(at).and_then(|h| compiled.limits.get(h.index)) else {
+        let Some(index) = held.get(at).map(|h| h.index) else {
             return Ok(Vec::new());
         };
         for (h, a) in held.iter().zip(got) {
@@ -1466,7 +1090,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
                 }
             }
         }
-        return Err(rejection(limit, d));
+        return Err(Stop::Rejected(index, d));
     }
     let mut failed: Option<StoreError> = None;
     for (h, answer) in held.iter_mut().zip(got) {
@@ -1483,16 +1107,14 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         match answer {
             Ok(d) => h.decision = d,
             Err(e) => {
-                limit.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
-                if options.failure == FailurePolicy::FailClosed {
-                    if failed.is_none() {
-                        limit.metrics.fail_closed.increment(1);
-                        failed = Some(e);
-                    }
+                if failure != FailurePolicy::FailClosed || failed.is_none() {
+                    limit.store_failed(&e, failure);
                 } else {
-                    limit.metrics.fail_open.increment(1);
-                    limit.limiter.record_fail_open();
+                    limit.metrics.store_errors.increment(1);
+                    tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                }
+                if failure == FailurePolicy::FailClosed && failed.is_none() {
+                    failed = Some(e);
                 }
             }
         }
@@ -1500,7 +1122,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
     if let Some(e) = failed {
         // Every limit that admitted holds a reservation: each is given back once.
         rollback(compiled, &held).await;
-        return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+        return Err(Stop::Failed(e));
     }
     // A limit whose store failed open holds nothing.
     held.retain(|h| h.decision.is_allowed());
@@ -1534,46 +1156,16 @@ fn item_of<'a, St: Store<Vec<u8>>, C: Clock>(
     })
 }
 
-/// Checks the enforced limit at `index`: `Ok(Some(decision))` when it admitted the request (held
-/// in `held`), `Ok(None)` when it did not apply or its store failed open, `Err(answer)` when the
-/// request is answered now (400, 429, 503), what the limits before it reserved given back.
-async fn enforce<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
+/// Checks the enforced limit of `one` (its key read already; `one.decision` is not read):
+/// `Ok(Some(decision))` when it admitted the request (held in `held`), `Ok(None)` when its store
+/// failed open, `Err` when the request stops here (a rejection, or a store failing closed), what
+/// the limits before it reserved given back.
+async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock>(
     compiled: &Compiled<St, C>,
-    options: &RulesOptions,
-    parts: &Parts,
-    index: usize,
-    held: &mut Vec<Held>,
-) -> Result<Option<Decision>, Response<B>> {
-    let Some(limit) = compiled.limits.get(index) else {
-        return Ok(None);
-    };
-    let key = match key_of(limit, options, parts) {
-        Ok(k) => k,
-        Err(answer) => {
-            rollback(compiled, held).await;
-            return Err(answer);
-        }
-    };
-    enforce_keyed(
-        compiled,
-        options,
-        Held {
-            index,
-            key,
-            decision: PENDING,
-        },
-        held,
-    )
-    .await
-}
-
-/// [`enforce`] with the limit's key read already (`one.key`; `one.decision` is not read).
-async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
-    compiled: &Compiled<St, C>,
-    options: &RulesOptions,
+    failure: FailurePolicy,
     one: Held,
     held: &mut Vec<Held>,
-) -> Result<Option<Decision>, Response<B>> {
+) -> Result<Option<Decision>, Stop> {
     let Held { index, key, .. } = one;
     let Some(limit) = compiled.limits.get(index) else {
         return Ok(None);
@@ -1590,18 +1182,14 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock, B: From<String>>(
         }
         Ok(d) => {
             rollback(compiled, held).await;
-            Err(rejection(limit, d))
+            Err(Stop::Rejected(index, d))
         }
         Err(e) => {
-            limit.metrics.store_errors.increment(1);
-            tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
-            if options.failure == FailurePolicy::FailClosed {
-                limit.metrics.fail_closed.increment(1);
+            limit.store_failed(&e, failure);
+            if failure == FailurePolicy::FailClosed {
                 rollback(compiled, held).await;
-                return Err(DefaultRejection.on_refused(Refusal::StoreFailed(&e)));
+                return Err(Stop::Failed(e));
             }
-            limit.metrics.fail_open.increment(1);
-            limit.limiter.record_fail_open();
             Ok(None)
         }
     }
@@ -1638,6 +1226,7 @@ static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelim
 fn write_success_headers<St, C, B>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,
+    on_allowed: bool,
     allowed: &[Held],
     shadow: Option<(usize, Decision)>,
     res: &mut Response<B>,
@@ -1645,7 +1234,7 @@ fn write_success_headers<St, C, B>(
     St: Store<Vec<u8>>,
     C: Clock,
 {
-    if !rejected_inside(res.extensions()) {
+    if on_allowed && !rejected_inside(res.extensions()) {
         let mut below = res.extensions_mut().remove::<Reported>();
         for h in allowed {
             let Some(limit) = compiled.limits.get(h.index) else {

@@ -268,3 +268,68 @@ async fn a_call_over_the_concurrency_cap_is_resource_exhausted() {
     assert_eq!(meta(&status, "retry-after"), "1");
     server.stop().await;
 }
+
+/// A rules file's layer on a tonic server: the same trailers-only answers as one limiter's.
+#[cfg(feature = "rules")]
+mod rules_file {
+    use super::*;
+    use tollgate::rules::{Rules, RulesOptions};
+
+    #[tokio::test]
+    async fn a_tonic_client_gets_resource_exhausted_from_a_rules_file_layer() {
+        let rules = Rules::memory(
+            "[[limit]]\nname = \"per-peer\"\nkey = \"ip\"\nstrategy = \"fixed-window\"\n\
+             quotas = \"2/hour\"\n",
+            RulesOptions::default(),
+        )
+        .unwrap();
+        let server = serve!(rules.layer());
+        let mut client = server.client().await;
+        for left in (0..2).rev() {
+            let res = client.check(check()).await.expect("within the quota");
+            assert_eq!(
+                res.metadata().get("x-ratelimit-remaining").unwrap(),
+                left.to_string().as_str(),
+                "the file limit's fields are metadata of an allowed call"
+            );
+        }
+        let status = client.check(check()).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.message().starts_with("rate limited: retry in "),
+            "{status:?}"
+        );
+        let retry_after: u64 = meta(&status, "retry-after").parse().unwrap();
+        assert!((1..=3600).contains(&retry_after), "{retry_after}");
+        assert_eq!(meta(&status, "x-ratelimit-limit"), "2");
+        assert_eq!(meta(&status, "x-ratelimit-remaining"), "0");
+        assert_eq!(meta(&status, "content-type"), "application/grpc");
+        let info = status
+            .get_details_retry_info()
+            .expect("RetryInfo in grpc-status-details-bin");
+        assert!(info.retry_delay.is_some(), "{info:?}");
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_call_without_the_key_of_a_rules_file_limit_is_invalid_argument() {
+        let rules = Rules::memory(
+            "[[limit]]\nname = \"per-key\"\nkey = \"header:x-api-key\"\nquotas = \"5/hour\"\n",
+            RulesOptions::default(),
+        )
+        .unwrap();
+        let server = serve!(rules.layer());
+        let mut client = server.client().await;
+        let status = client.check(check()).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        let mut keyed = check();
+        keyed
+            .metadata_mut()
+            .insert("x-api-key", "k1".parse().unwrap());
+        client
+            .check(keyed)
+            .await
+            .expect("a call with the key passes");
+        server.stop().await;
+    }
+}

@@ -45,7 +45,11 @@ async fn rules_on(url: String, prefix: &str, text: &str) -> Rules<RedisStore, Ma
     Rules::with_clock(text, RulesOptions::default(), move || store.clone(), clock).unwrap()
 }
 
-type Svc = tower::util::BoxCloneService<Request<()>, Response<String>, Infallible>;
+type Svc = tower::util::BoxCloneService<
+    Request<()>,
+    Response<tollgate::layer::ResponseBody<String>>,
+    Infallible,
+>;
 
 fn service(rules: &Rules<RedisStore, ManualClock>) -> Svc {
     tower::util::BoxCloneService::new(tower::ServiceBuilder::new().layer(rules.layer()).service(

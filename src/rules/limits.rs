@@ -1,0 +1,690 @@
+//! The compiled limits of a rules file as the [`Limits`] of a [`RateLimitLayer`]: the layer's one
+//! pipeline (its service and response future) reads the keys, decides, answers, waits, settles,
+//! reports the fields and counts the metrics of a file's limits as it does a single limiter's.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{Response, StatusCode};
+
+use super::{
+    Compiled, Held, PENDING, Rules, RulesOptions, enforce_all, enforce_keyed, write_success_headers,
+};
+use crate::Decision;
+use crate::clock::Clock;
+use crate::error::StoreError;
+use crate::layer::response::{item_name, write_headers};
+use crate::layer::{
+    FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap, Prepared, RateLimitLayer,
+    RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
+};
+use crate::store::Store;
+use crate::strategy::Op;
+
+/// The [`RateLimitLayer`] source of a rules file's layer ([`Rules::layer`]): the file's limits
+/// read each request's keys (per limit, with its `key` and `on_missing_key`), not a key extractor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FileLimits;
+
+impl LayerKey for FileLimits {
+    type Key = Vec<u8>;
+}
+
+/// A request's keys under the limits of a rules file: the version of the rules it started on,
+/// and the matching limits (enforced, shaping queues, shadow) with their keys.
+pub struct RulesKeys<St, C> {
+    compiled: Arc<Compiled<St, C>>,
+    enforced: Vec<Held>,
+    queues: Vec<Held>,
+    shadows: Vec<Held>,
+    failure: FailurePolicy,
+}
+
+/// What a rules file's limits decided for a request.
+#[derive(Clone)]
+pub struct RulesDecided {
+    /// The enforced limits (shaping queues included) that admitted the request.
+    held: Vec<Held>,
+    /// The rejecting limit (the longest wait) and its decision.
+    rejected: Option<(usize, Decision)>,
+    /// What shadow limits and shaping queues add, when the request met any (boxed: the common
+    /// decision stays small, and it is moved through the response future's states).
+    extra: Option<Box<Extra>>,
+}
+
+/// The shadow limits and the shaping queue of a request's decision.
+#[derive(Clone, Default)]
+struct Extra {
+    /// The shadow limits that admitted it: settled like enforced ones.
+    shadows: Vec<Held>,
+    /// The shadow decision to report (fewest remaining).
+    shadow: Option<(usize, Decision)>,
+    /// How long it waits for its departure (a shaping queue).
+    wait: Duration,
+}
+
+/// The decision of a request no enforced limit counted (none matched with a key, or its store
+/// failed open): admitted, holding nothing.
+const ADMITTED: Decision = Decision {
+    outcome: crate::Outcome::Allowed,
+    ..PENDING
+};
+
+impl RulesDecided {
+    fn admitted(held: Vec<Held>) -> Self {
+        Self {
+            held,
+            rejected: None,
+            extra: None,
+        }
+    }
+
+    fn shadows(&self) -> &[Held] {
+        self.extra.as_ref().map_or(&[], |e| e.shadows.as_slice())
+    }
+
+    fn rejected(index: usize, d: Decision) -> Self {
+        Self {
+            rejected: Some((index, d)),
+            ..Self::admitted(Vec::new())
+        }
+    }
+}
+
+/// Why a file's decision stopped before forwarding: a limit rejected, or a store failed closed
+/// (every reservation given back).
+pub(super) enum Stop {
+    Rejected(usize, Decision),
+    Failed(StoreError),
+}
+
+type Boxed = Pin<Box<dyn Future<Output = Result<RulesDecided, StoreError>> + Send>>;
+
+/// A rules file's decision or settlement: known at once (one limit on the memory store), or later.
+pub enum RulesAnswer {
+    #[doc(hidden)]
+    Now(Option<Result<RulesDecided, StoreError>>),
+    #[doc(hidden)]
+    Later(Boxed),
+}
+
+impl Future for RulesAnswer {
+    type Output = Result<RulesDecided, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Now(result) => Poll::Ready(result.take().unwrap_or_else(|| {
+                Err(StoreError::new(
+                    crate::StoreErrorKind::Other,
+                    "a rules decision polled after it completed",
+                ))
+            })),
+            Self::Later(fut) => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
+    type Limits = Rules<St, C>;
+
+    /// The matching limits and their keys; a request without a key for an enforced limit that
+    /// rejects those is answered before anything is spent.
+    fn prepare<Co: RequestCost, Ru: SelectRule, Sk>(
+        _hooks: &Hooks<Self, Co, Ru, Sk>,
+        o: &Options<Rules<St, C>>,
+        parts: &Parts,
+    ) -> Prepared<RulesKeys<St, C>> {
+        let compiled = o.limits.shared.current.load_full();
+        let options: &RulesOptions = &o.limits.shared.options;
+        let path = parts.uri.path();
+        let (mut enforced, mut queues, mut shadows) = (Vec::new(), Vec::new(), Vec::new());
+        for (index, limit) in compiled.limits.iter().enumerate() {
+            if !limit.spec.matches(&parts.method, path) {
+                continue;
+            }
+            let key = match limit.key_or_global(parts, options) {
+                Ok(key) => key,
+                Err(error) => {
+                    limit.metrics.no_key.increment(1);
+                    if limit.spec.shadow {
+                        continue;
+                    }
+                    tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+                    o.missing_keys
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Prepared::NoKey(StatusCode::BAD_REQUEST, error);
+                }
+            };
+            let held = Held {
+                index,
+                key,
+                decision: PENDING,
+            };
+            if limit.spec.shadow {
+                shadows.push(held);
+            } else if limit.spec.queue.is_some() {
+                // Shaping queues last: a slot is never given back, so it is only reserved once
+                // every other limit has admitted the request.
+                queues.push(held);
+            } else {
+                if enforced.capacity() == 0 {
+                    // Most requests meet one enforced limit: room for it alone.
+                    enforced = Vec::with_capacity(1);
+                }
+                enforced.push(held);
+            }
+        }
+        if enforced.is_empty() && queues.is_empty() && shadows.is_empty() {
+            return Prepared::Pass;
+        }
+        Prepared::Decide {
+            keys: RulesKeys {
+                compiled,
+                enforced,
+                queues,
+                shadows,
+                failure: o.failure,
+            },
+            cost: 1,
+            id: None,
+            marked: false,
+        }
+    }
+}
+
+impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
+    /// The layer deciding requests on these rules (the current ones, and later reloads): the
+    /// same [`RateLimitLayer`] as a single limiter's, so its response hooks
+    /// ([`on_rejected`](RateLimitLayer::on_rejected), [`ProblemJson`](crate::layer::ProblemJson)),
+    /// gRPC answers, failure policy (the [`RulesOptions`]' by default) and
+    /// [`skip`](RateLimitLayer::skip) apply to a file's limits too.
+    pub fn layer(&self) -> RateLimitLayer<FileLimits, St, C> {
+        let options = &self.shared.options;
+        let headers = crate::layer::response::HeaderConfig {
+            style: options.header_style,
+            reset: options.reset,
+            ..Default::default()
+        };
+        RateLimitLayer::from_limits(self.clone(), FileLimits, headers)
+            .failure_policy(options.failure)
+    }
+}
+
+/// The decision of one enforced limit, read at once: as [`enforce_keyed`] does, without a task.
+fn one_now<St: Store<Vec<u8>>, C: Clock>(
+    compiled: &Compiled<St, C>,
+    failure: FailurePolicy,
+    h: &Held,
+    result: Result<Decision, StoreError>,
+) -> Result<RulesDecided, StoreError> {
+    let Some(limit) = compiled.limits.get(h.index) else {
+        return Ok(RulesDecided::admitted(Vec::new()));
+    };
+    match result {
+        Ok(d) if d.is_allowed() => Ok(RulesDecided::admitted(vec![Held {
+            index: h.index,
+            key: h.key.clone(),
+            decision: d,
+        }])),
+        Ok(d) => Ok(RulesDecided::rejected(h.index, d)),
+        Err(e) => {
+            limit.store_failed(&e, failure);
+            match failure {
+                FailurePolicy::FailClosed => Err(e),
+                _ => Ok(RulesDecided::admitted(Vec::new())),
+            }
+        }
+    }
+}
+
+/// Decides the limits of a request: the enforced ones all-or-nothing (one alone through its
+/// limiter when no request can match two), then the shaping queues, then the shadow limits.
+async fn decide<St: Store<Vec<u8>>, C: Clock>(
+    compiled: Arc<Compiled<St, C>>,
+    failure: FailurePolicy,
+    enforced: Vec<Held>,
+    queues: Vec<Held>,
+    shadows: Vec<Held>,
+) -> Result<RulesDecided, StoreError> {
+    match decide_all(&compiled, failure, enforced, queues, shadows).await {
+        Ok(d) => Ok(d),
+        Err(stop) => stopped(stop),
+    }
+}
+
+async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
+    compiled: &Compiled<St, C>,
+    failure: FailurePolicy,
+    enforced: Vec<Held>,
+    queues: Vec<Held>,
+    shadows: Vec<Held>,
+) -> Result<RulesDecided, Stop> {
+    let mut held = match <[Held; 1]>::try_from(enforced) {
+        Ok([one]) if compiled.lone => {
+            let mut held = Vec::new();
+            enforce_keyed(compiled, failure, one, &mut held).await?;
+            held
+        }
+        Ok([one]) => enforce_all(compiled, failure, vec![one]).await?,
+        Err(enforced) => enforce_all(compiled, failure, enforced).await?,
+    };
+    let mut wait = Duration::ZERO;
+    for one in queues {
+        let index = one.index;
+        if let Some(d) = enforce_keyed(compiled, failure, one, &mut held).await? {
+            if let Some(limit) = compiled.limits.get(index) {
+                wait = wait.max(limit.queue_wait(&d));
+            }
+        }
+    }
+    let mut shadow: Option<(usize, Decision)> = None;
+    let mut admitted_shadows = Vec::new();
+    for h in shadows {
+        let Some(limit) = compiled.limits.get(h.index) else {
+            continue;
+        };
+        limit.convert(&h.key).await;
+        match limit.apply(&h.key, Op::Check(limit.spec.cost)).await {
+            Ok(d) => {
+                if d.is_allowed() {
+                    // Units are counted once settled.
+                    limit.metrics.allowed.increment(1);
+                    admitted_shadows.push(Held {
+                        index: h.index,
+                        key: h.key,
+                        decision: d,
+                    });
+                } else {
+                    limit.metrics.shadow_rejected.increment(1);
+                    tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
+                }
+                if shadow.is_none_or(|(_, s)| d.remaining() < s.remaining()) {
+                    shadow = Some((h.index, d));
+                }
+            }
+            Err(e) => {
+                limit.metrics.store_errors.increment(1);
+                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+            }
+        }
+    }
+    let extra = (!admitted_shadows.is_empty() || shadow.is_some() || !wait.is_zero()).then(|| {
+        Box::new(Extra {
+            shadows: admitted_shadows,
+            shadow,
+            wait,
+        })
+    });
+    Ok(RulesDecided {
+        held,
+        rejected: None,
+        extra,
+    })
+}
+
+/// Turns a stop of the file's decision into its answer: a rejection to report, or the failure.
+fn stopped(stop: Stop) -> Result<RulesDecided, StoreError> {
+    match stop {
+        Stop::Rejected(index, d) => Ok(RulesDecided::rejected(index, d)),
+        Stop::Failed(e) => Err(e),
+    }
+}
+
+impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
+    type Keys = RulesKeys<St, C>;
+    type Decided = RulesDecided;
+    type Answer = RulesAnswer;
+
+    fn name(&self) -> &str {
+        "rules"
+    }
+
+    fn check(&self, keys: &mut RulesKeys<St, C>, _cost: u32) -> RulesAnswer {
+        // One enforced limit, and no request can match two: its limiter alone decides, at once on
+        // the memory store (no task, no lock stripes).
+        if let ([one], true, true, true) = (
+            keys.enforced.as_slice(),
+            keys.compiled.lone,
+            keys.queues.is_empty(),
+            keys.shadows.is_empty(),
+        ) {
+            if let Some(limit) = keys
+                .compiled
+                .limits
+                .get(one.index)
+                .filter(|l| l.previous_live().is_none())
+            {
+                let answer =
+                    limit
+                        .limiter
+                        .apply(&one.key, limit.rule.as_ref(), Op::Check(limit.spec.cost));
+                return match answer.into_now() {
+                    // Admitted: its keys move into the decision (no copy, no allocation).
+                    Ok(Ok(d)) if d.is_allowed() => {
+                        let mut held = std::mem::take(&mut keys.enforced);
+                        for h in &mut held {
+                            h.decision = d;
+                        }
+                        RulesAnswer::Now(Some(Ok(RulesDecided::admitted(held))))
+                    }
+                    Ok(result) => {
+                        RulesAnswer::Now(Some(one_now(&keys.compiled, keys.failure, one, result)))
+                    }
+                    Err(later) => {
+                        let (compiled, one, failure) =
+                            (Arc::clone(&keys.compiled), one.clone(), keys.failure);
+                        RulesAnswer::Later(Box::pin(async move {
+                            let start = std::time::Instant::now();
+                            let result = later.await;
+                            if let Some(limit) = compiled.limits.get(one.index) {
+                                limit
+                                    .metrics
+                                    .store_latency
+                                    .record(start.elapsed().as_secs_f64());
+                            }
+                            one_now(&compiled, failure, &one, result)
+                        }))
+                    }
+                };
+            }
+        }
+        let compiled = Arc::clone(&keys.compiled);
+        let again = |v: &[Held]| v.to_vec();
+        let (enforced, queues, shadows) = (
+            again(&keys.enforced),
+            again(&keys.queues),
+            again(&keys.shadows),
+        );
+        let limits = enforced.len() + queues.len() + shadows.len();
+        let decided = decide(compiled, keys.failure, enforced, queues, shadows);
+        // The span only when a subscriber wants `trace`: building a disabled span still costs a
+        // few hundred instructions (its `log` fallback) per request.
+        if tracing::level_enabled!(tracing::Level::TRACE) {
+            let span = tracing::trace_span!("tollgate.rules.decide", limits);
+            return RulesAnswer::Later(Box::pin(tracing::Instrument::instrument(decided, span)));
+        }
+        RulesAnswer::Later(Box::pin(decided))
+    }
+
+    fn into_now(answer: RulesAnswer) -> Result<Result<RulesDecided, StoreError>, RulesAnswer> {
+        match answer {
+            RulesAnswer::Now(Some(result)) => Ok(result),
+            other => Err(other),
+        }
+    }
+
+    #[inline]
+    fn outcome(d: &RulesDecided) -> crate::Outcome {
+        d.rejected
+            .map_or(crate::Outcome::Allowed, |(_, d)| d.outcome())
+    }
+
+    fn decision(d: &RulesDecided) -> Decision {
+        if let Some((_, d)) = d.rejected {
+            return d;
+        }
+        d.held
+            .iter()
+            .map(|h| h.decision)
+            .min_by_key(|d| (d.remaining(), std::cmp::Reverse(d.reset_after())))
+            .unwrap_or(ADMITTED)
+    }
+
+    fn queue_wait(
+        _o: &Options<Self>,
+        _keys: &RulesKeys<St, C>,
+        _cost: u32,
+        d: &RulesDecided,
+    ) -> Duration {
+        d.extra.as_ref().map_or(Duration::ZERO, |e| e.wait)
+    }
+
+    /// Reads the shaping queues' state at departure, for the fields.
+    fn departure(&self, keys: &RulesKeys<St, C>, reserved: &RulesDecided) -> RulesAnswer {
+        let compiled = Arc::clone(&keys.compiled);
+        let mut d = reserved.clone();
+        RulesAnswer::Later(Box::pin(async move {
+            for h in &mut d.held {
+                let Some(limit) = compiled.limits.get(h.index) else {
+                    continue;
+                };
+                if limit.spec.queue.is_some() {
+                    if let Ok(now) = limit.apply(&h.key, Op::Peek).await {
+                        h.decision = now;
+                    }
+                }
+            }
+            if let Some(extra) = d.extra.as_mut() {
+                extra.wait = Duration::ZERO;
+            }
+            Ok(d)
+        }))
+    }
+
+    /// A file's queue slot is never given back (two waiters would share one departure): the gap
+    /// stays.
+    fn on_cancel(
+        &self,
+        _keys: &RulesKeys<St, C>,
+        _cost: u32,
+        _reserved: &RulesDecided,
+    ) -> OnCancel {
+        Box::new(|| {})
+    }
+
+    /// A limit takes a [`Settle`] marker named for it, and an unnamed one when its `settle` is
+    /// `marker` (the marker is then taken out: an enclosing layer never settles it again; a file
+    /// without such a limit leaves an unnamed marker to the layer around it); a `settle =
+    /// "header:NAME"` limit reads that header (a value it cannot use leaves the estimate, warned
+    /// once per limit); a request a concurrency cap inside refused is settled to 0. A shaping
+    /// queue's slot is never given back (two waiters would share one departure). The units of
+    /// the limits left on their estimate are counted here, the others' once settled.
+    fn settle<B>(
+        _o: &Options<Self>,
+        keys: &RulesKeys<St, C>,
+        d: &RulesDecided,
+        res: &mut Response<B>,
+    ) -> Option<RulesAnswer> {
+        let compiled = &keys.compiled;
+        let over_cap = res.extensions().get::<OverCap>().is_some();
+        let marker = res.extensions().get::<Settle>().cloned();
+        let mut taken = false;
+        let mut wanted: Vec<(usize, u32)> = Vec::new();
+        for (at, h) in d.held.iter().chain(d.shadows()).enumerate() {
+            let Some(limit) = compiled.limits.get(h.index) else {
+                continue;
+            };
+            let units = if over_cap {
+                Some(0)
+            } else {
+                match marker.as_ref().filter(|m| limit.takes(m)) {
+                    Some(m) => {
+                        taken = true;
+                        Some(m.charged())
+                    }
+                    None => limit.settle_value(res),
+                }
+            };
+            match units.filter(|_| limit.spec.queue.is_none() && h.decision.reservation().is_some())
+            {
+                Some(units) => wanted.push((at, units)),
+                None => limit.metrics.units.increment(u64::from(limit.spec.cost)),
+            }
+        }
+        if taken {
+            res.extensions_mut().remove::<Settle>();
+        }
+        if wanted.is_empty() {
+            return None;
+        }
+        let compiled = Arc::clone(compiled);
+        let mut d = d.clone();
+        Some(RulesAnswer::Later(Box::pin(async move {
+            let enforced = d.held.len();
+            for (at, units) in wanted {
+                let h = match at.checked_sub(enforced) {
+                    None => d.held.get_mut(at),
+                    Some(i) => d.extra.as_mut().and_then(|e| e.shadows.get_mut(i)),
+                };
+                let Some(h) = h else { continue };
+                let (Some(limit), Some(r)) =
+                    (compiled.limits.get(h.index), h.decision.reservation())
+                else {
+                    continue;
+                };
+                let charged = match limit.apply(&h.key, Op::settle(r, units)).await {
+                    Ok(settled) => {
+                        h.decision = settled;
+                        units
+                    }
+                    Err(e) => {
+                        limit.metrics.store_errors.increment(1);
+                        tracing::warn!(limit = %limit.spec.name, error = %e, "settle failed");
+                        limit.spec.cost
+                    }
+                };
+                limit.metrics.units.increment(u64::from(charged));
+            }
+            Ok(d)
+        })))
+    }
+
+    fn watch_body<B>(
+        _o: &Options<Self>,
+        _keys: &RulesKeys<St, C>,
+        _d: &RulesDecided,
+        res: Response<B>,
+    ) -> Response<ResponseBody<B>> {
+        res.map(ResponseBody::inner)
+    }
+
+    fn count_decided(&self, keys: &RulesKeys<St, C>, _cost: u32, d: &RulesDecided, admitted: bool) {
+        let limits = &keys.compiled.limits;
+        if admitted {
+            for h in &d.held {
+                if let Some(limit) = limits.get(h.index) {
+                    // Units are counted once settled.
+                    limit.metrics.decided(&h.decision, 0);
+                }
+            }
+        } else if let Some((limit, d)) = d.rejected.and_then(|(i, d)| Some((limits.get(i)?, d))) {
+            limit.metrics.decided(&d, 0);
+        }
+    }
+
+    fn store_failed(_o: &Options<Self>, _keys: &RulesKeys<St, C>, _e: &StoreError, _closed: bool) {
+        // Counted and logged per limit where it failed (every reservation already given back).
+    }
+
+    fn count_store_error(&self) {}
+
+    fn time_store(&self, _asked: std::time::Instant) {
+        // Timed per limit where the store was asked.
+    }
+
+    fn violated<'a>(
+        _o: &'a Options<Self>,
+        keys: &'a RulesKeys<St, C>,
+        d: &RulesDecided,
+    ) -> Cow<'a, str> {
+        match d
+            .rejected
+            .and_then(|(i, d)| Some((keys.compiled.limits.get(i)?, d)))
+        {
+            Some((limit, d)) => item_name(&limit.headers, limit.rule(), d.quota_index()),
+            None => Cow::Borrowed(""),
+        }
+    }
+
+    fn write_rejected<B>(
+        _o: &Options<Self>,
+        keys: &RulesKeys<St, C>,
+        d: RulesDecided,
+        res: &mut Response<B>,
+    ) {
+        let Some((limit, d)) = d
+            .rejected
+            .and_then(|(i, d)| Some((keys.compiled.limits.get(i)?, d)))
+        else {
+            return;
+        };
+        tracing::debug!(
+            limit = %limit.spec.name,
+            quota_limit = d.limit(),
+            retry_after = d.retry_after_secs(),
+            "rate limited"
+        );
+        write_headers(res.headers_mut(), &d, limit.rule(), &limit.headers, None);
+        res.extensions_mut().insert(RejectedBy {
+            limit: Arc::clone(&limit.headers.policy_name),
+            decision: d,
+        });
+    }
+
+    fn write_allowed<B>(
+        o: &Options<Self>,
+        keys: &RulesKeys<St, C>,
+        d: &RulesDecided,
+        res: &mut Response<B>,
+    ) {
+        write_success_headers(
+            &keys.compiled,
+            &o.limits.shared.options,
+            o.headers.on_allowed,
+            &d.held,
+            d.extra.as_ref().and_then(|e| e.shadow),
+            res,
+        );
+    }
+
+    fn mark_request<B>(_d: &RulesDecided, _req: &mut http::Request<B>) {}
+}
+
+impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
+    /// Counts and logs a store failure of this limit answered by `failure` (a limit failing open
+    /// is skipped and counted in its [`Stats`](crate::Stats)).
+    pub(super) fn store_failed(&self, e: &StoreError, failure: FailurePolicy) {
+        self.metrics.store_errors.increment(1);
+        tracing::warn!(limit = %self.spec.name, error = %e, "rate-limit store error");
+        if failure == FailurePolicy::FailClosed {
+            self.metrics.fail_closed.increment(1);
+        } else {
+            self.metrics.fail_open.increment(1);
+            self.limiter.record_fail_open();
+        }
+    }
+}
+
+impl<St, C> std::fmt::Debug for RulesKeys<St, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesKeys")
+            .field("enforced", &self.enforced.len())
+            .field("queues", &self.queues.len())
+            .field("shadows", &self.shadows.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RulesDecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesDecided")
+            .field("held", &self.held.len())
+            .field("rejected", &self.rejected)
+            .field("shadows", &self.shadows().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RulesAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Now(result) => f.debug_tuple("Now").field(result).finish(),
+            Self::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
