@@ -219,8 +219,8 @@ pub struct RedisCounters {
     /// timeout (overload, not an outage). Also in [`Stats::rejected`]. The sum of the three
     /// reasons below.
     pub shed: u64,
-    /// Of those, checks that waited behind their own key's checks (a key has at most two checks
-    /// in flight at once): the cost of a key's own flood.
+    /// Of those, checks that waited behind their own key's checks (a key has two checks in flight
+    /// at once, more only from free slots other keys leave): the cost of a key's own flood.
     pub shed_own_key: u64,
     /// Of those, checks that found no room among the calls in flight
     /// ([`RedisStoreBuilder::max_in_flight`]) while Redis answered others.
@@ -253,6 +253,9 @@ pub struct RedisCounters {
     pub connected: bool,
     /// Calls in flight now.
     pub in_flight: u64,
+    /// The most calls of one key (under its rule) in flight at once since the store was built,
+    /// refunds included: two, or more for a hot key while the store had free slots.
+    pub key_in_flight_peak: u64,
 }
 
 #[derive(Clone)]
@@ -507,6 +510,7 @@ impl RedisStoreBuilder {
             let sha = ::redis::Script::new(&src).get_hash().to_owned();
             (sha, Arc::<str>::from(src))
         });
+        let gate = Arc::new(Semaphore::new(self.max_in_flight));
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conn: RwLock::new(conn),
@@ -518,8 +522,8 @@ impl RedisStoreBuilder {
                     .block_cache
                     .map(|cap| BlockCache::new(cap, self.block_cache_stale)),
                 scripts,
-                gate: Arc::new(Semaphore::new(self.max_in_flight)),
-                lanes: Arc::default(),
+                gate: Arc::clone(&gate),
+                lanes: Arc::new(Lanes::new(gate, self.max_in_flight)),
                 max_in_flight: self.max_in_flight,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 local: self.local_fallback.map(Local::new),
@@ -1038,6 +1042,7 @@ impl RedisStore {
             breaker_open: i.breaker.is_open(),
             connected: i.conn.read().is_some(),
             in_flight: (i.max_in_flight.saturating_sub(i.gate.available_permits())) as u64,
+            key_in_flight_peak: i.lanes.peak(),
         }
     }
 
@@ -1518,6 +1523,7 @@ impl RedisStore {
         // (the failure policy answers them at once).
         let down = self.inner.breaker.is_open() || self.inner.conn.read().is_none();
         let place = (sheddable && !down).then(|| self.inner.lanes.enter(fingerprint));
+        let lane_of_key = place.as_ref().and_then(lanes::Place::lane);
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
@@ -1528,7 +1534,7 @@ impl RedisStore {
             let lane = match place {
                 None => None,
                 Some(place) => {
-                    let permit = match place.try_admit() {
+                    let turn = match place.try_admit() {
                         Some(p) => p,
                         None => {
                             let waited_from = inner.clock();
@@ -1557,7 +1563,7 @@ impl RedisStore {
                             p
                         }
                     };
-                    Some(place.into_slot(permit))
+                    Some(place.into_slot(turn))
                 }
             };
             let v = match store
@@ -1577,6 +1583,13 @@ impl RedisStore {
                     inner.allowed.add(1);
                 } else {
                     inner.rejected.add(1);
+                }
+                if let Some(lane) = &lane_of_key {
+                    if d.is_allowed() {
+                        lane.admitted(d.remaining());
+                    } else {
+                        lane.narrow();
+                    }
                 }
                 if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
                     if c == 1 && d.outcome() == Outcome::Rejected {
