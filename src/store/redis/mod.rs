@@ -20,9 +20,12 @@
 //!   unreachable Redis does not fail [`RedisStoreBuilder::build`]: the store connects in the
 //!   background; a Redis that answers and refuses (credentials, TLS) does, with its own message.
 //! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
-//!   flight, and at most two checks of one key (its lane): a key's further checks wait behind
-//!   them and are answered from the blocked-key cache or shed at the timeout, so one key's flood
-//!   costs other keys at most two slots. A check that gets no slot or no reply within the timeout
+//!   flight. Each key has a lane: two of its checks may always be in flight, and more only while
+//!   a quarter of the calls in flight (64 of 256) stays free for other keys and within a 64th of
+//!   the quota Redis last left the key (two once Redis rejected it). A key's further checks wait
+//!   behind them and are answered from the blocked-key cache or shed at the timeout, so a hot key
+//!   alone may use three quarters of the store, and floods leave other keys a quarter of it,
+//!   each flooding key falling back to two calls in flight when others need the slots. A check that gets no slot or no reply within the timeout
 //!   while Redis keeps answering others is shed: rejected locally (429, `outcome="shed"`), never
 //!   admitted; a check of a key with nothing queued behind it waits up to 500 ms more for its reply
 //!   first. Only when Redis has been silent for 2 s, or the connection broke, is a failure an
@@ -1112,7 +1115,7 @@ impl RedisStore {
                 no_reply_in_time = i.shed_slow.get(),
                 timeout = ?i.timeout,
                 "rate-limit Redis store shed {since} checks since the last warning (answered 429 \
-                 without asking Redis): own_key = a key's own flood waited behind its two checks in \
+                 without asking Redis): own_key = a key's own flood waited behind its own checks in \
                  flight; no_room = {} calls in flight to Redis; no_reply_in_time = Redis or this \
                  process slower than the timeout, raise the store timeout if this keeps growing \
                  while Redis is healthy (logged at most once per second)",
