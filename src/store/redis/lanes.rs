@@ -94,6 +94,7 @@ impl Lane {
     /// One of the key's first two calls, or one past them within its room, from the store's free
     /// slots above the reserve (with its slot of the store's gate).
     fn take(self: &Arc<Self>, lanes: &Lanes) -> Option<Turn> {
+        let room = || PER_KEY.saturating_add(self.room.load(Ordering::Acquire));
         let mut held = self.held.load(Ordering::Acquire);
         while held < PER_KEY {
             match self.held.compare_exchange_weak(
@@ -102,17 +103,11 @@ impl Lane {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    lanes.peak.fetch_max(held as u64 + 1, Ordering::Relaxed);
-                    return Some(Turn {
-                        gate: None,
-                        lane: Arc::clone(self),
-                    });
-                }
+                Ok(_) => return Some(self.turn(lanes, held, None)),
                 Err(now) => held = now,
             }
         }
-        if held >= PER_KEY.saturating_add(self.room.load(Ordering::Acquire)) {
+        if held >= room() {
             return None;
         }
         // All at once or nothing: the slot is taken only if the reserve and the key's first two
@@ -121,12 +116,36 @@ impl Lane {
         let mut slots = Arc::clone(&lanes.gate).try_acquire_many_owned(want).ok()?;
         let slot = slots.split(1)?;
         drop(slots);
-        let now = self.held.fetch_add(1, Ordering::AcqRel) + 1;
-        lanes.peak.fetch_max(now as u64, Ordering::Relaxed);
-        Some(Turn {
-            gate: Some(slot),
+        // Counted only with the slot in hand and within the room, so racing checks cannot
+        // together pass it (a slot that does not fit goes back to the gate).
+        loop {
+            if held >= room() {
+                return None;
+            }
+            match self.held.compare_exchange_weak(
+                held,
+                held + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(self.turn(lanes, held, Some(slot))),
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    /// The turn of the key's `held + 1`th call in flight.
+    fn turn(
+        self: &Arc<Self>,
+        lanes: &Lanes,
+        held: usize,
+        gate: Option<OwnedSemaphorePermit>,
+    ) -> Turn {
+        lanes.peak.fetch_max(held as u64 + 1, Ordering::Relaxed);
+        Turn {
+            gate,
             lane: Arc::clone(self),
-        })
+        }
     }
 }
 
