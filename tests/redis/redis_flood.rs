@@ -3,9 +3,10 @@
 //! instance and two instances sharing one Redis, the flood goes on until Redis itself rejects the
 //! key, and then admitted is between 95 % of the limit and the limit + 2 %, with no 5xx and every
 //! call answered within the timeout + 1 s. Both bounds hold by design, not by the machine's speed:
-//! a key has at most two checks in Redis's hands per instance (its lane), so at most that many
-//! admissions can be pending a refund when Redis first rejects; the rest of the flood waits in the
-//! lane and is shed without being counted. `TOLLGATE_SCALE` (10 in scripts/long.sh) multiplies the
+//! near its limit a key has at most `2 + remaining / 64` checks in Redis's hands per instance (its
+//! lane; 6 at a limit of 300), so at most that many admissions can be pending a refund when Redis
+//! first rejects (12 for two instances, under the 15 that 5 % of 300 allows); the rest of the
+//! flood waits in the lane and is shed without being counted. `TOLLGATE_SCALE` (10 in scripts/long.sh) multiplies the
 //! flood's concurrency.
 
 use crate::redis_support;

@@ -1,61 +1,182 @@
-//! Per-key lanes: what one key's flood costs falls on that key.
+//! Per-key lanes: what one key's flood costs falls on that key, and a hot key alone may use the
+//! store.
 //!
 //! Every check of a key goes through the key's lane before it may take one of the store's slots
-//! among the calls in flight: a lane lets at most [`PER_KEY`] checks of its key be in Redis's hands
-//! at once (sent and not yet answered, a late reply's refund included). Later checks of the key
-//! wait in the lane, in arrival order, until a check ahead of them is answered, then look at the
-//! blocked-key cache first: once Redis has rejected the key, the waiters are answered from that
-//! rejection without a call (they coalesce with the check ahead of them). A waiter still queued at
-//! its deadline is shed, at no cost to any other key and without Redis having counted it.
+//! among the calls in flight (`max_in_flight`, 256 by default). A key always has its first
+//! [`PER_KEY`] calls in flight (sent and not yet answered, a late reply's refund included). Past
+//! those, a check of the key takes a slot only if it can take it from the store's free slots at
+//! once and still leave free a reserve of a quarter of the store's slots ([`reserve`]: 64 of 256)
+//! and the slots of its own first two, and only while the key's calls past two stay below a 64th of the quota Redis last said
+//! the key has left (none before Redis first admitted the key, none once Redis rejected it, until
+//! Redis admits it again). Other checks of the key wait in the lane, in arrival order, until a
+//! call of the key is answered; then they look at the blocked-key cache first: once Redis has
+//! rejected the key, the waiters are answered from that rejection without a call. A waiter still
+//! queued at its deadline is shed, at no cost to any other key and without Redis having counted
+//! it.
 //!
-//! The bound: one key holds at most `PER_KEY` of the store's `max_in_flight` slots, so `n` keys
-//! flooding at once leave `max_in_flight - PER_KEY * n` slots to every other key (254 of the default
-//! 256 for a single flooding key). It also bounds a flood's under-admission: at most `PER_KEY` of a
-//! key's checks per instance can be admitted by Redis after their caller gave up, and each of those
-//! is refunded.
+//! The bounds, with `m` slots (`max_in_flight`) and a reserve `r = m / 4`:
+//! - Under contention: a key's calls past its first two never take the last `r + 2` free slots,
+//!   so however many keys flood, they leave at least `r` slots (64 of 256) to the checks of other
+//!   keys besides their own first two; once other keys' calls hold those, no flooding key gets a
+//!   slot past its two, and each falls back to two calls in flight as its calls are answered
+//!   (within a round trip). The calls of flooding keys past their first two thus hold at most
+//!   `m - r - 2` slots between them, and none once other keys need the rest.
+//! - Without contention: one key alone reaches `m - r - 2` calls in flight (190 of 256; never more
+//!   than `m - r`): a hot key under its limit is not held to two round trips at a time.
+//! - A flood's under-admission: when the key reaches its limit, at most `2 + remaining / 64` of
+//!   its checks are in Redis's hands per store (and two once Redis rejected it), so few can be
+//!   admitted by Redis after their caller gave up (each of those is refunded): at most 2 plus
+//!   1.6 % of the limit per instance.
 
+use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-/// The most checks of one key in flight at once, per store: the first, and one more.
+/// The calls of one key in flight at once that it always has, per store: the first, and one more.
 pub(super) const PER_KEY: usize = 2;
+
+/// A key's calls past its first [`PER_KEY`] stay below this share of the quota Redis last left it
+/// (`remaining / 64`): when the key reaches its limit, few of its checks are in Redis's hands.
+const ROOM_SHARE: u32 = 64;
+
+/// The free slots a key's calls past its first [`PER_KEY`] leave to other keys: a quarter of the
+/// store's `max_in_flight`.
+pub(super) fn reserve(max_in_flight: usize) -> usize {
+    max_in_flight / 4
+}
 
 /// The lanes of the keys that have a check in flight or waiting; a lane is dropped with its last
 /// check.
-#[derive(Default)]
 pub(super) struct Lanes {
     map: DashMap<u64, Arc<Lane>>,
+    /// The store's slots among the calls in flight, which a key's calls past its first two take
+    /// here.
+    gate: Arc<Semaphore>,
+    reserve: usize,
+    /// The most calls of one key in flight at once so far.
+    peak: AtomicU64,
 }
 
-/// One key's lane: its slots, and how many checks hold a place in it (in flight or waiting).
+/// One key's lane: its calls in flight, its waiters, and how many checks hold a place in it.
 pub(super) struct Lane {
-    slots: Arc<Semaphore>,
+    held: AtomicUsize,
+    waiting: AtomicUsize,
     places: AtomicUsize,
+    /// The calls the key may have past its first two: a share of the quota Redis last left it (0
+    /// before Redis first admitted it and after Redis rejected it).
+    room: AtomicUsize,
+    /// Wakes a waiter when a call of the key is answered.
+    turn: Notify,
 }
 
 impl Lane {
-    /// Whether no check of the key waits behind the ones in flight: the key is not flooding, so
-    /// a slow reply to it is this process's or Redis's slowness, not the key's own doing.
+    /// Whether no check of the key waits in its lane and it has no more than its first two calls
+    /// in flight: the key is not flooding, so a slow reply to it is this process's or Redis's
+    /// slowness, not the key's own doing.
     pub(super) fn unqueued(&self) -> bool {
-        self.places.load(Ordering::Acquire) <= PER_KEY
+        self.waiting.load(Ordering::Acquire) == 0 && self.held.load(Ordering::Acquire) <= PER_KEY
+    }
+
+    /// Redis admitted a check of the key and left it `remaining`.
+    pub(super) fn admitted(&self, remaining: u32) {
+        let room = usize::try_from(remaining / ROOM_SHARE).unwrap_or(usize::MAX);
+        self.room.store(room, Ordering::Release);
+    }
+
+    /// Redis rejected the key: no calls past two until Redis admits it again.
+    pub(super) fn narrow(&self) {
+        self.room.store(0, Ordering::Release);
+    }
+
+    /// One of the key's first two calls, or one past them within its room, from the store's free
+    /// slots above the reserve (with its slot of the store's gate).
+    fn take(self: &Arc<Self>, lanes: &Lanes) -> Option<Turn> {
+        let room = || PER_KEY.saturating_add(self.room.load(Ordering::Acquire));
+        let mut held = self.held.load(Ordering::Acquire);
+        while held < PER_KEY {
+            match self.held.compare_exchange_weak(
+                held,
+                held + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(self.turn(lanes, held, None)),
+                Err(now) => held = now,
+            }
+        }
+        if held >= room() {
+            return None;
+        }
+        // All at once or nothing: the slot is taken only if the reserve and the key's first two
+        // (which take their slots when sent) stay free after it.
+        let want = u32::try_from(lanes.reserve + PER_KEY + 1).ok()?;
+        let mut slots = Arc::clone(&lanes.gate).try_acquire_many_owned(want).ok()?;
+        let slot = slots.split(1)?;
+        drop(slots);
+        // Counted only with the slot in hand and within the room, so racing checks cannot
+        // together pass it (a slot that does not fit goes back to the gate).
+        loop {
+            if held >= room() {
+                return None;
+            }
+            match self.held.compare_exchange_weak(
+                held,
+                held + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(self.turn(lanes, held, Some(slot))),
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    /// The turn of the key's `held + 1`th call in flight.
+    fn turn(
+        self: &Arc<Self>,
+        lanes: &Lanes,
+        held: usize,
+        gate: Option<OwnedSemaphorePermit>,
+    ) -> Turn {
+        lanes.peak.fetch_max(held as u64 + 1, Ordering::Relaxed);
+        Turn {
+            gate,
+            lane: Arc::clone(self),
+        }
     }
 }
 
-/// A place in a key's lane: while held, the lane is kept. [`Place::admit`] waits for a slot.
+/// A place in a key's lane: while held, the lane is kept. [`Place::admit`] waits for a turn.
 pub(super) struct Place {
     lanes: Arc<Lanes>,
     key: u64,
     lane: Option<Arc<Lane>>,
 }
 
-/// One of a lane's [`PER_KEY`] slots: held by the call's task until its reply (and any refund)
-/// is done.
+/// A call of the key in flight: counted in its lane until dropped, with its slot of the store's
+/// gate when it is past the key's first two.
+pub(super) struct Turn {
+    gate: Option<OwnedSemaphorePermit>,
+    lane: Arc<Lane>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        // The gate's slot first, so the woken waiter sees it free.
+        drop(self.gate.take());
+        self.lane.held.fetch_sub(1, Ordering::AcqRel);
+        self.lane.turn.notify_one();
+    }
+}
+
+/// A call's turn in its lane with its place: held by the call's task until its reply (and any
+/// refund) is done.
 pub(super) struct Slot {
     // Dropped before the place (field order), so the lane can be released with it.
-    _permit: OwnedSemaphorePermit,
+    turn: Turn,
     place: Place,
 }
 
@@ -64,16 +185,39 @@ impl Slot {
     pub(super) fn lane(&self) -> Option<Arc<Lane>> {
         self.place.lane()
     }
+
+    /// The store's slot taken with the turn (a call past the key's first two), if any.
+    pub(super) fn take_gate(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.turn.gate.take()
+    }
 }
 
 impl Lanes {
+    /// The lanes of a store whose calls in flight are `gate`'s `max_in_flight` slots.
+    pub(super) fn new(gate: Arc<Semaphore>, max_in_flight: usize) -> Self {
+        Lanes {
+            map: DashMap::new(),
+            gate,
+            reserve: reserve(max_in_flight),
+            peak: AtomicU64::new(0),
+        }
+    }
+
+    /// The most calls of one key in flight at once so far.
+    pub(super) fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
     /// Joins the lane of `key` (a fingerprint of the key and its rule).
     pub(super) fn enter(self: &Arc<Self>, key: u64) -> Place {
         let lane = {
             let entry = self.map.entry(key).or_insert_with(|| {
                 Arc::new(Lane {
-                    slots: Arc::new(Semaphore::new(PER_KEY)),
+                    held: AtomicUsize::new(0),
+                    waiting: AtomicUsize::new(0),
                     places: AtomicUsize::new(0),
+                    room: AtomicUsize::new(0),
+                    turn: Notify::new(),
                 })
             });
             // Counted under the entry's lock, so `leave` cannot drop the lane meanwhile.
@@ -104,23 +248,41 @@ impl Lanes {
     }
 }
 
+/// Counts a check among its lane's waiters while it waits.
+struct Waiting<'a>(&'a Lane);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Place {
-    /// A slot of the lane at once, if one is free.
-    pub(super) fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.lane.as_ref()?.slots)
-            .try_acquire_owned()
-            .ok()
+    /// A turn at once, if one is free and no check of the key waits ahead of this one.
+    pub(super) fn try_admit(&self) -> Option<Turn> {
+        let lane = self.lane.as_ref()?;
+        if lane.waiting.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        lane.take(&self.lanes)
     }
 
-    /// Waits for a slot of the lane until `deadline`; `None` at the deadline.
-    pub(super) async fn admit(
-        &self,
-        deadline: tokio::time::Instant,
-    ) -> Option<OwnedSemaphorePermit> {
-        let slots = Arc::clone(&self.lane.as_ref()?.slots);
-        match tokio::time::timeout_at(deadline, slots.acquire_owned()).await {
-            Ok(Ok(p)) => Some(p),
-            _ => None,
+    /// Waits for a turn until `deadline`, woken when a call of the key is answered; `None` at
+    /// the deadline.
+    pub(super) async fn admit(&self, deadline: tokio::time::Instant) -> Option<Turn> {
+        let lane = self.lane.as_ref()?;
+        lane.waiting.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(lane);
+        loop {
+            let mut woken = pin!(lane.turn.notified());
+            // Registered before looking, so an answer in between is not missed.
+            woken.as_mut().enable();
+            if let Some(turn) = lane.take(&self.lanes) {
+                // The next waiter may find a turn too (calls past two need no answer to wait for).
+                lane.turn.notify_one();
+                return Some(turn);
+            }
+            tokio::time::timeout_at(deadline, woken).await.ok()?;
         }
     }
 
@@ -130,11 +292,8 @@ impl Place {
     }
 
     /// The slot, holding the place, to move into the call's task.
-    pub(super) fn into_slot(self, permit: OwnedSemaphorePermit) -> Slot {
-        Slot {
-            _permit: permit,
-            place: self,
-        }
+    pub(super) fn into_slot(self, turn: Turn) -> Slot {
+        Slot { turn, place: self }
     }
 }
 
@@ -151,41 +310,107 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn lanes(max_in_flight: usize) -> Arc<Lanes> {
+        Arc::new(Lanes::new(
+            Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
+        ))
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_key_gets_at_most_its_share_and_other_keys_are_not_held() {
-        let lanes = Arc::new(Lanes::default());
+    async fn a_key_redis_has_not_admitted_gets_two_and_other_keys_are_not_held() {
+        let lanes = lanes(256);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(50);
         let places: Vec<_> = (0..PER_KEY + 1).map(|_| lanes.enter(7)).collect();
-        let slots: Vec<_> = places.iter().filter_map(Place::try_admit).collect();
-        assert_eq!(slots.len(), PER_KEY);
+        let turns: Vec<_> = places.iter().filter_map(Place::try_admit).collect();
+        assert_eq!(turns.len(), PER_KEY);
         assert!(
             places[PER_KEY].admit(deadline).await.is_none(),
             "the third waits"
         );
         let other = lanes.enter(8);
         assert!(other.try_admit().is_some(), "another key is not held");
-        drop(slots);
+        drop(turns);
         assert!(places[PER_KEY].try_admit().is_some());
     }
 
     #[test]
+    fn a_key_alone_takes_three_quarters_of_the_slots_and_leaves_a_quarter_to_others() {
+        let lanes = lanes(256);
+        let places: Vec<_> = (0..256).map(|_| lanes.enter(7)).collect();
+        places[0].lane().unwrap().admitted(1_000_000);
+        let turns: Vec<_> = places.iter().filter_map(Place::try_admit).collect();
+        // Its first two take their slots of the gate when sent (not here): 190 past them.
+        assert_eq!(turns.len(), 256 - 64, "all but the reserve");
+        assert_eq!(lanes.gate.available_permits(), 64 + PER_KEY);
+        // Another flooding key: its first two, then no more past the reserve.
+        let others: Vec<_> = (0..4).map(|_| lanes.enter(8)).collect();
+        others[0].lane().unwrap().admitted(1_000_000);
+        let theirs: Vec<_> = others.iter().filter_map(Place::try_admit).collect();
+        assert_eq!(theirs.len(), PER_KEY);
+    }
+
+    #[test]
+    fn a_key_past_two_stays_within_what_redis_left_it_and_falls_back_to_two_when_narrowed() {
+        let lanes = lanes(256);
+        let places: Vec<_> = (0..20).map(|_| lanes.enter(7)).collect();
+        let lane = places[0].lane().unwrap();
+        lane.admitted(3 * ROOM_SHARE + ROOM_SHARE - 1);
+        let mut turns: Vec<_> = places.iter().filter_map(Place::try_admit).collect();
+        assert_eq!(
+            turns.len(),
+            PER_KEY + 3,
+            "two, and a 64th of the quota left"
+        );
+        assert_eq!(lanes.peak(), 5);
+        lane.narrow();
+        turns.truncate(2);
+        assert!(places.iter().all(|p| p.try_admit().is_none()));
+        drop(turns.pop());
+        assert!(places[0].try_admit().is_some(), "its first two remain");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_takes_the_turn_of_an_answered_call() {
+        let lanes = lanes(4);
+        let (a, b, c) = (lanes.enter(1), lanes.enter(1), lanes.enter(1));
+        let first = a.try_admit().unwrap();
+        let _second = b.try_admit().unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(50);
+        let waiter = async { c.admit(deadline).await.is_some() };
+        let answer = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(first);
+        };
+        let (admitted, ()) = tokio::join!(waiter, answer);
+        assert!(admitted);
+    }
+
+    #[test]
     fn a_lane_is_dropped_with_its_last_check() {
-        let lanes = Arc::new(Lanes::default());
+        let lanes = lanes(256);
         let a = lanes.enter(1);
         let b = lanes.enter(1);
-        let permit = a.try_admit().unwrap();
-        let slot = a.into_slot(permit);
+        let turn = a.try_admit().unwrap();
+        let slot = a.into_slot(turn);
         drop(b);
         assert_eq!(lanes.len(), 1, "the slot keeps the lane");
         drop(slot);
         assert_eq!(lanes.len(), 0);
         let again = lanes.enter(1);
         assert!(again.lane().unwrap().unqueued());
-        let more: Vec<_> = (0..PER_KEY).map(|_| lanes.enter(1)).collect();
+        let turns: Vec<_> = (0..PER_KEY + 1)
+            .map(|_| lanes.enter(1))
+            .map(|p| {
+                p.lane().unwrap().admitted(100 * ROOM_SHARE);
+                let t = p.try_admit().unwrap();
+                p.into_slot(t)
+            })
+            .collect();
         assert!(
             !again.lane().unwrap().unqueued(),
-            "{} places",
-            more.len() + 1
+            "{} calls in flight",
+            turns.len()
         );
     }
 }

@@ -20,9 +20,12 @@
 //!   unreachable Redis does not fail [`RedisStoreBuilder::build`]: the store connects in the
 //!   background; a Redis that answers and refuses (credentials, TLS) does, with its own message.
 //! - **Overload**: at most [`max_in_flight`](RedisStoreBuilder::max_in_flight) calls (256) are in
-//!   flight, and at most two checks of one key (its lane): a key's further checks wait behind
-//!   them and are answered from the blocked-key cache or shed at the timeout, so one key's flood
-//!   costs other keys at most two slots. A check that gets no slot or no reply within the timeout
+//!   flight. Each key has a lane: two of its checks may always be in flight, and more only while
+//!   a quarter of the calls in flight (64 of 256) stays free for other keys and within a 64th of
+//!   the quota Redis last left the key (two once Redis rejected it). A key's further checks wait
+//!   behind them and are answered from the blocked-key cache or shed at the timeout, so a hot key
+//!   alone may use three quarters of the store, and floods leave other keys a quarter of it,
+//!   each flooding key falling back to two calls in flight when others need the slots. A check that gets no slot or no reply within the timeout
 //!   while Redis keeps answering others is shed: rejected locally (429, `outcome="shed"`), never
 //!   admitted; a check of a key with nothing queued behind it waits up to 500 ms more for its reply
 //!   first. Only when Redis has been silent for 2 s, or the connection broke, is a failure an
@@ -219,8 +222,8 @@ pub struct RedisCounters {
     /// timeout (overload, not an outage). Also in [`Stats::rejected`]. The sum of the three
     /// reasons below.
     pub shed: u64,
-    /// Of those, checks that waited behind their own key's checks (a key has at most two checks
-    /// in flight at once): the cost of a key's own flood.
+    /// Of those, checks that waited behind their own key's checks (a key has two checks in flight
+    /// at once, more only from free slots other keys leave): the cost of a key's own flood.
     pub shed_own_key: u64,
     /// Of those, checks that found no room among the calls in flight
     /// ([`RedisStoreBuilder::max_in_flight`]) while Redis answered others.
@@ -253,6 +256,9 @@ pub struct RedisCounters {
     pub connected: bool,
     /// Calls in flight now.
     pub in_flight: u64,
+    /// The most calls of one key (under its rule) in flight at once since the store was built,
+    /// refunds included: two, or more for a hot key while the store had free slots.
+    pub key_in_flight_peak: u64,
 }
 
 #[derive(Clone)]
@@ -507,6 +513,7 @@ impl RedisStoreBuilder {
             let sha = ::redis::Script::new(&src).get_hash().to_owned();
             (sha, Arc::<str>::from(src))
         });
+        let gate = Arc::new(Semaphore::new(self.max_in_flight));
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conn: RwLock::new(conn),
@@ -518,8 +525,8 @@ impl RedisStoreBuilder {
                     .block_cache
                     .map(|cap| BlockCache::new(cap, self.block_cache_stale)),
                 scripts,
-                gate: Arc::new(Semaphore::new(self.max_in_flight)),
-                lanes: Arc::default(),
+                gate: Arc::clone(&gate),
+                lanes: Arc::new(Lanes::new(gate, self.max_in_flight)),
                 max_in_flight: self.max_in_flight,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 local: self.local_fallback.map(Local::new),
@@ -1038,6 +1045,7 @@ impl RedisStore {
             breaker_open: i.breaker.is_open(),
             connected: i.conn.read().is_some(),
             in_flight: (i.max_in_flight.saturating_sub(i.gate.available_permits())) as u64,
+            key_in_flight_peak: i.lanes.peak(),
         }
     }
 
@@ -1107,7 +1115,7 @@ impl RedisStore {
                 no_reply_in_time = i.shed_slow.get(),
                 timeout = ?i.timeout,
                 "rate-limit Redis store shed {since} checks since the last warning (answered 429 \
-                 without asking Redis): own_key = a key's own flood waited behind its two checks in \
+                 without asking Redis): own_key = a key's own flood waited behind its own checks in \
                  flight; no_room = {} calls in flight to Redis; no_reply_in_time = Redis or this \
                  process slower than the timeout, raise the store timeout if this keeps growing \
                  while Redis is healthy (logged at most once per second)",
@@ -1518,6 +1526,7 @@ impl RedisStore {
         // (the failure policy answers them at once).
         let down = self.inner.breaker.is_open() || self.inner.conn.read().is_none();
         let place = (sheddable && !down).then(|| self.inner.lanes.enter(fingerprint));
+        let lane_of_key = place.as_ref().and_then(lanes::Place::lane);
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
         Box::pin(async move {
             let inner = &store.inner;
@@ -1528,7 +1537,7 @@ impl RedisStore {
             let lane = match place {
                 None => None,
                 Some(place) => {
-                    let permit = match place.try_admit() {
+                    let turn = match place.try_admit() {
                         Some(p) => p,
                         None => {
                             let waited_from = inner.clock();
@@ -1557,7 +1566,7 @@ impl RedisStore {
                             p
                         }
                     };
-                    Some(place.into_slot(permit))
+                    Some(place.into_slot(turn))
                 }
             };
             let v = match store
@@ -1577,6 +1586,13 @@ impl RedisStore {
                     inner.allowed.add(1);
                 } else {
                     inner.rejected.add(1);
+                }
+                if let Some(lane) = &lane_of_key {
+                    if d.is_allowed() {
+                        lane.admitted(d.remaining());
+                    } else {
+                        lane.narrow();
+                    }
                 }
                 if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
                     if c == 1 && d.outcome() == Outcome::Rejected {

@@ -70,7 +70,7 @@ impl RedisStore {
         deadline: tokio::time::Instant,
         sheddable: bool,
         refund: Option<Refund>,
-        lane: Option<Slot>,
+        mut lane: Option<Slot>,
     ) -> Result<Value, NoReply> {
         let inner = &self.inner;
         let outage = |kind, m: &str| Err(NoReply::Outage(StoreError::new(kind, m)));
@@ -103,8 +103,10 @@ impl RedisStore {
         };
         // A slot among the calls in flight, waiting at most until the deadline. No room in time:
         // overload if Redis is answering others, else an outage.
+        // A check past its key's first two calls took its slot with its turn (`lanes.rs`).
         let waited_from = inner.clock();
-        let permit = match Arc::clone(&inner.gate).try_acquire_owned() {
+        let taken = lane.as_mut().and_then(Slot::take_gate).ok_or(());
+        let permit = match taken.or_else(|()| Arc::clone(&inner.gate).try_acquire_owned()) {
             Ok(p) => p,
             Err(_) => {
                 let gate = Arc::clone(&inner.gate);
