@@ -398,6 +398,13 @@ fn encode(state: &QuotaState, words: &mut [u64], i: usize) {
     }
 }
 
+/// Drops what `sketch` recalls of the key routed by `key_hash` under `rule` (a reset).
+pub(super) fn clear_records(sketch: &Sketch, key_hash: u64, rule: &Rule, tag: u64, now: u64) {
+    for i in 0..rule.nanos().len() {
+        sketch.clear(sketch::quota_hash(key_hash, tag, i), now);
+    }
+}
+
 /// What `sketch` recalls of the key routed by `key_hash` under `rule` at `now`: a state per quota
 /// at least as spent as the key's when it was evicted, or `None` if nothing is recorded.
 fn recall(

@@ -405,6 +405,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             },
             _ => None,
         };
+        // A reset forgets the key's record too: held or not, its next request is a new key's.
+        if matches!(op, Op::Reset) {
+            packed.clear_record(&self.sketch, hash, now);
+        }
         // The read lock only keeps the entry in place; the state changes by compare-and-swap.
         let found = table.find(hash, key, |cell| {
             self.caught_up(packed, i, cell, now);
@@ -432,8 +436,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             return self.decide_general(hash, key, rule, tag, op, now);
         }
         if !creates_state(op) {
-            // Peeking at, refunding or resetting an unknown key changes nothing: answer as a new key.
-            let v = table.ctx.apply(&AtomicU64::new(0), op, now);
+            // Peeking at or refunding a key that is not held changes nothing: answered from what
+            // its record says it spent (an evicted key is not new to a peek: a rules-file reload
+            // converts what a peek reports), or as a new key's.
+            let start = match op {
+                Op::Reset => 0,
+                _ => packed.recall(&self.sketch, hash, now),
+            };
+            let v = table.ctx.apply(&AtomicU64::new(start), op, now);
             return self.finish(0, v, now, op);
         }
         let new = || AtomicU64::new(packed.recall(&self.sketch, hash, now));
@@ -459,6 +469,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     ) -> Decision {
         let i = segment_of(hash);
         let segment = self.general.segment(i);
+        if matches!(op, Op::Reset) {
+            general::clear_records(&self.sketch, hash, rule, tag, now);
+        }
         if let Some(mut entry) = segment.get_mut(key) {
             if !entry.first_is(tag) {
                 entry.recall_other(&self.general.ctx, &self.sketch, hash, rule, tag, now);
@@ -472,6 +485,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 .flatten()
             {
                 Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state], now),
+                // A key that is not held: what its record says it spent (see decide_packed).
+                None if !matches!(op, Op::Reset) => {
+                    Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now)
+                }
                 None => Entry::new(),
             };
             let (index, v) = entry.run(rule, tag, op, now);

@@ -637,6 +637,11 @@ impl PackedRule {
         }
     }
 
+    /// Drops what `sketch` recalls of the key routed by `key_hash` (a reset).
+    pub(super) fn clear_record(&self, sketch: &Sketch, key_hash: u64, now: u64) {
+        sketch.clear(sketch::quota_hash(key_hash, self.tag, 0), now);
+    }
+
     /// The word a new key starts with at `now` (below [`NOW_LIMIT`]): a new key's, or at least as
     /// spent as what `sketch` recalls of it.
     #[inline]

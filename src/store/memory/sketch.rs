@@ -218,6 +218,23 @@ impl Sketch {
         self.live_until.fetch_max(spent.until, Ordering::Relaxed);
     }
 
+    /// Drops the record of the quota hashed to `hash` (the key was reset: its next request is a new
+    /// key's, whether it is held or not).
+    pub(super) fn clear(&self, hash: u64, now: u64) {
+        if self.live_until.load(Ordering::Relaxed) <= now {
+            return;
+        }
+        let Some(bucket) = self.buckets.get().and_then(|b| b.get(self.bucket(hash))) else {
+            return;
+        };
+        let fp = fingerprint(hash);
+        for slot in bucket.lock().iter_mut() {
+            if slot.fingerprint == fp {
+                *slot = Slot::default();
+            }
+        }
+    }
+
     /// What the quota hashed to `hash` spent, if its record still counts at `now`.
     #[inline]
     pub(super) fn lookup(&self, hash: u64, now: u64) -> Option<Spent> {
