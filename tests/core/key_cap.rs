@@ -268,3 +268,70 @@ fn the_store_is_capped_by_default_and_the_cap_can_be_lifted() {
         "nothing allocated before an eviction"
     );
 }
+
+/// A client spends 9 of its 10 an hour, then key 1 evicts it (a cap of 1).
+fn client_spends_nine_and_is_evicted(strategy: Strategy) -> (Limiter, ManualClock) {
+    let (l, clock) = capped(strategy, "10/hour", 1);
+    assert!(l.check_now(&u64::MAX, 9).is_allowed(), "{strategy}");
+    clock.advance(std::time::Duration::from_secs(1));
+    assert!(l.check_now(&1, 1).is_allowed(), "{strategy}");
+    assert!(l.stats().evictions >= 1, "{strategy}: the client was evicted");
+    (l, clock)
+}
+
+#[test]
+fn review_a_reset_of_an_evicted_key_makes_its_next_request_a_new_keys() {
+    // FAILS on purpose (review): `reset` of a key that is not held changes nothing, but its
+    // eviction record stays in the sketch, so its next request is charged the 9 it spent.
+    for strategy in Strategy::ALL {
+        let (l, _clock) = client_spends_nine_and_is_evicted(strategy);
+        l.reset_now(&u64::MAX);
+        let d = l.check_now(&u64::MAX, 1);
+        assert_eq!(
+            (d.is_allowed(), d.remaining()),
+            (true, 9),
+            "{strategy}: a reset key starts as a new key's"
+        );
+    }
+}
+
+#[test]
+fn review_a_reset_survives_a_sweep() {
+    // FAILS on purpose (review): the key came back from its record, was reset (its state a new
+    // key's, so the next sweep drops it), and its record, still live in the sketch, charges it
+    // the 9 again on its next request.
+    for strategy in Strategy::ALL {
+        let (l, clock) = client_spends_nine_and_is_evicted(strategy);
+        assert!(l.check_now(&u64::MAX, 1).is_allowed(), "{strategy}: its 10th");
+        l.reset_now(&u64::MAX);
+        let d = l.peek_now(&u64::MAX);
+        assert_eq!(d.remaining(), 10, "{strategy}: reset");
+        clock.advance(std::time::Duration::from_secs(1));
+        l.sweep();
+        let d = l.check_now(&u64::MAX, 1);
+        assert_eq!(
+            (d.is_allowed(), d.remaining()),
+            (true, 9),
+            "{strategy}: the reset was undone by a sweep"
+        );
+    }
+}
+
+#[test]
+fn review_a_peek_of_an_evicted_key_reports_what_it_spent() {
+    // FAILS on purpose (review): a peek (or any operation that creates no state) of a key that is
+    // not held answers as a new key's without reading its record: the headers of a cost-0
+    // request say 10 left where a check finds 1, and a rules-file reload converting the key's
+    // state reads 0 spent (the new rule's state starts afresh: over-admission across a reload).
+    for strategy in Strategy::ALL {
+        let (l, _clock) = client_spends_nine_and_is_evicted(strategy);
+        let peeked = l.peek_now(&u64::MAX).remaining();
+        let checked = l.check_now(&u64::MAX, 1);
+        assert_eq!(
+            (checked.is_allowed(), checked.remaining()),
+            (true, 0),
+            "{strategy}"
+        );
+        assert_eq!(peeked, 1, "{strategy}: the peek forgot what the key spent");
+    }
+}
