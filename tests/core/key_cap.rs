@@ -275,7 +275,10 @@ fn client_spends_nine_and_is_evicted(strategy: Strategy) -> (Limiter, ManualCloc
     assert!(l.check_now(&u64::MAX, 9).is_allowed(), "{strategy}");
     clock.advance(std::time::Duration::from_secs(1));
     assert!(l.check_now(&1, 1).is_allowed(), "{strategy}");
-    assert!(l.stats().evictions >= 1, "{strategy}: the client was evicted");
+    assert!(
+        l.stats().evictions >= 1,
+        "{strategy}: the client was evicted"
+    );
     (l, clock)
 }
 
@@ -302,7 +305,10 @@ fn review_a_reset_survives_a_sweep() {
     // the 9 again on its next request.
     for strategy in Strategy::ALL {
         let (l, clock) = client_spends_nine_and_is_evicted(strategy);
-        assert!(l.check_now(&u64::MAX, 1).is_allowed(), "{strategy}: its 10th");
+        assert!(
+            l.check_now(&u64::MAX, 1).is_allowed(),
+            "{strategy}: its 10th"
+        );
         l.reset_now(&u64::MAX);
         let d = l.peek_now(&u64::MAX);
         assert_eq!(d.remaining(), 10, "{strategy}: reset");
@@ -320,9 +326,10 @@ fn review_a_reset_survives_a_sweep() {
 #[test]
 fn review_a_peek_of_an_evicted_key_reports_what_it_spent() {
     // FAILS on purpose (review): a peek (or any operation that creates no state) of a key that is
-    // not held answers as a new key's without reading its record: the headers of a cost-0
-    // request say 10 left where a check finds 1, and a rules-file reload converting the key's
-    // state reads 0 spent (the new rule's state starts afresh: over-admission across a reload).
+    // not held answers as a new key's without reading its record (the guide states it for peeks):
+    // the headers of a cost-0 request say 10 left where a check finds 1, and a rules-file reload
+    // converting the key's state reads 0 spent, so the new rule's state starts afresh (the http
+    // test `review_a_key_evicted_before_a_quota_change_keeps_what_it_spent`: over-admission).
     for strategy in Strategy::ALL {
         let (l, _clock) = client_spends_nine_and_is_evicted(strategy);
         let peeked = l.peek_now(&u64::MAX).remaining();
