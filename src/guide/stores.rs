@@ -97,8 +97,8 @@
 //! - **Memory bound.** 4 slots of 16 bytes per capped key, rounded up to a power of two between
 //!   2^14 and 2^22 slots: 256 KiB (the minimum, up to a cap of 4096) to 64 MiB (`MAX_SKETCH_BYTES`,
 //!   reached at a cap of 2^20 and kept above it, the default cap included).
-//! - A peek at an evicted key reports it as new (a peek does not consult the sketch); its next check
-//!   is counted as restored. A key held under a rule the store has not seen a key inserted with (a
+//! - A peek (or a refund) of an evicted key answers from its record, as its next check would, so a
+//!   rules-file reload converts what it spent; a reset forgets its record, held or not. A key held under a rule the store has not seen a key inserted with (a
 //!   tier change on an existing key) is recorded as fully spent until its state would be fresh
 //!   (over-count, never less); so are keys of rules beyond the 4096 distinct rules remembered.
 //! - After a clock step back, a key that the blocked-key cache holds is answered as blocked at that

@@ -141,7 +141,10 @@ fn churn(
     assert!(l.store().len() <= cap + 1, "{strategy}: the cap holds");
     assert_eq!(l.stats().overflow_hits, 0, "{strategy}: no key was full");
     if evicted {
-        assert_eq!(l.peek_now(&client).remaining(), 10, "{strategy}: evicted");
+        // Keys were evicted and recorded (a peek no longer tells: it answers an evicted key from
+        // its record, as the check below does).
+        assert!(l.stats().evictions > 0, "{strategy}: keys were evicted");
+        assert!(l.store().sketch_bytes() > 0, "{strategy}: and recorded");
     }
     let kept = admitted(&l, client, 20);
     assert!(
@@ -283,9 +286,9 @@ fn client_spends_nine_and_is_evicted(strategy: Strategy) -> (Limiter, ManualCloc
 }
 
 #[test]
-fn review_a_reset_of_an_evicted_key_makes_its_next_request_a_new_keys() {
-    // FAILS on purpose (review): `reset` of a key that is not held changes nothing, but its
-    // eviction record stays in the sketch, so its next request is charged the 9 it spent.
+fn a_reset_of_an_evicted_key_makes_its_next_request_a_new_keys() {
+    // A reset of a key that is not held forgets its eviction record: its next request is not
+    // charged the 9 it spent.
     for strategy in Strategy::ALL {
         let (l, _clock) = client_spends_nine_and_is_evicted(strategy);
         l.reset_now(&u64::MAX);
@@ -299,10 +302,9 @@ fn review_a_reset_of_an_evicted_key_makes_its_next_request_a_new_keys() {
 }
 
 #[test]
-fn review_a_reset_survives_a_sweep() {
-    // FAILS on purpose (review): the key came back from its record, was reset (its state a new
-    // key's, so the next sweep drops it), and its record, still live in the sketch, charges it
-    // the 9 again on its next request.
+fn a_reset_survives_a_sweep() {
+    // The key came back from its record and was reset (its state a new key's, so the next sweep
+    // drops it): its record is gone too, so it is not charged the 9 again.
     for strategy in Strategy::ALL {
         let (l, clock) = client_spends_nine_and_is_evicted(strategy);
         assert!(
@@ -324,12 +326,11 @@ fn review_a_reset_survives_a_sweep() {
 }
 
 #[test]
-fn review_a_peek_of_an_evicted_key_reports_what_it_spent() {
-    // FAILS on purpose (review): a peek (or any operation that creates no state) of a key that is
-    // not held answers as a new key's without reading its record (the guide states it for peeks):
-    // the headers of a cost-0 request say 10 left where a check finds 1, and a rules-file reload
-    // converting the key's state reads 0 spent, so the new rule's state starts afresh (the http
-    // test `review_a_key_evicted_before_a_quota_change_keeps_what_it_spent`: over-admission).
+fn a_peek_of_an_evicted_key_reports_what_it_spent() {
+    // A peek (or any operation that creates no state) of a key that is not held answers from its
+    // record: the headers of a cost-0 request agree with the next check, and a rules-file reload
+    // converting the key's state reads what it spent (the http test
+    // `a_key_evicted_before_a_quota_change_keeps_what_it_spent`).
     for strategy in Strategy::ALL {
         let (l, _clock) = client_spends_nine_and_is_evicted(strategy);
         let peeked = l.peek_now(&u64::MAX).remaining();

@@ -105,12 +105,11 @@ async fn a_reset_after_a_quota_change_is_not_undone_by_the_conversion() {
     assert_eq!(status().await, StatusCode::TOO_MANY_REQUESTS);
 }
 
-/// FAILS on purpose (review): a key evicted at the memory store's cap before a reload that changed
-/// its limit's quotas is converted as if it had spent nothing (the conversion peeks the old rule's
-/// state, and a peek of an evicted key answers as a new key's without its record): it gets the
-/// whole new limit again.
+/// A key evicted at the memory store's cap before a reload that changed its limit's quotas is
+/// converted from what it spent (the conversion peeks the old rule's state, and a peek of an
+/// evicted key answers from its record): it does not get the whole new limit again.
 #[tokio::test(start_paused = true)]
-async fn review_a_key_evicted_before_a_quota_change_keeps_what_it_spent() {
+async fn a_key_evicted_before_a_quota_change_keeps_what_it_spent() {
     let file = |quotas: &str| {
         format!(
             "[[limit]]\nname = \"l\"\nkey = \"header:x-k\"\nstrategy = \"fixed-window-first-hit\"\n\
