@@ -105,7 +105,7 @@ struct LimitRepr {
     cost: Option<u32>,
     shadow: Option<bool>,
     fail_mode: Option<Spanned<toml::Value>>,
-    concurrency: Option<Spanned<toml::Value>>,
+    concurrency: Option<Spanned<i64>>,
     window_offset: Option<Spanned<String>>,
     queue_ms: Option<Spanned<u64>>,
     settle: Option<Spanned<String>>,
@@ -385,6 +385,9 @@ pub struct LimitSpec {
     /// the estimate (`cost`) stands, unless a [`Settle`](crate::layer::Settle) marker names the
     /// limit.
     pub settle: Option<SettleSpec>,
+    /// The most requests in flight per key among the matching ones (`concurrency`), taken once
+    /// every quota admitted a request and held until its response body ends or it is dropped.
+    pub concurrency: Option<std::num::NonZeroU32>,
 }
 
 /// Where a limit of a rules file learns what a request actually cost (its `settle` field).
@@ -478,14 +481,30 @@ impl RulesFile {
             if !names.insert(name.clone()) {
                 return Err(err(l.name.span(), format!("duplicate limit name {name:?}")));
             }
-            for (field, v) in [("fail_mode", &l.fail_mode), ("concurrency", &l.concurrency)] {
-                if let Some(v) = v {
-                    return Err(err(
-                        v.span(),
-                        format!("{field} is reserved and not available yet in this version"),
-                    ));
-                }
+            if let Some(v) = &l.fail_mode {
+                return Err(err(
+                    v.span(),
+                    "fail_mode is reserved and not available yet in this version".into(),
+                ));
             }
+            let concurrency = match &l.concurrency {
+                Some(c) => Some(
+                    u32::try_from(*c.get_ref())
+                        .ok()
+                        .and_then(std::num::NonZeroU32::new)
+                        .ok_or_else(|| {
+                            err(
+                                c.span(),
+                                format!(
+                                    "concurrency must be from 1 to {}, not {}",
+                                    u32::MAX,
+                                    c.get_ref()
+                                ),
+                            )
+                        })?,
+                ),
+                None => None,
+            };
             let path = match &l.path {
                 Some(p) => PathPattern::parse_text(p.get_ref()).map_err(|m| err(p.span(), m))?,
                 None => PathPattern::parse("/*")?,
@@ -540,6 +559,13 @@ impl RulesFile {
                 None => quotas,
             };
             let shadow = l.shadow.unwrap_or(false);
+            if let (Some(c), true) = (&l.concurrency, shadow) {
+                return Err(err(
+                    c.span(),
+                    "concurrency has no meaning on a shadow limit (a shadow limit never rejects)"
+                        .into(),
+                ));
+            }
             let (quotas, queue) = match &l.queue_ms {
                 Some(q) => {
                     let (quota, wait) = queue_quota(strategy, &quotas, *q.get_ref(), shadow)
@@ -581,6 +607,7 @@ impl RulesFile {
             };
             let spec = LimitSpec {
                 settle,
+                concurrency,
                 name,
                 path,
                 methods,
@@ -737,7 +764,10 @@ mod tests {
             ("burst = 3", "burst"),
             ("key = \"ip+ip\"", "twice"),
             ("fail_mode = \"open\"", "reserved"),
-            ("concurrency = 2", "reserved"),
+            ("concurrency = 0", "from 1"),
+            ("concurrency = -3", "from 1"),
+            ("concurrency = 4294967296", "from 1"),
+            ("concurrency = \"2\"", "invalid type"),
             ("window_offset = \"8\"", "window offset"),
             ("window_offset = 8", "string"),
             ("queue_ms = 10", "leaky-bucket"),
