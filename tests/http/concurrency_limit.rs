@@ -193,6 +193,13 @@ async fn a_client_that_goes_away_during_the_body_gives_its_slot_back() {
             HeaderKey::new("x-api-key"),
         ));
     let server = TestServer::start(app).await;
+    a_stream_holds_its_slot_until_its_client_goes_away(&server).await;
+    server.stop().await;
+}
+
+/// On a server whose `/stream` answers [`endless_body`] and `/` at once, under a cap of 1 per
+/// `x-api-key`: a streaming response holds its key's slot, and its client going away gives it back.
+pub(crate) async fn a_stream_holds_its_slot_until_its_client_goes_away(server: &TestServer) {
     let mut conn = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     conn.write_all(b"GET /stream HTTP/1.1\r\nhost: t\r\nx-api-key: k\r\n\r\n")
         .await
@@ -210,7 +217,6 @@ async fn a_client_that_goes_away_during_the_body_gives_its_slot_back() {
     );
     drop(conn);
     admitted_within(&server.url("/"), Duration::from_secs(5)).await;
-    server.stop().await;
 }
 
 /// A body that does not end for a minute: one chunk, then nothing.

@@ -8,10 +8,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::rules::{Rules, RulesOptions};
 
-use crate::concurrency_limit::{InFlight, admitted_within, endless_body};
+use crate::concurrency_limit::{
+    InFlight, a_stream_holds_its_slot_until_its_client_goes_away, endless_body,
+};
 use crate::support::{TestClient, TestServer};
 
 /// One limit keyed by `x-api-key` with these quotas and `concurrency = cap`.
@@ -144,23 +145,7 @@ async fn a_files_concurrency_slot_is_held_until_the_body_ends_and_given_back_whe
         .route("/", get(|| async { "ok" }))
         .layer(rules("1000/hour", 1).layer());
     let server = TestServer::start(app).await;
-    let mut conn = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    conn.write_all(b"GET /stream HTTP/1.1\r\nhost: t\r\nx-api-key: k\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 1024];
-    let n = conn.read(&mut buf).await.unwrap();
-    assert!(n > 0, "the head and the first chunk came");
-    let res = TestClient::new()
-        .get_with(&server.url("/"), &[("x-api-key", "k")])
-        .await;
-    assert_eq!(
-        res.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "the streaming body holds the slot"
-    );
-    drop(conn);
-    admitted_within(&server.url("/"), Duration::from_secs(5)).await;
+    a_stream_holds_its_slot_until_its_client_goes_away(&server).await;
     // A body that ended gave its slot back: the next request passes at once, and the next too.
     for _ in 0..2 {
         let res = TestClient::new()
