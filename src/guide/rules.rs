@@ -26,7 +26,9 @@
 //!                             # to this long for their departure (429 at once beyond)
 //! concurrency = 4             # at most 4 matching requests in flight per key: 429 at once above it,
 //!                             # `Retry-After: 1`; memory store only, not on a shadow limit
-//! # reserved, refused until its feature lands: fail_mode
+//! fail_mode = "closed"        # open | closed: a store failure on this limit skips it or answers
+//!                             # 503; default: the layer's FailurePolicy (the server's --fail-mode);
+//!                             # "local" is refused per limit (use --fail-mode local --instances N)
 //! ```
 //!
 //! - **Every matching limit applies, all or nothing.** The enforced limits that match a request are

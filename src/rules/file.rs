@@ -7,6 +7,7 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::layer::FailurePolicy;
 use crate::{Rule, Strategy, WindowOffset, validate_name};
 
 /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
@@ -104,7 +105,7 @@ struct LimitRepr {
     burst: Option<Spanned<u32>>,
     cost: Option<u32>,
     shadow: Option<bool>,
-    fail_mode: Option<Spanned<toml::Value>>,
+    fail_mode: Option<Spanned<String>>,
     concurrency: Option<Spanned<i64>>,
     window_offset: Option<Spanned<String>>,
     queue_ms: Option<Spanned<u64>>,
@@ -388,6 +389,8 @@ pub struct LimitSpec {
     /// The most requests in flight per key among the matching ones (`concurrency`), taken once
     /// every quota admitted a request and held until its response body ends or it is dropped.
     pub concurrency: Option<std::num::NonZeroU32>,
+    /// What a store failure on this limit does (`fail_mode`); `None`: the layer's policy.
+    pub fail_mode: Option<FailurePolicy>,
 }
 
 /// Where a limit of a rules file learns what a request actually cost (its `settle` field).
@@ -481,12 +484,28 @@ impl RulesFile {
             if !names.insert(name.clone()) {
                 return Err(err(l.name.span(), format!("duplicate limit name {name:?}")));
             }
-            if let Some(v) = &l.fail_mode {
-                return Err(err(
-                    v.span(),
-                    "fail_mode is reserved and not available yet in this version".into(),
-                ));
-            }
+            let fail_mode = match &l.fail_mode {
+                Some(v) => Some(match v.get_ref().as_str() {
+                    "open" => FailurePolicy::FailOpen,
+                    "closed" => FailurePolicy::FailClosed,
+                    "local" => {
+                        return Err(err(
+                            v.span(),
+                            "fail_mode = \"local\" is not available per limit in a rules file yet: \
+                             run the server with --fail-mode local --instances N (every limit falls \
+                             back to a local share during a Redis outage)"
+                                .into(),
+                        ));
+                    }
+                    other => {
+                        return Err(err(
+                            v.span(),
+                            format!("fail_mode: expected \"open\" or \"closed\", not {other:?}"),
+                        ));
+                    }
+                }),
+                None => None,
+            };
             let concurrency = match &l.concurrency {
                 Some(c) => Some(
                     u32::try_from(*c.get_ref())
@@ -608,6 +627,7 @@ impl RulesFile {
             let spec = LimitSpec {
                 settle,
                 concurrency,
+                fail_mode,
                 name,
                 path,
                 methods,
@@ -763,7 +783,9 @@ mod tests {
             ("methods = [\"\"]", "not a method"),
             ("burst = 3", "burst"),
             ("key = \"ip+ip\"", "twice"),
-            ("fail_mode = \"open\"", "reserved"),
+            ("fail_mode = \"local\"", "--fail-mode local --instances N"),
+            ("fail_mode = \"shut\"", "expected \"open\" or \"closed\""),
+            ("fail_mode = 1", "invalid type"),
             ("concurrency = 0", "from 1"),
             ("concurrency = -3", "from 1"),
             ("concurrency = 4294967296", "from 1"),

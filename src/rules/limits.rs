@@ -270,6 +270,7 @@ fn one_now<St: Store<Vec<u8>>, C: Clock>(
     let Some(limit) = compiled.limits.get(h.index) else {
         return Ok(RulesDecided::admitted(Vec::new()));
     };
+    let failure = limit.failure(failure);
     match result {
         Ok(d) if d.is_allowed() => Ok(RulesDecided::admitted(vec![Held {
             index: h.index,
@@ -408,6 +409,10 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     type Keys = RulesKeys<St, C>;
     type Decided = RulesDecided;
     type Answer = RulesAnswer;
+
+    /// A file's decision fails only where a limit's own policy (its `fail_mode`, or the layer's)
+    /// closes: the layer answers `503` whatever its default.
+    const STORE_ERRORS_CLOSE: bool = true;
 
     fn name(&self) -> &str {
         "rules"
@@ -720,6 +725,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
 }
 
 impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
+    /// What a store failure on this limit does: its `fail_mode`, or the layer's `failure`.
+    pub(super) fn failure(&self, failure: FailurePolicy) -> FailurePolicy {
+        self.spec.fail_mode.unwrap_or(failure)
+    }
+
     /// Counts and logs a store failure of this limit answered by `failure` (a limit failing open
     /// is skipped and counted in its [`Stats`](crate::Stats)).
     pub(super) fn store_failed(&self, e: &StoreError, failure: FailurePolicy) {

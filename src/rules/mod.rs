@@ -1125,6 +1125,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
         match answer {
             Ok(d) => h.decision = d,
             Err(e) => {
+                let failure = limit.failure(failure);
                 if failure != FailurePolicy::FailClosed || failed.is_none() {
                     limit.store_failed(&e, failure);
                 } else {
@@ -1188,6 +1189,7 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock>(
     let Some(limit) = compiled.limits.get(index) else {
         return Ok(None);
     };
+    let failure = limit.failure(failure);
     limit.convert(&key).await;
     match limit.apply(&key, Op::Check(limit.spec.cost)).await {
         Ok(d) if d.is_allowed() => {
