@@ -8,6 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
+use tollgate::layer::ProblemJson;
 use tollgate::rules::{Rules, RulesOptions};
 
 use crate::concurrency_limit::{
@@ -134,6 +135,42 @@ async fn a_caps_429_spends_no_quota() {
         Some("1"),
         "the quota's 429, not the cap's"
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_caps_429_goes_through_the_layers_rejection_hook() {
+    let flight = InFlight::default();
+    let slow = flight.clone();
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(move || async move { slow.hold(Duration::from_millis(400)).await }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(rules("1000/hour", 1).layer().on_rejected(ProblemJson));
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let url = server.url("/slow");
+    let held = tokio::spawn({
+        let client = client.clone();
+        async move { client.get_with(&url, &[("x-api-key", "k")]).await.status }
+    });
+    while flight.max() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let res = client
+        .get_with(&server.url("/"), &[("x-api-key", "k")])
+        .await;
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.header("content-type"), Some("application/problem+json"));
+    assert_eq!(res.header("retry-after"), Some("1"));
+    assert!(
+        res.body.contains("\"api\""),
+        "names the limit: {}",
+        res.body
+    );
+    assert_eq!(held.await.unwrap(), StatusCode::OK);
     server.stop().await;
 }
 
