@@ -238,6 +238,7 @@ mod limit {
     use serde::ser::{self, Serializer};
     use serde::{Deserialize, Serialize};
 
+    use crate::layer::FailurePolicy;
     use crate::rules::{KeySpec, LimitSpec, MissingKey, RulesFile};
     use crate::{Quota, Strategy, WindowOffset};
 
@@ -267,6 +268,10 @@ mod limit {
         window_offset: Option<WindowOffset>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queue_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        concurrency: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fail_mode: Option<String>,
     }
 
     impl Serialize for LimitSpec {
@@ -307,6 +312,14 @@ mod limit {
                 queue_ms: self
                     .queue
                     .map(|q| u64::try_from(q.as_millis()).unwrap_or(u64::MAX)),
+                concurrency: self.concurrency.map(std::num::NonZeroU32::get),
+                fail_mode: self.fail_mode.map(|f| {
+                    match f {
+                        FailurePolicy::FailOpen => "open",
+                        FailurePolicy::FailClosed => "closed",
+                    }
+                    .to_owned()
+                }),
             }
             .serialize(s)
         }
@@ -365,6 +378,12 @@ mod limit {
             }
             if let Some(v) = self.queue_ms {
                 field("queue_ms", v.to_string());
+            }
+            if let Some(v) = self.concurrency {
+                field("concurrency", v.to_string());
+            }
+            if let Some(v) = &self.fail_mode {
+                field("fail_mode", string(v));
             }
             t
         }

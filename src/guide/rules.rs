@@ -24,7 +24,11 @@
 //!                             # the time zone at this UTC offset ("+08:00", "-05:00", "5h30m")
 //! queue_ms = 2000             # leaky-bucket with one quota only: a shaping queue, requests wait up
 //!                             # to this long for their departure (429 at once beyond)
-//! # reserved, refused until their features land: fail_mode, concurrency
+//! concurrency = 4             # at most 4 matching requests in flight per key: 429 at once above it,
+//!                             # `Retry-After: 1`; memory store only, not on a shadow limit
+//! fail_mode = "closed"        # open | closed: a store failure on this limit skips it or answers
+//!                             # 503; default: the layer's FailurePolicy (the server's --fail-mode);
+//!                             # "local" is refused per limit (use --fail-mode local --instances N)
 //! ```
 //!
 //! - **Every matching limit applies, all or nothing.** The enforced limits that match a request are
@@ -69,6 +73,15 @@
 //!   strategy without clock-aligned windows, a `queue_ms` on another strategy than `leaky-bucket`, on
 //!   several quotas, on a shadow limit, with a `burst`, or shorter than one interval, and a second
 //!   `queue_ms` limit that can match a request the first one matches. The server exits 2 with it.
+//! - **Concurrency caps** (`concurrency = N`) count the limit's requests in flight per key, from
+//!   admission until the response body ends or the request is dropped (a client that goes away gives
+//!   its slot back). A slot is taken only once every quota of the request (shaping queues included)
+//!   admitted it; a full cap answers `429` at once with `Retry-After: 1` through the layer's rejection
+//!   hook (`ProblemJson`, `on_rejected`), and gives back what the quotas reserved, so its `429` spends
+//!   no quota. The counts live in this process and survive a reload that keeps the limit's name
+//!   (a changed `N` applies to the slots already held): a file with `concurrency` on a Redis store
+//!   is refused at load, since each instance would count its own. A value outside `1..=4294967295`,
+//!   not an integer, or on a shadow limit is an error at its line and column.
 //! - **Shaping queues** (`queue_ms`) work as `RateLimitLayer::queue`: each request gets its departure
 //!   when it arrives (FIFO, one interval apart, the queue's depth `queue_ms / interval + 1`), waits for
 //!   it on tokio's timer, and is forwarded with the headers of its departure. They are checked after

@@ -148,18 +148,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
     /// `Err(())` over the cap.
     async fn acquire(&self, key: &K) -> Result<Option<Slot<K>>, ()> {
         match &self.backend {
-            Backend::Memory(map) => {
-                let mut held = map.entry(key.clone()).or_insert(0);
-                if *held >= self.cap.get() {
-                    return Err(());
-                }
-                *held += 1;
-                Ok(Some(Slot::Memory {
-                    map: Arc::clone(map),
-                    key: key.clone(),
-                    released: Arc::clone(&self.released),
-                }))
-            }
+            Backend::Memory(map) => self.take_in(map, key).map(Some),
             #[cfg(feature = "redis")]
             Backend::Redis { store, name, ttl } => {
                 let set = store.lease_key(key, name);
@@ -181,6 +170,43 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                     }
                 }
             }
+        }
+    }
+
+    /// Takes a slot for `key` at once when the count lives in this process: `None` on Redis (a
+    /// round trip), `Some(Err(()))` over the cap.
+    #[cfg(feature = "rules")]
+    pub(crate) fn take_now(&self, key: &K) -> Option<Result<Slot<K>, ()>> {
+        match &self.backend {
+            Backend::Memory(map) => Some(self.take_in(map, key)),
+            #[cfg(feature = "redis")]
+            Backend::Redis { .. } => None,
+        }
+    }
+
+    fn take_in(
+        &self,
+        map: &Arc<DashMap<K, u32, foldhash::fast::RandomState>>,
+        key: &K,
+    ) -> Result<Slot<K>, ()> {
+        let mut held = map.entry(key.clone()).or_insert(0);
+        if *held >= self.cap.get() {
+            return Err(());
+        }
+        *held += 1;
+        Ok(Slot::Memory {
+            map: Arc::clone(map),
+            key: key.clone(),
+            released: Arc::clone(&self.released),
+        })
+    }
+
+    /// The same counts (the slots in flight stay counted) under another cap.
+    #[cfg(feature = "rules")]
+    pub(crate) fn with_cap(&self, cap: NonZeroU32) -> Self {
+        Self {
+            cap,
+            ..self.clone()
         }
     }
 
@@ -249,7 +275,7 @@ fn lease_id() -> String {
 }
 
 /// A slot in flight; given back when dropped (with the response body, or the request's future).
-enum Slot<K: StoreKey> {
+pub(crate) enum Slot<K: StoreKey> {
     Memory {
         map: Arc<DashMap<K, u32, foldhash::fast::RandomState>>,
         key: K,

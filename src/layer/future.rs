@@ -440,6 +440,7 @@ where
         Err(e) => {
             // A rule the store cannot honour is a configuration error: never let through.
             let closed = ctx.core.options.failure == FailurePolicy::FailClosed
+                || L::STORE_ERRORS_CLOSE
                 || e.kind() == crate::StoreErrorKind::InvalidRule;
             L::store_failed(&ctx.core.options, &ctx.keys, &e, closed);
             if closed {

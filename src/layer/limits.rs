@@ -42,6 +42,11 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// A decision or settlement: known at once (the memory store), or later.
     type Answer: Future<Output = Result<Self::Decided, StoreError>> + Send;
 
+    /// Whether a store error these limits return is always answered as failing closed (their
+    /// own policy decided it), or by the layer's [`FailurePolicy`](super::FailurePolicy).
+    #[doc(hidden)]
+    const STORE_ERRORS_CLOSE: bool = false;
+
     #[doc(hidden)]
     fn name(&self) -> &str;
     #[doc(hidden)]

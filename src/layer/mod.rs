@@ -124,9 +124,13 @@ mod service;
 mod settle;
 mod wait_guard;
 
+#[cfg(feature = "rules")]
+pub(crate) use body::Tail;
 pub use body::{BoxError, ResponseBody};
 #[cfg(feature = "rules")]
 pub(crate) use concurrency::OverCap;
+#[cfg(feature = "rules")]
+pub(crate) use concurrency::Slot;
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 #[doc(hidden)]
 pub use core::Options;

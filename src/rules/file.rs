@@ -7,6 +7,7 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::layer::FailurePolicy;
 use crate::{Rule, Strategy, WindowOffset, validate_name};
 
 /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
@@ -104,8 +105,8 @@ struct LimitRepr {
     burst: Option<Spanned<u32>>,
     cost: Option<u32>,
     shadow: Option<bool>,
-    fail_mode: Option<Spanned<toml::Value>>,
-    concurrency: Option<Spanned<toml::Value>>,
+    fail_mode: Option<Spanned<String>>,
+    concurrency: Option<Spanned<i64>>,
     window_offset: Option<Spanned<String>>,
     queue_ms: Option<Spanned<u64>>,
     settle: Option<Spanned<String>>,
@@ -385,6 +386,11 @@ pub struct LimitSpec {
     /// the estimate (`cost`) stands, unless a [`Settle`](crate::layer::Settle) marker names the
     /// limit.
     pub settle: Option<SettleSpec>,
+    /// The most requests in flight per key among the matching ones (`concurrency`), taken once
+    /// every quota admitted a request and held until its response body ends or it is dropped.
+    pub concurrency: Option<std::num::NonZeroU32>,
+    /// What a store failure on this limit does (`fail_mode`); `None`: the layer's policy.
+    pub fail_mode: Option<FailurePolicy>,
 }
 
 /// Where a limit of a rules file learns what a request actually cost (its `settle` field).
@@ -478,14 +484,46 @@ impl RulesFile {
             if !names.insert(name.clone()) {
                 return Err(err(l.name.span(), format!("duplicate limit name {name:?}")));
             }
-            for (field, v) in [("fail_mode", &l.fail_mode), ("concurrency", &l.concurrency)] {
-                if let Some(v) = v {
-                    return Err(err(
-                        v.span(),
-                        format!("{field} is reserved and not available yet in this version"),
-                    ));
-                }
-            }
+            let fail_mode = match &l.fail_mode {
+                Some(v) => Some(match v.get_ref().as_str() {
+                    "open" => FailurePolicy::FailOpen,
+                    "closed" => FailurePolicy::FailClosed,
+                    "local" => {
+                        return Err(err(
+                            v.span(),
+                            "fail_mode = \"local\" is not available per limit in a rules file yet: \
+                             run the server with --fail-mode local --instances N (every limit falls \
+                             back to a local share during a Redis outage)"
+                                .into(),
+                        ));
+                    }
+                    other => {
+                        return Err(err(
+                            v.span(),
+                            format!("fail_mode: expected \"open\" or \"closed\", not {other:?}"),
+                        ));
+                    }
+                }),
+                None => None,
+            };
+            let concurrency = match &l.concurrency {
+                Some(c) => Some(
+                    u32::try_from(*c.get_ref())
+                        .ok()
+                        .and_then(std::num::NonZeroU32::new)
+                        .ok_or_else(|| {
+                            err(
+                                c.span(),
+                                format!(
+                                    "concurrency must be from 1 to {}, not {}",
+                                    u32::MAX,
+                                    c.get_ref()
+                                ),
+                            )
+                        })?,
+                ),
+                None => None,
+            };
             let path = match &l.path {
                 Some(p) => PathPattern::parse_text(p.get_ref()).map_err(|m| err(p.span(), m))?,
                 None => PathPattern::parse("/*")?,
@@ -540,6 +578,13 @@ impl RulesFile {
                 None => quotas,
             };
             let shadow = l.shadow.unwrap_or(false);
+            if let (Some(c), true) = (&l.concurrency, shadow) {
+                return Err(err(
+                    c.span(),
+                    "concurrency has no meaning on a shadow limit (a shadow limit never rejects)"
+                        .into(),
+                ));
+            }
             let (quotas, queue) = match &l.queue_ms {
                 Some(q) => {
                     let (quota, wait) = queue_quota(strategy, &quotas, *q.get_ref(), shadow)
@@ -581,6 +626,8 @@ impl RulesFile {
             };
             let spec = LimitSpec {
                 settle,
+                concurrency,
+                fail_mode,
                 name,
                 path,
                 methods,
@@ -736,8 +783,13 @@ mod tests {
             ("methods = [\"\"]", "not a method"),
             ("burst = 3", "burst"),
             ("key = \"ip+ip\"", "twice"),
-            ("fail_mode = \"open\"", "reserved"),
-            ("concurrency = 2", "reserved"),
+            ("fail_mode = \"local\"", "--fail-mode local --instances N"),
+            ("fail_mode = \"shut\"", "expected \"open\" or \"closed\""),
+            ("fail_mode = 1", "invalid type"),
+            ("concurrency = 0", "from 1"),
+            ("concurrency = -3", "from 1"),
+            ("concurrency = 4294967296", "from 1"),
+            ("concurrency = \"2\"", "invalid type"),
             ("window_offset = \"8\"", "window offset"),
             ("window_offset = 8", "string"),
             ("queue_ms = 10", "leaky-bucket"),

@@ -21,7 +21,7 @@ use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
     FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap, Prepared, RateLimitLayer,
-    RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
+    RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Slot, Source, Tail,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -66,6 +66,51 @@ struct Extra {
     shadow: Option<(usize, Decision)>,
     /// How long it waits for its departure (a shaping queue).
     wait: Duration,
+    /// The concurrency slots it holds until its response body ends (or it is dropped).
+    slots: Option<Arc<Slots>>,
+}
+
+/// The concurrency slots of a request, given back when the last holder drops them.
+struct Slots {
+    /// Held for their drop, which gives them back.
+    _held: Vec<Slot<Vec<u8>>>,
+}
+
+impl Tail for Arc<Slots> {}
+
+/// The decision of a concurrency cap full for the request's key: `Retry-After: 1`.
+fn over_cap(cap: u32) -> Decision {
+    const SECOND: u64 = 1_000_000_000;
+    Decision {
+        limit: cap,
+        reset_after: SECOND,
+        retry_after: SECOND,
+        ..PENDING
+    }
+}
+
+/// Takes a slot of every capped limit among `capped` for the request (once every quota
+/// admitted it): the slots, or the first full cap (the slots taken before it given back).
+fn take_slots<St: Store<Vec<u8>>, C: Clock>(
+    compiled: &Compiled<St, C>,
+    capped: &[(usize, Vec<u8>)],
+) -> Result<Option<Arc<Slots>>, (usize, Decision)> {
+    if capped.is_empty() {
+        return Ok(None);
+    }
+    let mut slots = Vec::with_capacity(capped.len());
+    for (index, key) in capped {
+        let Some(cap) = compiled.limits.get(*index).and_then(|l| l.cap.as_ref()) else {
+            continue;
+        };
+        // A rules file's caps count in this process (a shared store is refused at load).
+        match cap.take_now(key) {
+            Some(Ok(slot)) => slots.push(slot),
+            Some(Err(())) => return Err((*index, over_cap(cap.cap()))),
+            None => {}
+        }
+    }
+    Ok(Some(Arc::new(Slots { _held: slots })))
 }
 
 /// The decision of a request no enforced limit counted (none matched with a key, or its store
@@ -225,6 +270,7 @@ fn one_now<St: Store<Vec<u8>>, C: Clock>(
     let Some(limit) = compiled.limits.get(h.index) else {
         return Ok(RulesDecided::admitted(Vec::new()));
     };
+    let failure = limit.failure(failure);
     match result {
         Ok(d) if d.is_allowed() => Ok(RulesDecided::admitted(vec![Held {
             index: h.index,
@@ -264,6 +310,19 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
     queues: Vec<Held>,
     shadows: Vec<Held>,
 ) -> Result<RulesDecided, Stop> {
+    // The capped limits' keys, read before the quotas take them (a limit whose store fails
+    // open keeps its cap).
+    let capped: Vec<(usize, Vec<u8>)> = enforced
+        .iter()
+        .chain(&queues)
+        .filter(|h| {
+            compiled
+                .limits
+                .get(h.index)
+                .is_some_and(|l| l.cap.is_some())
+        })
+        .map(|h| (h.index, h.key.clone()))
+        .collect();
     let mut held = match <[Held; 1]>::try_from(enforced) {
         Ok([one]) if compiled.lone => {
             let mut held = Vec::new();
@@ -282,6 +341,14 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
         }
     }
+    // Slots only once every quota admitted: a cap's 429 spends no quota.
+    let slots = match take_slots(compiled, &capped) {
+        Ok(slots) => slots,
+        Err((index, d)) => {
+            super::rollback(compiled, &held).await;
+            return Err(Stop::Rejected(index, d));
+        }
+    };
     let mut shadow: Option<(usize, Decision)> = None;
     let mut admitted_shadows = Vec::new();
     for h in shadows {
@@ -313,13 +380,16 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
         }
     }
-    let extra = (!admitted_shadows.is_empty() || shadow.is_some() || !wait.is_zero()).then(|| {
-        Box::new(Extra {
-            shadows: admitted_shadows,
-            shadow,
-            wait,
-        })
-    });
+    let extra =
+        (!admitted_shadows.is_empty() || shadow.is_some() || !wait.is_zero() || slots.is_some())
+            .then(|| {
+                Box::new(Extra {
+                    shadows: admitted_shadows,
+                    shadow,
+                    wait,
+                    slots,
+                })
+            });
     Ok(RulesDecided {
         held,
         rejected: None,
@@ -340,6 +410,10 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     type Decided = RulesDecided;
     type Answer = RulesAnswer;
 
+    /// A file's decision fails only where a limit's own policy (its `fail_mode`, or the layer's)
+    /// closes: the layer answers `503` whatever its default.
+    const STORE_ERRORS_CLOSE: bool = true;
+
     fn name(&self) -> &str {
         "rules"
     }
@@ -357,7 +431,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                 .compiled
                 .limits
                 .get(one.index)
-                .filter(|l| l.previous_live().is_none())
+                .filter(|l| l.previous_live().is_none() && l.cap.is_none())
             {
                 let answer =
                     limit
@@ -554,13 +628,18 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         })))
     }
 
+    /// The concurrency slots of `d` are held until the body ends (or is dropped).
     fn watch_body<B>(
         _o: &Options<Self>,
         _keys: &RulesKeys<St, C>,
-        _d: &RulesDecided,
+        d: &RulesDecided,
         res: Response<B>,
     ) -> Response<ResponseBody<B>> {
-        res.map(ResponseBody::inner)
+        let mut res = res.map(ResponseBody::inner);
+        if let Some(slots) = d.extra.as_ref().and_then(|e| e.slots.clone()) {
+            res.body_mut().watch(Box::new(slots));
+        }
+        res
     }
 
     fn count_decided(&self, keys: &RulesKeys<St, C>, _cost: u32, d: &RulesDecided, admitted: bool) {
@@ -646,6 +725,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
 }
 
 impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
+    /// What a store failure on this limit does: its `fail_mode`, or the layer's `failure`.
+    pub(super) fn failure(&self, failure: FailurePolicy) -> FailurePolicy {
+        self.spec.fail_mode.unwrap_or(failure)
+    }
+
     /// Counts and logs a store failure of this limit answered by `failure` (a limit failing open
     /// is skipped and counted in its [`Stats`](crate::Stats)).
     pub(super) fn store_failed(&self, e: &StoreError, failure: FailurePolicy) {

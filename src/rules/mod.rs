@@ -129,7 +129,9 @@ pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 use crate::key::{ForwardedIp, KeyError, KeyExtractor, PeerIp};
 pub use crate::layer::RejectedBy;
 use crate::layer::response::{HeaderConfig, Reported, rejected_inside, write_allowed_headers};
-use crate::layer::{FailurePolicy, HeaderStyle, ResetFormat, Settle, SettleFrom, warn_bad_value};
+use crate::layer::{
+    ConcurrencyLimit, FailurePolicy, HeaderStyle, ResetFormat, Settle, SettleFrom, warn_bad_value,
+};
 use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, StoreErrorKind, SystemClock};
 use metrics::LimitMetrics;
@@ -237,6 +239,8 @@ struct Limit<St, C> {
     settle_from: Option<SettleFrom>,
     /// Whether an unusable settle value was warned about (once per limit).
     settle_warned: std::sync::atomic::AtomicBool,
+    /// The cap on requests in flight per key (`concurrency`), its counts kept across reloads.
+    cap: Option<ConcurrencyLimit<Vec<u8>>>,
 }
 
 /// The rule a limit had before its quotas changed, and until when a key may still hold state under
@@ -667,6 +671,19 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         let initial = old.limits.is_empty();
         for spec in file.limits {
             let kept = by_name.get(spec.name.as_str()).copied();
+            if spec.concurrency.is_some() && shared_store::<St>() {
+                return Err(RulesError::whole(format!(
+                    "limit {:?}: concurrency is counted in this process, and this store is shared \
+                     by several instances (Redis); a rules file's concurrency needs the memory \
+                     store (across instances, cap in code with ConcurrencyLimit::redis)",
+                    spec.name
+                )));
+            }
+            let cap = match (spec.concurrency, kept.and_then(|l| l.cap.as_ref())) {
+                (Some(n), Some(held)) => Some(held.with_cap(n)),
+                (Some(n), None) => Some(ConcurrencyLimit::memory(n)),
+                (None, _) => None,
+            };
             let (limiter, rule, previous) = match kept {
                 Some(l) => {
                     let mut previous = None;
@@ -730,6 +747,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                     _ => None,
                 },
                 settle_warned: std::sync::atomic::AtomicBool::new(false),
+                cap,
                 headers,
                 limiter,
                 spec,
@@ -1107,6 +1125,7 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
         match answer {
             Ok(d) => h.decision = d,
             Err(e) => {
+                let failure = limit.failure(failure);
                 if failure != FailurePolicy::FailClosed || failed.is_none() {
                     limit.store_failed(&e, failure);
                 } else {
@@ -1170,6 +1189,7 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock>(
     let Some(limit) = compiled.limits.get(index) else {
         return Ok(None);
     };
+    let failure = limit.failure(failure);
     limit.convert(&key).await;
     match limit.apply(&key, Op::Check(limit.spec.cost)).await {
         Ok(d) if d.is_allowed() => {
@@ -1193,6 +1213,17 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock>(
             Ok(None)
         }
     }
+}
+
+/// Whether `St` is shared by several instances (the Redis store), where a count kept in this
+/// process would not be the cluster's.
+fn shared_store<St: 'static>() -> bool {
+    #[cfg(feature = "redis")]
+    {
+        std::any::TypeId::of::<St>() == std::any::TypeId::of::<crate::store::redis::RedisStore>()
+    }
+    #[cfg(not(feature = "redis"))]
+    false
 }
 
 /// Gives back what the limits before a rejection reserved (settled to 0), except a shaping

@@ -108,6 +108,10 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
         proptest::collection::vec(arb_quota(), 1..3),
         (proptest::option::of(1u32..100), 1u32..5, any::<bool>()),
         (arb_offset(), proptest::option::of(1u64..100_000)),
+        (
+            proptest::option::of(1u32..1000),
+            proptest::option::of(proptest::sample::select(vec!["open", "closed"])),
+        ),
     )
         .prop_filter_map(
             "a limit the file accepts",
@@ -121,6 +125,7 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
                 quotas,
                 (burst, cost, shadow),
                 (offset, queue),
+                (concurrency, fail_mode),
             )| {
                 let json = |s: &str| serde_json::to_string(s).expect("a string");
                 let mut t = format!(
@@ -154,6 +159,12 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
                 }
                 if has_windows(strategy) {
                     t += &format!("window_offset = {}\n", json(&offset.to_string()));
+                }
+                if let Some(c) = concurrency.filter(|_| !shadow) {
+                    t += &format!("concurrency = {c}\n");
+                }
+                if let Some(f) = fail_mode {
+                    t += &format!("fail_mode = {}\n", json(f));
                 }
                 RulesFile::parse(&t).ok()?.limits.into_iter().next()
             },

@@ -186,25 +186,20 @@ async fn a_client_that_goes_away_before_the_response_gives_its_slot_back() {
 #[tokio::test]
 async fn a_client_that_goes_away_during_the_body_gives_its_slot_back() {
     let app = Router::new()
-        .route(
-            "/stream",
-            get(|| async {
-                // A body that never ends: one chunk, then nothing.
-                let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
-                tokio::spawn(async move {
-                    let _ = tx.send(bytes::Bytes::from_static(b"first")).await;
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    drop(tx);
-                });
-                axum::body::Body::new(Chunks(rx))
-            }),
-        )
+        .route("/stream", get(|| async { endless_body() }))
         .route("/", get(|| async { "ok" }))
         .layer(ConcurrencyLayer::new(
             ConcurrencyLimit::memory(cap(1)),
             HeaderKey::new("x-api-key"),
         ));
     let server = TestServer::start(app).await;
+    a_stream_holds_its_slot_until_its_client_goes_away(&server).await;
+    server.stop().await;
+}
+
+/// On a server whose `/stream` answers [`endless_body`] and `/` at once, under a cap of 1 per
+/// `x-api-key`: a streaming response holds its key's slot, and its client going away gives it back.
+pub(crate) async fn a_stream_holds_its_slot_until_its_client_goes_away(server: &TestServer) {
     let mut conn = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     conn.write_all(b"GET /stream HTTP/1.1\r\nhost: t\r\nx-api-key: k\r\n\r\n")
         .await
@@ -222,7 +217,17 @@ async fn a_client_that_goes_away_during_the_body_gives_its_slot_back() {
     );
     drop(conn);
     admitted_within(&server.url("/"), Duration::from_secs(5)).await;
-    server.stop().await;
+}
+
+/// A body that does not end for a minute: one chunk, then nothing.
+pub(crate) fn endless_body() -> axum::body::Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
+    tokio::spawn(async move {
+        let _ = tx.send(bytes::Bytes::from_static(b"first")).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(tx);
+    });
+    axum::body::Body::new(Chunks(rx))
 }
 
 struct Chunks(tokio::sync::mpsc::Receiver<bytes::Bytes>);

@@ -31,6 +31,7 @@ mod per_request_rules;
 mod pipeline_matrix;
 mod playground;
 mod problem_json;
+mod rules_concurrency;
 mod rules_file;
 mod rules_many;
 mod rules_queue_and_reset;

@@ -269,11 +269,73 @@ const FAILING_LIMITS: &str = r#"
 "#;
 
 fn failing_rules(failure: tollgate::layer::FailurePolicy) -> Rules<Failing, ManualClock> {
+    failing_rules_of(FAILING_LIMITS, failure)
+}
+
+/// The limits of `text` on a [`Failing`] store, under a layer failing as `failure` says.
+fn failing_rules_of(
+    text: &str,
+    failure: tollgate::layer::FailurePolicy,
+) -> Rules<Failing, ManualClock> {
     let options = RulesOptions {
         failure,
         ..RulesOptions::default()
     };
-    Rules::with_clock(FAILING_LIMITS, options, Failing::default, clock()).unwrap()
+    Rules::with_clock(text, options, Failing::default, clock()).unwrap()
+}
+
+/// [`FAILING_LIMITS`] with `fail_mode` set on the failing `per-user` limit.
+fn per_user_fail_mode(mode: &str) -> String {
+    FAILING_LIMITS.replace(
+        "quotas = \"100/hour\"",
+        &format!("quotas = \"100/hour\"\n    fail_mode = \"{mode}\""),
+    )
+}
+
+#[test]
+fn a_limits_fail_mode_closed_answers_503_under_a_layer_failing_open() {
+    let rules = failing_rules_of(
+        &per_user_fail_mode("closed"),
+        tollgate::layer::FailurePolicy::FailOpen,
+    );
+    let (statuses, left) = send_in_turn(&rules, &[("bad", 9), ("good", 1)]);
+    assert_eq!(statuses, [StatusCode::SERVICE_UNAVAILABLE, StatusCode::OK]);
+    assert_eq!(left(9), 1, "per-ip charged for a request answered 503");
+    assert_eq!(rules.stats("per-user").unwrap().fail_open, 0);
+    // One limit alone (the single-limit path) follows its own fail_mode too, else the layer's.
+    let open = tollgate::layer::FailurePolicy::FailOpen;
+    assert_eq!(
+        lone_failing(Some("closed"), open),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(lone_failing(None, open), StatusCode::OK);
+}
+
+#[test]
+fn a_limits_fail_mode_open_lets_the_request_through_under_a_layer_failing_closed() {
+    let rules = failing_rules_of(
+        &per_user_fail_mode("open"),
+        tollgate::layer::FailurePolicy::FailClosed,
+    );
+    let (statuses, left) = send_in_turn(&rules, &[("bad", 9), ("bad", 9)]);
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
+    assert_eq!(left(9), 0, "the other limits charged");
+    assert_eq!(rules.stats("per-user").unwrap().fail_open, 1);
+    let closed = tollgate::layer::FailurePolicy::FailClosed;
+    assert_eq!(lone_failing(Some("open"), closed), StatusCode::OK);
+    assert_eq!(lone_failing(None, closed), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// The status of a request whose store fails, under one limit with `fail_mode` (when given) in a
+/// layer failing as `layer` says.
+fn lone_failing(fail_mode: Option<&str>, layer: tollgate::layer::FailurePolicy) -> StatusCode {
+    let mut text =
+        String::from("[[limit]]\nname = \"u\"\nkey = \"header:x-user\"\nquotas = \"100/hour\"\n");
+    if let Some(mode) = fail_mode {
+        text.push_str(&format!("fail_mode = \"{mode}\"\n"));
+    }
+    let (statuses, _) = send_in_turn(&failing_rules_of(&text, layer), &[("bad", 1)]);
+    statuses[0]
 }
 
 /// The statuses of `(user, ip)` requests sent in turn, and what `per-ip` and `global` have left.

@@ -252,7 +252,7 @@ async fn contradictions_exit_2() {
     }
     assert_refused(
         &["--rules", rules.as_str(), "--concurrency", "4"],
-        "--concurrency cannot apply with --rules: a rules file has no concurrency cap",
+        "--concurrency cannot apply with --rules: set concurrency in the rules file",
     )
     .await;
     // `--fail-closed` agrees with `--fail-mode closed`: no contradiction (a warning on memory).
