@@ -849,12 +849,13 @@ fn a_window_lease_dies_on_the_monotonic_clock_when_the_limiters_clock_stands_sti
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(frozen.check(&key, 1).await.expect("decision").is_allowed());
         let after = frozen.store().lease_counters();
-        assert_eq!(
-            after.fetches,
-            before.fetches + 1,
+        // At least one new fetch: on a loaded machine a call may take longer than a window, and
+        // the lease drawn for it dies in turn (a second fetch), which is the same property.
+        assert!(
+            after.fetches > before.fetches,
             "a lease outlived Redis's window on a frozen limiter clock: {after:?}"
         );
-        assert_eq!(after.leased, before.leased + 1, "the new lease admitted it");
+        assert!(after.leased > before.leased, "a new lease admitted it");
     });
 }
 
