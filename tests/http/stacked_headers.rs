@@ -243,7 +243,7 @@ async fn a_rules_layers_rejection_keeps_its_fields_under_a_plain_layer() {
 /// is replaced, even when it shows fewer remaining than the layer: only what a tollgate layer inside
 /// reported (the `Reported` extension) is merged. This is why the fields cannot stand in for that
 /// extension: an enclosing layer reading `x-ratelimit-remaining: 0` cannot tell an inner limiter's
-/// from the application's (BENCHMARKS.md, "The stacked-layer report").
+/// from the application's (BENCHMARKS.md, "HTTP").
 #[tokio::test]
 async fn an_inner_services_own_fields_are_replaced_even_when_tighter() {
     let clock = ManualClock::new(T0);

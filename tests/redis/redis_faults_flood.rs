@@ -1,4 +1,4 @@
-//! The faults of RELIABILITY.md section 9 (script flush, client
+//! The faults of RELIABILITY.md "Redis: failures and recovery" (script flush, client
 //! pause, SIGSTOP, out of memory, a wrong value type, kill -9 and restart) one after another on one
 //! server, each under a flood of concurrent checks on one hot key and on many cold keys, with the
 //! store's defaults (50 ms timeout). Nothing hangs (every call returns within the timeout + 1 s),
