@@ -28,7 +28,7 @@ use crate::store::StoreKey;
 /// away) gives its slot back.
 ///
 /// - [`memory`](Self::memory): a count per key in this process.
-/// - [`redis`](Self::redis) (feature `redis`): a lease per request in a Redis sorted set per key,
+/// - `redis` (feature `redis`): a lease per request in a Redis sorted set per key,
 ///   shared by every instance using the same limiter name. A lease has a TTL (default 60 s,
 ///   [`lease_ttl`](Self::lease_ttl)) and is renewed every TTL/3 while its request is in flight;
 ///   its release is spawned when the request ends, and the TTL is the backstop for an instance

@@ -32,7 +32,7 @@ use crate::store::{Answer, Store, StoreKey};
 use crate::strategy::Op;
 
 /// The limits of a layer's requests. Implemented by [`OneLimiter`] (a [`RateLimiter`] and its
-/// metrics) and by the compiled limits of a [`Rules`](crate::rules::Rules) file; not meant to be
+/// metrics) and by the compiled limits of a `tollgate::rules::Rules` file; not meant to be
 /// implemented outside this crate (its methods are the pipeline's internals).
 pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// A request's keys under these limits.
@@ -134,7 +134,7 @@ impl<X: KeyExtractor> LayerKey for X {
 
 /// What a [`RateLimitLayer`](super::RateLimitLayer) reads its requests' keys with, and so what
 /// its limits are: a [`KeyExtractor`] (one limiter, [`OneLimiter`]), or a rules file's
-/// [`FileLimits`](crate::rules::FileLimits) (its compiled limits). Not meant to be implemented
+/// `tollgate::rules::FileLimits` (its compiled limits). Not meant to be implemented
 /// outside this crate.
 pub trait Source<St, C>: LayerKey + Sized + Send + Sync + 'static {
     /// The limits the layer decides on.

@@ -95,13 +95,13 @@
 //! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota). Item names
 //! stay unique per response: a limiter whose names an inner one already used takes the first free
 //! suffix (`NAME-2`, ...). This holds whatever sits between the layers (a middleware that rebuilds
-//! the request) and with a [rules layer](crate::rules) among them.
+//! the request) and with a rules layer (`tollgate::rules`) among them.
 //!
 //! # Metrics
 //! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of
-//! [`crate::metrics`] under its limiter's name: outcomes, units, store errors and latency per
+//! `tollgate::metrics` under its limiter's name: outcomes, units, store errors and latency per
 //! request; keys, evictions and the circuit breaker with
-//! [`publish_stats`](RateLimitLayer::publish_stats).
+//! `RateLimitLayer::publish_stats`.
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
@@ -166,7 +166,7 @@ use crate::{Decision, RateLimiter};
 /// Only one limiter settles it, never another's reservation: by default the innermost layer that
 /// counted the request (it takes the marker out of the response, so enclosing layers keep their
 /// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead. A
-/// [rules file](crate::rules) takes an unnamed marker only for its limits with `settle =
+/// rules file (`tollgate::rules`) takes an unnamed marker only for its limits with `settle =
 /// "marker"` (and a named one for the limit of that name), and otherwise leaves it to the layer
 /// around it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
