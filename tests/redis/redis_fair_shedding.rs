@@ -30,12 +30,7 @@ fn a_flood_of_one_key_never_takes_the_last_quarter_of_the_calls_in_flight_and_ev
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    crate::redis_faults::rt().block_on(async {
         let store = RedisStore::builder(server.url())
             .max_in_flight(SLOTS as usize)
             .timeout(Duration::from_secs(1))
@@ -43,15 +38,7 @@ fn a_flood_of_one_key_never_takes_the_last_quarter_of_the_calls_in_flight_and_ev
             .await
             .unwrap();
         // A limit the flood does not reach: every check of the hot key is a call to Redis.
-        let limiter: Arc<RateLimiter<String, RedisStore>> = Arc::new(
-            RateLimiter::builder()
-                .strategy(Strategy::SlidingWindow)
-                .quotas("1000000/hour")
-                .unwrap()
-                .store(store.clone())
-                .build()
-                .unwrap(),
-        );
+        let limiter = unreached_limiter(&store);
         let stop = Arc::new(AtomicBool::new(false));
         let hot_checks = Arc::new(AtomicU64::new(0));
         let flood: Vec<_> = (0..FLOODERS)
@@ -118,12 +105,7 @@ fn a_hot_key_under_its_limit_alone_uses_many_calls_in_flight_and_no_check_is_she
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    crate::redis_faults::rt().block_on(async {
         // 256 calls in flight (the default). The timeout is a quarter second: at 200 checks in
         // flight a debug build on a loaded machine can take longer than the default 50 ms to read
         // its replies, which would shed them for slowness, not for their key.
@@ -132,15 +114,7 @@ fn a_hot_key_under_its_limit_alone_uses_many_calls_in_flight_and_no_check_is_she
             .build()
             .await
             .unwrap();
-        let limiter: Arc<RateLimiter<String, RedisStore>> = Arc::new(
-            RateLimiter::builder()
-                .strategy(Strategy::SlidingWindow)
-                .quotas("1000000/hour")
-                .unwrap()
-                .store(store.clone())
-                .build()
-                .unwrap(),
-        );
+        let limiter = unreached_limiter(&store);
         let stop = Arc::new(AtomicBool::new(false));
         let checks = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..HOT_TASKS)
@@ -171,4 +145,17 @@ fn a_hot_key_under_its_limit_alone_uses_many_calls_in_flight_and_no_check_is_she
         assert_eq!(tollgate::store::Store::<String>::stats(&store).rejected, 0);
         assert!(checks.load(Ordering::Relaxed) > 0);
     });
+}
+
+/// A limit the checks do not reach: every check of a key is a call to Redis.
+fn unreached_limiter(store: &RedisStore) -> Arc<RateLimiter<String, RedisStore>> {
+    Arc::new(
+        RateLimiter::builder()
+            .strategy(Strategy::SlidingWindow)
+            .quotas("1000000/hour")
+            .unwrap()
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    )
 }
