@@ -15,6 +15,7 @@
 //! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted, set by `publish_stats` |
 //! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
 //! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; set by `publish_stats` |
+//! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
 //!
 //! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
@@ -23,7 +24,7 @@
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// The metric names this crate records (pinned: dashboards rely on them).
-pub const METRIC_NAMES: [&str; 9] = [
+pub const METRIC_NAMES: [&str; 10] = [
     "tollgate_requests_total",
     "tollgate_units_total",
     "tollgate_store_errors_total",
@@ -33,6 +34,7 @@ pub const METRIC_NAMES: [&str; 9] = [
     "tollgate_breaker_open",
     "tollgate_rules_reloads_total",
     "tollgate_store_up",
+    "tollgate_in_flight",
 ];
 
 /// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's

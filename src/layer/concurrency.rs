@@ -40,8 +40,71 @@ pub struct ConcurrencyLimit<K> {
     cap: NonZeroU32,
     backend: Backend<K>,
     last_warn: Arc<crate::throttle::Throttle>,
+    /// What every slot of this limit shares: the waiters' wake-up and the metrics.
+    shared: Arc<Shared>,
+}
+
+/// What a limit's slots share.
+pub(crate) struct Shared {
     /// Woken when a slot of this process is given back, for requests waiting for one.
-    released: Arc<tokio::sync::Notify>,
+    released: tokio::sync::Notify,
+    /// `tollgate_in_flight{limit}` and the cap's 429s in `tollgate_requests_total`.
+    #[cfg(feature = "metrics")]
+    metrics: CapMetrics,
+}
+
+impl Shared {
+    fn named(name: &str) -> Arc<Self> {
+        #[cfg(not(feature = "metrics"))]
+        let _ = name;
+        Arc::new(Self {
+            released: tokio::sync::Notify::new(),
+            #[cfg(feature = "metrics")]
+            metrics: CapMetrics::new(name),
+        })
+    }
+
+    /// A slot was taken.
+    fn taken(&self) {
+        #[cfg(feature = "metrics")]
+        self.metrics.in_flight.increment(1.0);
+    }
+
+    /// A slot's request ended (its body ended or was dropped).
+    fn ended(&self) {
+        #[cfg(feature = "metrics")]
+        self.metrics.in_flight.decrement(1.0);
+    }
+
+    /// A slot was given back: the count has room again.
+    fn given_back(&self) {
+        self.released.notify_waiters();
+    }
+
+    /// A request was refused over the cap.
+    fn refused(&self) {
+        #[cfg(feature = "metrics")]
+        self.metrics.rejected.increment(1);
+    }
+}
+
+/// A cap's metric handles, resolved when the cap is built.
+#[cfg(feature = "metrics")]
+struct CapMetrics {
+    in_flight: metrics::Gauge,
+    rejected: metrics::Counter,
+}
+
+#[cfg(feature = "metrics")]
+impl CapMetrics {
+    fn new(name: &str) -> Self {
+        Self {
+            in_flight: metrics::gauge!("tollgate_in_flight", "limit" => name.to_owned()),
+            rejected: metrics::counter!(
+                "tollgate_requests_total", "limit" => name.to_owned(), "outcome" => "rejected"
+            ),
+        }
+    }
 }
 
 enum Backend<K> {
@@ -68,7 +131,7 @@ impl<K> Clone for ConcurrencyLimit<K> {
                 },
             },
             last_warn: Arc::clone(&self.last_warn),
-            released: Arc::clone(&self.released),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -97,8 +160,21 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             cap,
             backend: Backend::Memory(Arc::default()),
             last_warn: Arc::default(),
-            released: Arc::default(),
+            shared: Shared::named(crate::DEFAULT_NAME),
         }
+    }
+
+    /// The name its metrics carry as `limit` (default `default` in memory; on Redis the name it
+    /// shares its leases under): its 429s in `tollgate_requests_total{outcome="rejected"}` and
+    /// its slots in `tollgate_in_flight` (feature `metrics`). Set it before the first request;
+    /// the slots taken so far keep counting under the old name.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidName`](crate::ConfigError) for a name outside `[A-Za-z0-9_.-]{1,64}`.
+    pub fn named(mut self, name: &str) -> Result<Self, crate::ConfigError> {
+        crate::validate_name(name)?;
+        self.shared = Shared::named(name);
+        Ok(self)
     }
 
     /// At most `cap` requests in flight per key across every instance that uses `store` with
@@ -121,7 +197,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                 ttl: DEFAULT_TTL,
             },
             last_warn: Arc::default(),
-            released: Arc::default(),
+            shared: Shared::named(name),
         })
     }
 
@@ -159,7 +235,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                         set,
                         id,
                         *ttl,
-                        Arc::clone(&self.released),
+                        Arc::clone(&self.shared),
                     ))),
                     Ok((false, _)) => Err(()),
                     Err(e) => {
@@ -194,10 +270,11 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             return Err(());
         }
         *held += 1;
+        self.shared.taken();
         Ok(Slot::Memory {
             map: Arc::clone(map),
             key: key.clone(),
-            released: Arc::clone(&self.released),
+            shared: Arc::clone(&self.shared),
         })
     }
 
@@ -216,7 +293,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before the attempt, so a release between the two is not missed.
-            let mut released = std::pin::pin!(self.released.notified());
+            let mut released = std::pin::pin!(self.shared.released.notified());
             released.as_mut().enable();
             if let Ok(slot) = self.acquire(key).await {
                 return Ok(slot);
@@ -240,6 +317,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
         waited: Option<Duration>,
     ) -> Response<ResponseBody<B>> {
         let cap = self.cap.get();
+        self.shared.refused();
         let refusal = Refusal::OverCap { cap, waited };
         let mut res = if is_grpc {
             grpc::refused(refusal)
@@ -279,7 +357,7 @@ pub(crate) enum Slot<K: StoreKey> {
     Memory {
         map: Arc<DashMap<K, u32, foldhash::fast::RandomState>>,
         key: K,
-        released: Arc<tokio::sync::Notify>,
+        shared: Arc<Shared>,
     },
     #[cfg(feature = "redis")]
     Redis {
@@ -287,7 +365,7 @@ pub(crate) enum Slot<K: StoreKey> {
         set: String,
         id: String,
         renew: Option<tokio::task::JoinHandle<()>>,
-        released: Arc<tokio::sync::Notify>,
+        shared: Arc<Shared>,
     },
 }
 
@@ -298,8 +376,9 @@ impl<K: StoreKey> Slot<K> {
         set: String,
         id: String,
         ttl: Duration,
-        released: Arc<tokio::sync::Notify>,
+        shared: Arc<Shared>,
     ) -> Self {
+        shared.taken();
         let renew = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let (store, set, id) = (store.clone(), set.clone(), id.clone());
             rt.spawn(async move {
@@ -326,7 +405,7 @@ impl<K: StoreKey> Slot<K> {
             set,
             id,
             renew,
-            released,
+            shared,
         }
     }
 }
@@ -336,7 +415,7 @@ impl<K: StoreKey> Tail for Slot<K> {}
 impl<K: StoreKey> Drop for Slot<K> {
     fn drop(&mut self) {
         match self {
-            Slot::Memory { map, key, released } => {
+            Slot::Memory { map, key, shared } => {
                 let empty = map.get_mut(key).is_some_and(|mut held| {
                     *held = held.saturating_sub(1);
                     *held == 0
@@ -344,7 +423,8 @@ impl<K: StoreKey> Drop for Slot<K> {
                 if empty {
                     map.remove_if(key, |_, held| *held == 0);
                 }
-                released.notify_waiters();
+                shared.ended();
+                shared.given_back();
             }
             #[cfg(feature = "redis")]
             Slot::Redis {
@@ -352,18 +432,19 @@ impl<K: StoreKey> Drop for Slot<K> {
                 set,
                 id,
                 renew,
-                released,
+                shared,
             } => {
                 if let Some(renew) = renew.take() {
                     renew.abort();
                 }
+                shared.ended();
                 let (store, set, id) = (store.clone(), std::mem::take(set), std::mem::take(id));
                 match tokio::runtime::Handle::try_current() {
                     Ok(rt) => {
-                        let released = Arc::clone(released);
+                        let shared = Arc::clone(shared);
                         rt.spawn(async move {
                             let result = store.lease_release(&set, &id).await;
-                            released.notify_waiters();
+                            shared.given_back();
                             if let Err(e) = result {
                                 tracing::warn!(error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
                             }

@@ -681,7 +681,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
             }
             let cap = match (spec.concurrency, kept.and_then(|l| l.cap.as_ref())) {
                 (Some(n), Some(held)) => Some(held.with_cap(n)),
-                (Some(n), None) => Some(ConcurrencyLimit::memory(n)),
+                (Some(n), None) => Some(
+                    ConcurrencyLimit::memory(n)
+                        .named(&spec.name)
+                        .map_err(|e| RulesError::whole(e.to_string()))?,
+                ),
                 (None, _) => None,
             };
             let (limiter, rule, previous) = match kept {

@@ -317,3 +317,68 @@ async fn with_pacing_requests_over_the_cap_wait_for_a_slot_then_are_refused_nami
     assert_eq!(first.await.unwrap(), StatusCode::OK);
     server.stop().await;
 }
+
+/// The value of the series `series` (its name and labels, exactly) in a Prometheus text page.
+fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find(|l| l.starts_with(series) && l.as_bytes().get(series.len()) == Some(&b' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn the_server_reports_the_caps_slots_in_flight_and_counts_its_429s_as_rejected() {
+    let server = crate::server_cli::Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--quota",
+        "1000/minute",
+        "--concurrency",
+        "2",
+        "--delay-ms",
+        "1500",
+    ])
+    .await;
+    let c = TestClient::new();
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, url) = (c.clone(), server.url("/"));
+            tokio::spawn(async move { c.get(&url).await.status })
+        })
+        .collect();
+    // Both slow requests are in the handler once the gauge says so (or the deadline passes).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut page = String::new();
+    while Instant::now() < deadline {
+        page = c.get(&server.url("/metrics")).await.body;
+        if metric(&page, "tollgate_in_flight{limit=\"default\"}") == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&page, "tollgate_in_flight{limit=\"default\"}"),
+        Some(2.0),
+        "two requests hold the cap's slots: {page}"
+    );
+    let over = c.get(&server.url("/")).await;
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS);
+    for s in slow {
+        assert_eq!(s.await.unwrap(), StatusCode::OK);
+    }
+    let page = c.get(&server.url("/metrics")).await.body;
+    server.stop().await;
+    assert_eq!(
+        metric(&page, "tollgate_in_flight{limit=\"default\"}"),
+        Some(0.0),
+        "every slot given back: {page}"
+    );
+    assert_eq!(
+        metric(
+            &page,
+            "tollgate_requests_total{limit=\"default\",outcome=\"rejected\"}"
+        ),
+        Some(1.0),
+        "the cap's 429 counts as rejected under its name: {page}"
+    );
+}
