@@ -239,7 +239,7 @@ mod limit {
     use serde::{Deserialize, Serialize};
 
     use crate::layer::FailurePolicy;
-    use crate::rules::{KeySpec, LimitSpec, MissingKey, RulesFile};
+    use crate::rules::{KeySpec, LimitSpec, MissingKey, RulesFile, SettleSpec};
     use crate::{Quota, Strategy, WindowOffset};
 
     /// The fields of a `[[limit]]` table (`None`: the file's default).
@@ -272,6 +272,12 @@ mod limit {
         concurrency: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fail_mode: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        settle: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tier: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tiers: Option<std::collections::BTreeMap<String, String>>,
     }
 
     impl Serialize for LimitSpec {
@@ -319,6 +325,21 @@ mod limit {
                         FailurePolicy::FailClosed => "closed",
                     }
                     .to_owned()
+                }),
+                settle: self.settle.as_ref().map(|v| match v {
+                    SettleSpec::Marker => "marker".to_owned(),
+                    SettleSpec::Header(h) => format!("header:{h}"),
+                }),
+                tier: self.tier.as_ref().map(ToString::to_string),
+                tiers: (!self.tiers.is_empty()).then(|| {
+                    self.tiers
+                        .iter()
+                        .map(|(name, rule)| {
+                            let text: Vec<String> =
+                                rule.quotas().iter().map(Quota::to_string).collect();
+                            (name.clone(), text.join("; "))
+                        })
+                        .collect()
                 }),
             }
             .serialize(s)
@@ -384,6 +405,19 @@ mod limit {
             }
             if let Some(v) = &self.fail_mode {
                 field("fail_mode", string(v));
+            }
+            if let Some(v) = &self.settle {
+                field("settle", string(v));
+            }
+            if let Some(v) = &self.tier {
+                field("tier", string(v));
+            }
+            if let Some(v) = &self.tiers {
+                let items: Vec<String> = v
+                    .iter()
+                    .map(|(name, quotas)| format!("{} = {}", string(name), string(quotas)))
+                    .collect();
+                field("tiers", format!("{{ {} }}", items.join(", ")));
             }
             t
         }

@@ -29,7 +29,25 @@
 //! fail_mode = "closed"        # open | closed: a store failure on this limit skips it or answers
 //!                             # 503; default: the layer's FailurePolicy (the server's --fail-mode);
 //!                             # "local" is refused per limit (use --fail-mode local --instances N)
+//! settle = "marker"           # marker | header:NAME: where the request's actual cost comes from
+//! tier = "header:x-plan"      # header:NAME | a key registered in code: where the plan is read
+//! tiers = { pro = "50/minute", enterprise = "500/minute" }
+//!                             # quotas per plan (the limit's strategy, burst, window offset);
+//!                             # no plan, or one not listed: `quotas` (the default tier)
+//!
+//! [[exempt]]                  # requests no limit applies to (a health check)
+//! path = "/health"            # a path pattern, as a limit's
+//! methods = ["GET"]           # default all
 //! ```
+//!
+//! - **Keys and tiers from code.** `RulesOptions::key("user", ExtensionKey::<UserId>::new())`
+//!   registers an extractor by name: a limit keys by it (`key = "user"`, or `"user+ip"`: a
+//!   registered key goes before any header in a composite) or reads its plan from it
+//!   (`tier = "plan"`). A name the options do not register is refused at load. A tier's value is
+//!   the header's first value, or the registered key's bytes, compared with the tier names as
+//!   written. All tiers of a limit share its one state per key, so a client whose plan changes
+//!   keeps what it spent, converted to the new plan's quotas ([changing
+//!   limits](super::changing_limits)).
 //!
 //! - **Every matching limit applies, all or nothing.** The enforced limits that match a request are
 //!   decided together in one `Store::apply_all` call, in the file's order: either every one of them

@@ -110,6 +110,16 @@ struct LimitRepr {
     window_offset: Option<Spanned<String>>,
     queue_ms: Option<Spanned<u64>>,
     settle: Option<Spanned<String>>,
+    tier: Option<Spanned<String>>,
+    tiers: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+}
+
+/// One exemption of the file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExemptRepr {
+    path: Spanned<String>,
+    methods: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -117,7 +127,12 @@ struct LimitRepr {
 struct FileRepr {
     #[serde(default)]
     limit: Vec<LimitRepr>,
+    #[serde(default)]
+    exempt: Vec<ExemptRepr>,
 }
+
+/// The most tiers a limit may list.
+const MAX_TIERS: usize = 64;
 
 /// What a limit does with a request it has no key for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
@@ -138,6 +153,51 @@ pub enum KeyPart {
     Global,
     /// A request header's value.
     Header(HeaderName),
+    /// The key of an extractor registered in code under this name
+    /// ([`RulesOptions::key`](super::RulesOptions::key)): e.g. a user id an auth layer set.
+    Named(Box<str>),
+}
+
+impl KeyPart {
+    /// Parses one part: `ip`, `global`, `header:NAME`, or the name of a registered extractor.
+    fn parse_part(text: &str, whole: &str) -> Result<Self, String> {
+        match text {
+            "ip" => Ok(KeyPart::Ip),
+            "global" => Ok(KeyPart::Global),
+            other => match other.strip_prefix("header:") {
+                Some(name) if !name.is_empty() => HeaderName::from_bytes(name.as_bytes())
+                    .map(KeyPart::Header)
+                    .map_err(|_| format!("key {whole:?}: {name:?} is not a header name")),
+                None if is_extractor_name(other) => Ok(KeyPart::Named(other.into())),
+                _ => Err(format!(
+                    "unknown key {other:?} (expected ip, global, header:NAME, the name of a key \
+                     registered in code, or a composite such as ip+header:x-user)"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyPart::Ip => f.write_str("ip"),
+            KeyPart::Global => f.write_str("global"),
+            KeyPart::Header(h) => write!(f, "header:{h}"),
+            KeyPart::Named(n) => f.write_str(n),
+        }
+    }
+}
+
+/// Whether `name` can name a registered key extractor: `[a-z0-9_-]{1,64}`, and not a word the
+/// file reserves (`ip`, `global`).
+pub(crate) fn is_extractor_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && name != "ip"
+        && name != "global"
 }
 
 /// A limit's key: one part or a composite (`ip+header:x-user`), every part required.
@@ -152,8 +212,9 @@ impl KeySpec {
         &self.parts
     }
 
-    /// Parses `ip`, `global`, `header:NAME` or a composite joined by `+` (a `+` that does not start
-    /// another part belongs to the header name before it).
+    /// Parses `ip`, `global`, `header:NAME`, the name of a key extractor registered in code, or a
+    /// composite joined by `+` (a `+` that does not start another part belongs to the header name
+    /// before it).
     ///
     /// # Errors
     /// A [`RulesError`] without a position, saying what is wrong.
@@ -164,6 +225,8 @@ impl KeySpec {
     fn parse_text(text: &str) -> Result<Self, String> {
         let mut pieces: Vec<String> = Vec::new();
         for piece in text.split('+') {
+            // A registered key's name after a header belongs to the header's name (header names
+            // may hold a `+`): a composite names registered keys before headers.
             let starts_part = piece == "ip" || piece == "global" || piece.starts_with("header:");
             match pieces.last_mut() {
                 Some(last) if !starts_part && last.starts_with("header:") => {
@@ -175,21 +238,7 @@ impl KeySpec {
         }
         let mut parts = Vec::with_capacity(pieces.len());
         for p in &pieces {
-            let part = match p.as_str() {
-                "ip" => KeyPart::Ip,
-                "global" => KeyPart::Global,
-                other => match other.strip_prefix("header:") {
-                    Some(name) if !name.is_empty() => HeaderName::from_bytes(name.as_bytes())
-                        .map(KeyPart::Header)
-                        .map_err(|_| format!("key {text:?}: {name:?} is not a header name"))?,
-                    _ => {
-                        return Err(format!(
-                            "unknown key {other:?} (expected ip, global, header:NAME or a \
-                             composite such as ip+header:x-user)"
-                        ));
-                    }
-                },
-            };
+            let part = KeyPart::parse_part(p, text)?;
             if parts.contains(&part) {
                 return Err(format!("key {text:?} names {p:?} twice"));
             }
@@ -218,11 +267,7 @@ impl fmt::Display for KeySpec {
             if i > 0 {
                 f.write_str("+")?;
             }
-            match p {
-                KeyPart::Ip => f.write_str("ip")?,
-                KeyPart::Global => f.write_str("global")?,
-                KeyPart::Header(h) => write!(f, "header:{h}")?,
-            }
+            p.fmt(f)?;
         }
         Ok(())
     }
@@ -391,6 +436,30 @@ pub struct LimitSpec {
     pub concurrency: Option<std::num::NonZeroU32>,
     /// What a store failure on this limit does (`fail_mode`); `None`: the layer's policy.
     pub fail_mode: Option<FailurePolicy>,
+    /// Where a request's tier is read (`tier`): a header (`header:x-plan`) or a key extractor
+    /// registered in code; `None`: no tiers, `rule` applies to every request.
+    pub tier: Option<KeyPart>,
+    /// The rule of each tier (`tiers`), by the tier's value; a request whose value is missing or
+    /// not listed takes `rule` (the default tier). Each tier has the limit's strategy, burst and
+    /// window offset.
+    pub tiers: Vec<(String, Rule)>,
+}
+
+/// Requests no limit applies to (`[[exempt]]`): a path pattern and, optionally, methods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exempt {
+    /// Which paths.
+    pub path: PathPattern,
+    /// Which methods (empty: all).
+    pub methods: Vec<Method>,
+}
+
+impl Exempt {
+    /// Whether a request of `method` on raw path `path` is exempt.
+    #[inline]
+    pub fn matches(&self, method: &Method, path: &str) -> bool {
+        (self.methods.is_empty() || self.methods.contains(method)) && self.path.matches(path)
+    }
 }
 
 /// Where a limit of a rules file learns what a request actually cost (its `settle` field).
@@ -443,11 +512,13 @@ impl LimitSpec {
     }
 }
 
-/// A parsed and validated rules file: its limits in the file's order.
+/// A parsed and validated rules file: its limits in the file's order, and its exemptions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RulesFile {
     /// The limits.
     pub limits: Vec<LimitSpec>,
+    /// Requests no limit applies to (a health check, say).
+    pub exempt: Vec<Exempt>,
 }
 
 impl RulesFile {
@@ -528,23 +599,7 @@ impl RulesFile {
                 Some(p) => PathPattern::parse_text(p.get_ref()).map_err(|m| err(p.span(), m))?,
                 None => PathPattern::parse("/*")?,
             };
-            let mut methods = Vec::new();
-            if let Some(extra) = l.methods.iter().flatten().nth(MAX_METHODS) {
-                return Err(err(
-                    extra.span(),
-                    format!("more than {MAX_METHODS} methods: a limit may list {MAX_METHODS}"),
-                ));
-            }
-            for m in l.methods.iter().flatten() {
-                let upper = m.get_ref().to_ascii_uppercase();
-                let method = Method::from_bytes(upper.as_bytes())
-                    .ok()
-                    .filter(|_| !upper.is_empty())
-                    .ok_or_else(|| err(m.span(), format!("{:?} is not a method", m.get_ref())))?;
-                if !methods.contains(&method) {
-                    methods.push(method);
-                }
-            }
+            let methods = methods_of(l.methods.as_deref(), &err)?;
             let key = match &l.key {
                 Some(k) => KeySpec::parse_text(k.get_ref()).map_err(|m| err(k.span(), m))?,
                 None => KeySpec {
@@ -624,7 +679,10 @@ impl RulesFile {
                 Some(v) => Some(SettleSpec::parse_text(v.get_ref()).map_err(|m| err(v.span(), m))?),
                 None => None,
             };
+            let (tier, tiers) = tiers_of(&l, &rule, &err)?;
             let spec = LimitSpec {
+                tier,
+                tiers,
                 settle,
                 concurrency,
                 fail_mode,
@@ -662,8 +720,121 @@ impl RulesFile {
             }
             limits.push(spec);
         }
-        Ok(Self { limits })
+        let mut exempt = Vec::with_capacity(repr.exempt.len());
+        for e in &repr.exempt {
+            let err = |span: Range<usize>, m: String| RulesError::at(text, Some(span), m);
+            if exempt.len() == MAX_LIMITS {
+                return Err(err(
+                    e.path.span(),
+                    format!("more than {MAX_LIMITS} exemptions"),
+                ));
+            }
+            let path =
+                PathPattern::parse_text(e.path.get_ref()).map_err(|m| err(e.path.span(), m))?;
+            let methods = methods_of(e.methods.as_deref(), &err)?;
+            exempt.push(Exempt { path, methods });
+        }
+        Ok(Self { limits, exempt })
     }
+}
+
+/// The methods of a `methods` list: upper-cased, each once, at most [`MAX_METHODS`].
+fn methods_of(
+    list: Option<&[Spanned<String>]>,
+    err: &impl Fn(Range<usize>, String) -> RulesError,
+) -> Result<Vec<Method>, RulesError> {
+    let list = list.unwrap_or_default();
+    if let Some(extra) = list.get(MAX_METHODS) {
+        return Err(err(
+            extra.span(),
+            format!("more than {MAX_METHODS} methods: a limit may list {MAX_METHODS}"),
+        ));
+    }
+    let mut methods = Vec::new();
+    for m in list {
+        let upper = m.get_ref().to_ascii_uppercase();
+        let method = Method::from_bytes(upper.as_bytes())
+            .ok()
+            .filter(|_| !upper.is_empty())
+            .ok_or_else(|| err(m.span(), format!("{:?} is not a method", m.get_ref())))?;
+        if !methods.contains(&method) {
+            methods.push(method);
+        }
+    }
+    Ok(methods)
+}
+
+/// Where a limit's tier is read, and each tier's rule by name.
+type Tiers = (Option<KeyPart>, Vec<(String, Rule)>);
+
+/// A limit's `tier` and `tiers`: where the tier is read, and each tier's rule (the limit's
+/// strategy, burst and window offset with the tier's quotas).
+fn tiers_of(
+    l: &LimitRepr,
+    rule: &Rule,
+    err: &impl Fn(Range<usize>, String) -> RulesError,
+) -> Result<Tiers, RulesError> {
+    let (from, table) = match (&l.tier, &l.tiers) {
+        (None, None) => return Ok((None, Vec::new())),
+        (Some(t), None) => {
+            return Err(err(
+                t.span(),
+                "tier without tiers: list each tier's quotas (tiers = { pro = \"1000/hour\" })"
+                    .into(),
+            ));
+        }
+        (None, Some(t)) => {
+            return Err(err(
+                t.span(),
+                "tiers without tier: say where a request's tier is read (tier = \"header:x-plan\" \
+                 or a key registered in code)"
+                    .into(),
+            ));
+        }
+        (Some(from), Some(table)) => (from, table),
+    };
+    let part =
+        KeyPart::parse_part(from.get_ref(), from.get_ref()).map_err(|m| err(from.span(), m))?;
+    if matches!(part, KeyPart::Ip | KeyPart::Global) {
+        return Err(err(
+            from.span(),
+            format!(
+                "tier = {:?}: a tier is read from header:NAME or a key registered in code",
+                from.get_ref()
+            ),
+        ));
+    }
+    if let Some(q) = &l.queue_ms {
+        return Err(err(
+            q.span(),
+            "queue_ms with tiers: a shaping queue has one rate".into(),
+        ));
+    }
+    if table.get_ref().len() > MAX_TIERS {
+        return Err(err(table.span(), format!("more than {MAX_TIERS} tiers")));
+    }
+    let mut tiers = Vec::with_capacity(table.get_ref().len());
+    for (name, quotas) in table.get_ref() {
+        if name.is_empty() {
+            return Err(err(quotas.span(), "a tier's name cannot be empty".into()));
+        }
+        let parsed = crate::parse_quotas(quotas.get_ref())
+            .map_err(|e| err(quotas.span(), format!("tier {name:?}: {e}")))?;
+        let burst = rule
+            .quotas()
+            .first()
+            .filter(|q| q.has_explicit_burst())
+            .and_then(|q| std::num::NonZeroU32::new(q.burst()));
+        let parsed = match burst {
+            Some(b) => parsed.into_iter().map(|q| q.with_burst(b)).collect(),
+            None => parsed,
+        };
+        let tier_rule = Rule::new(rule.strategy(), parsed)
+            .map_err(|e| err(quotas.span(), format!("tier {name:?}: {e}")))?
+            .with_window_offset(rule.window_offset());
+        tiers.push((name.clone(), tier_rule));
+    }
+    Ok((Some(part), tiers))
 }
 
 /// The quota of a shaping queue of `max_wait_ms` on `quotas`: the one quota of a leaky bucket,
@@ -755,7 +926,7 @@ mod tests {
         let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\ncolour = 1\n");
         assert_eq!(e.position().map(|p| p.0), Some(4), "{e}");
         assert!(e.message().contains("colour"), "{e}");
-        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nkey = \"cookie\"\n");
+        let e = error("[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nkey = \"cookie:sid\"\n");
         assert_eq!(e.position(), Some((4, 7)), "{e}");
         let e = error("[[limit]\n");
         assert_eq!(e.position().map(|p| p.0), Some(1), "{e}");
@@ -895,7 +1066,7 @@ mod tests {
     fn key_specs_serialize_as_their_text() {
         let k: KeySpec = serde_json::from_str("\"ip+header:x-user\"").unwrap();
         assert_eq!(serde_json::to_string(&k).unwrap(), "\"ip+header:x-user\"");
-        assert!(serde_json::from_str::<KeySpec>("\"cookie\"").is_err());
+        assert!(serde_json::from_str::<KeySpec>("\"cookie:sid\"").is_err());
         let m: MissingKey = serde_json::from_str("\"global\"").unwrap();
         assert_eq!(m, MissingKey::Global);
     }

@@ -187,9 +187,21 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
         let compiled = o.limits.shared.current.load_full();
         let options: &RulesOptions = &o.limits.shared.options;
         let path = parts.uri.path();
+        if compiled
+            .exempt
+            .iter()
+            .any(|e| e.matches(&parts.method, path))
+        {
+            return Prepared::Pass;
+        }
         let (mut enforced, mut queues, mut shadows) = (Vec::new(), Vec::new(), Vec::new());
         for (index, limit) in compiled.limits.iter().enumerate() {
-            if !limit.spec.matches(&parts.method, path) {
+            if !limit.spec.matches(&parts.method, path)
+                || limit
+                    .tier
+                    .as_ref()
+                    .is_some_and(|t| !t.matches(parts, options))
+            {
                 continue;
             }
             let key = match limit.key_or_global(parts, options) {

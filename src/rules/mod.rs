@@ -13,7 +13,8 @@
 //! path = "/login"             # default "/*"; "/api/*" = "/api/" and below (not "/api");
 //!                             # "{x}" = one non-empty segment; raw path, case-sensitive
 //! methods = ["POST"]          # default all; case-insensitive; HEAD is not GET
-//! key = "ip"                  # ip | global | header:NAME | a composite "ip+header:x-user"
+//! key = "ip"                  # ip | global | header:NAME | a key registered in code
+//!                             # (RulesOptions::key) | a composite "ip+header:x-user"
 //! on_missing_key = "reject"   # reject (400) | global; default from RulesOptions
 //! strategy = "moving-window"  # the strategy names; default sliding-window
 //! quotas = "5/minute; 20/hour"
@@ -23,7 +24,16 @@
 //! window_offset = "8h"        # fixed-window, sliding-window: windows in that time zone's clock
 //! queue_ms = 2000             # leaky-bucket, one quota: a shaping queue, at most this long a wait
 //! settle = "marker"           # marker | header:NAME: where the actual cost comes from
+//! tier = "header:x-plan"      # header:NAME | a registered key: where the plan is read
+//! tiers = { pro = "50/minute" } # quotas per plan; others and none take `quotas`
+//!
+//! [[exempt]]                  # requests no limit applies to
+//! path = "/health"
+//! methods = ["GET"]           # default all
 //! ```
+//!
+//! Each tier of a limit decides on the limit's one state per key (its name's), so a client
+//! whose plan changes keeps what it spent, converted to the new plan's quotas.
 //!
 //! A limit with `queue_ms` is a shaping queue, as [`RateLimitLayer::queue`](crate::RateLimitLayer::queue):
 //! each request gets its departure when it arrives and waits for it (tokio's timer) before it is
@@ -107,6 +117,7 @@
 
 mod file;
 mod limits;
+mod named;
 use crate::metrics;
 use limits::Stop;
 pub use limits::{FileLimits, RulesAnswer, RulesDecided, RulesKeys};
@@ -120,8 +131,10 @@ use arc_swap::ArcSwap;
 use http::Response;
 use http::request::Parts;
 
+pub use named::NamedKeys;
+
 pub use file::{
-    KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
+    Exempt, KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
     PathPattern, RulesError, RulesFile, SettleSpec,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
@@ -154,6 +167,44 @@ pub struct RulesOptions {
     /// Write `x-ratelimit-shadow-limit`, `-remaining`, `-reset` for the shadow limit with the
     /// fewest remaining (default: off; shadow limits write no headers).
     pub shadow_headers: bool,
+    /// Key extractors registered by name, for a file's `key = "NAME"` and `tier = "NAME"`
+    /// (default: none; see [`RulesOptions::key`]).
+    pub keys: NamedKeys,
+}
+
+impl RulesOptions {
+    /// Registers `extractor` under `name`, so that the file can key a limit by it (`key = "user"`,
+    /// or in a composite before any header: `"user+ip"`) or read tiers from it (`tier = "plan"`):
+    /// e.g. a user id or a plan an authentication layer put in the request's extensions.
+    ///
+    /// ```
+    /// use tollgate::key::ExtensionKey;
+    /// use tollgate::rules::{Rules, RulesOptions};
+    ///
+    /// #[derive(Clone, Hash, PartialEq, Eq)]
+    /// struct UserId(String);
+    /// impl tollgate::store::StoreKey for UserId {
+    ///     fn encode(&self, out: &mut Vec<u8>) {
+    ///         out.extend_from_slice(self.0.as_bytes());
+    ///     }
+    /// }
+    ///
+    /// let options = RulesOptions::default()
+    ///     .key("user", ExtensionKey::<UserId>::new())
+    ///     .unwrap();
+    /// let rules = Rules::memory(
+    ///     "[[limit]]\nname = \"per-user\"\nkey = \"user\"\nquotas = \"100/hour\"\n",
+    ///     options,
+    /// );
+    /// assert!(rules.is_ok());
+    /// ```
+    ///
+    /// # Errors
+    /// [`RulesError`] for a name outside `[a-z0-9_-]{1,64}`, or `ip` or `global`.
+    pub fn key<X: KeyExtractor>(mut self, name: &str, extractor: X) -> Result<Self, RulesError> {
+        self.keys.insert(name, extractor)?;
+        Ok(self)
+    }
 }
 
 impl Default for RulesOptions {
@@ -165,6 +216,7 @@ impl Default for RulesOptions {
             reset: ResetFormat::Delta,
             header_style: HeaderStyle::XRateLimit,
             shadow_headers: false,
+            keys: NamedKeys::default(),
         }
     }
 }
@@ -241,6 +293,46 @@ struct Limit<St, C> {
     settle_warned: std::sync::atomic::AtomicBool,
     /// The cap on requests in flight per key (`concurrency`), its counts kept across reloads.
     cap: Option<ConcurrencyLimit<Vec<u8>>>,
+    /// For a limit with tiers, the requests this version of it decides (one tier, or the
+    /// default): each tier is a limit of its own here, on the limit's limiter.
+    tier: Option<TierMatch>,
+}
+
+/// Which requests one tier of a limit decides: those whose tier value (a header or a registered
+/// key) is `want`, or, for the default tier, any other value or none.
+struct TierMatch {
+    from: file::KeyPart,
+    /// `None`: the default tier.
+    want: Option<Box<[u8]>>,
+    /// Every listed tier's value.
+    listed: Arc<[Box<[u8]>]>,
+}
+
+impl TierMatch {
+    /// Whether the request `parts` is of this tier (the first value of a repeated header).
+    fn matches(&self, parts: &Parts, options: &RulesOptions) -> bool {
+        let value: Option<std::borrow::Cow<'_, [u8]>> = match &self.from {
+            file::KeyPart::Header(h) => parts
+                .headers
+                .get(h)
+                .map(|v| std::borrow::Cow::Borrowed(v.as_bytes())),
+            file::KeyPart::Named(n) => options
+                .keys
+                .extract(n, parts)
+                .ok()
+                .map(std::borrow::Cow::Owned),
+            file::KeyPart::Ip | file::KeyPart::Global => None,
+        };
+        match &self.want {
+            Some(want) => value.as_deref() == Some(&**want),
+            None => value.is_none_or(|v| !self.listed.iter().any(|l| **l == *v)),
+        }
+    }
+
+    /// Whether this is the limit's default tier (or the limit has none).
+    fn is_default(tier: Option<&Self>) -> bool {
+        tier.is_none_or(|t| t.want.is_none())
+    }
 }
 
 /// The rule a limit had before its quotas changed, and until when a key may still hold state under
@@ -258,6 +350,22 @@ struct Compiled<St, C> {
     /// request then decides one limit at most, through its limiter alone, and no reservation is
     /// ever rolled back, so none can be seen by another request (see [`lone_enforced`]).
     lone: bool,
+    /// Requests no limit applies to.
+    exempt: Box<[file::Exempt]>,
+}
+
+impl<St, C> Compiled<St, C> {
+    /// The limit named `name` that decides `request` (its tier's, for a limit with tiers).
+    fn limit_for(
+        &self,
+        name: &str,
+        request: &Parts,
+        options: &RulesOptions,
+    ) -> Option<&Limit<St, C>> {
+        self.limits.iter().find(|l| {
+            l.spec.name == name && l.tier.as_ref().is_none_or(|t| t.matches(request, options))
+        })
+    }
 }
 
 /// Most enforced limits checked pairwise for [`Compiled::lone`]; a larger file takes the
@@ -274,7 +382,13 @@ fn lone_enforced<'a>(specs: impl Iterator<Item = &'a LimitSpec>) -> bool {
         && enforced
             .iter()
             .enumerate()
-            .all(|(i, a)| enforced.iter().skip(i + 1).all(|b| !a.overlaps(b)))
+            // The tiers of one limit (one name) never meet one request together.
+            .all(|(i, a)| {
+                enforced
+                    .iter()
+                    .skip(i + 1)
+                    .all(|b| a.name == b.name || !a.overlaps(b))
+            })
 }
 
 /// The limiters still alive, by name (see [`Shared::limiters`]).
@@ -424,6 +538,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
             current: ArcSwap::from_pointee(Compiled {
                 limits: Box::new([]),
                 lone: true,
+                exempt: Box::new([]),
             }),
             options,
             make_store: Box::new(make_store),
@@ -457,7 +572,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         request: &Parts,
     ) -> Option<Result<Decision, StoreError>> {
         let current = self.shared.current.load_full();
-        let limit = current.limits.iter().find(|l| l.spec.name == limit)?;
+        let limit = current.limit_for(limit, request, &self.shared.options)?;
         let key = limit.key_or_global(request, &self.shared.options).ok()?;
         if let Some(p) = limit.previous_live() {
             if let Err(e) = limit.limiter.apply(&key, Some(&p.rule), Op::Reset).await {
@@ -474,7 +589,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         op: Op,
     ) -> Option<Result<Decision, StoreError>> {
         let current = self.shared.current.load_full();
-        let limit = current.limits.iter().find(|l| l.spec.name == name)?;
+        let limit = current.limit_for(name, request, &self.shared.options)?;
         let key = limit.key_or_global(request, &self.shared.options).ok()?;
         Some(limit.apply(&key, op).await)
     }
@@ -491,7 +606,12 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     /// The names of the current limits, in the file's order.
     pub fn names(&self) -> Vec<String> {
         let current = self.shared.current.load();
-        current.limits.iter().map(|l| l.spec.name.clone()).collect()
+        current
+            .limits
+            .iter()
+            .filter(|l| TierMatch::is_default(l.tier.as_ref()))
+            .map(|l| l.spec.name.clone())
+            .collect()
     }
 
     /// Publishes what the stores count into the gauges and counters that are not updated per
@@ -661,11 +781,18 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         report: &mut ReloadReport,
     ) -> Result<Compiled<St, C>, RulesError> {
         let old = self.current.load_full();
+        // A limit with tiers is found by its default tier, which holds its spec as written.
         let by_name: HashMap<&str, &Limit<St, C>> = old
             .limits
             .iter()
+            .filter(|l| TierMatch::is_default(l.tier.as_ref()))
             .map(|l| (l.spec.name.as_str(), l))
             .collect();
+        let tiers_of =
+            |spec: &LimitSpec| -> Result<Vec<(LimitSpec, Option<TierMatch>)>, RulesError> {
+                self.check_named_keys(spec)?;
+                Ok(tier_versions(spec))
+            };
         let mut limits = Vec::with_capacity(file.limits.len());
         let mut seen = BTreeMap::new();
         let initial = old.limits.is_empty();
@@ -739,7 +866,10 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
             headers.style = self.options.header_style;
             headers.reset = self.options.reset;
             headers.policy_name = Arc::from(spec.name.as_str());
+            let mut versions = tiers_of(&spec)?.into_iter();
+            let default_tier = versions.next().and_then(|(_, t)| t);
             limits.push(Limit {
+                tier: default_tier,
                 key_tag: key_tag(&spec.key),
                 rule,
                 previous,
@@ -756,6 +886,10 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 limiter,
                 spec,
             });
+            if let Some(default) = limits.last() {
+                let more = self.tier_limits(default, versions)?;
+                limits.extend(more);
+            }
         }
         report.removed = old
             .limits
@@ -772,7 +906,64 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         Ok(Compiled {
             limits: limits.into(),
             lone,
+            exempt: file.exempt.into(),
         })
+    }
+
+    /// Refuses a limit naming a key no extractor is registered for.
+    fn check_named_keys(&self, spec: &LimitSpec) -> Result<(), RulesError> {
+        let named = spec
+            .key
+            .parts()
+            .iter()
+            .chain(spec.tier.as_ref())
+            .filter_map(|p| match p {
+                file::KeyPart::Named(n) => Some(n),
+                _ => None,
+            });
+        for name in named {
+            if !self.options.keys.contains(name) {
+                return Err(RulesError::whole(format!(
+                    "limit {:?}: {name:?} is not ip, global or header:NAME, and no key extractor \
+                     of that name is registered (RulesOptions::key; registered: {:?})",
+                    spec.name,
+                    self.options.keys.names()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limits of the listed tiers of `default`'s limit (`versions`: each tier's spec and
+    /// match): on its limiter, so a key moving between tiers keeps one state, converted.
+    fn tier_limits(
+        &self,
+        default: &Limit<St, C>,
+        versions: impl Iterator<Item = (LimitSpec, Option<TierMatch>)>,
+    ) -> Result<Vec<Limit<St, C>>, RulesError> {
+        let mut out = Vec::new();
+        for (spec, tier) in versions {
+            let rule = own_rule(&default.limiter, &spec)?;
+            let mut headers = HeaderConfig::for_rule(&spec.rule);
+            headers.style = self.options.header_style;
+            headers.reset = self.options.reset;
+            headers.policy_name = Arc::from(spec.name.as_str());
+            out.push(Limit {
+                tier,
+                key_tag: default.key_tag,
+                rule,
+                previous: None,
+                missing_global: default.missing_global,
+                metrics: LimitMetrics::new(&spec.name),
+                settle_from: default.settle_from.clone(),
+                settle_warned: std::sync::atomic::AtomicBool::new(false),
+                cap: default.cap.clone(),
+                headers,
+                limiter: Arc::clone(&default.limiter),
+                spec,
+            });
+        }
+        Ok(out)
     }
 
     /// A new limiter for `spec`, on the store `make_store` gives and the rules' clock.
@@ -806,6 +997,32 @@ fn own_rule<St: Store<Vec<u8>>, C: Clock>(
         .validate(&spec.rule)
         .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)).caused_by(e))?;
     Ok(Some(spec.rule.clone()))
+}
+
+/// The versions of `spec` a request can be decided by: `spec` itself (the default tier), then
+/// one per listed tier with that tier's rule; each with the requests it takes (`None`: the limit
+/// has no tiers, and `spec` takes every request).
+fn tier_versions(spec: &LimitSpec) -> Vec<(LimitSpec, Option<TierMatch>)> {
+    let Some(from) = &spec.tier else {
+        return vec![(spec.clone(), None)];
+    };
+    let listed: Arc<[Box<[u8]>]> = spec
+        .tiers
+        .iter()
+        .map(|(name, _)| name.as_bytes().into())
+        .collect();
+    let matching = |want: Option<&str>| TierMatch {
+        from: from.clone(),
+        want: want.map(|w| w.as_bytes().into()),
+        listed: Arc::clone(&listed),
+    };
+    let mut out = vec![(spec.clone(), Some(matching(None)))];
+    for (name, rule) in &spec.tiers {
+        let mut tier = spec.clone();
+        tier.rule = rule.clone();
+        out.push((tier, Some(matching(Some(name)))));
+    }
+    out
 }
 
 /// Drops the rules a reload replaced on this thread (a blocking one of [`Rules::watch`]), not
@@ -993,6 +1210,13 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
                     }
                 }
                 file::KeyPart::Global => out.push(b'g'),
+                file::KeyPart::Named(name) => {
+                    let v = options.keys.extract(name, parts)?;
+                    out.push(b'n');
+                    let len = u32::try_from(v.len()).unwrap_or(u32::MAX);
+                    out.extend_from_slice(&len.to_be_bytes());
+                    out.extend_from_slice(&v);
+                }
                 file::KeyPart::Header(name) => {
                     let v = crate::key::header_value_key(&parts.headers, name)?;
                     out.push(b'h');

@@ -112,6 +112,10 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
             proptest::option::of(1u32..1000),
             proptest::option::of(proptest::sample::select(vec!["open", "closed"])),
         ),
+        (
+            proptest::option::of(proptest::sample::select(vec!["marker", "header:x-used"])),
+            proptest::option::of(proptest::collection::vec(arb_quota(), 1..3)),
+        ),
     )
         .prop_filter_map(
             "a limit the file accepts",
@@ -126,6 +130,7 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
                 (burst, cost, shadow),
                 (offset, queue),
                 (concurrency, fail_mode),
+                (settle, tiers),
             )| {
                 let json = |s: &str| serde_json::to_string(s).expect("a string");
                 let mut t = format!(
@@ -165,6 +170,20 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
                 }
                 if let Some(f) = fail_mode {
                     t += &format!("fail_mode = {}\n", json(f));
+                }
+                if let Some(s) = settle {
+                    t += &format!("settle = {}\n", json(s));
+                }
+                if let Some(tiers) = tiers {
+                    let items: Vec<String> = tiers
+                        .iter()
+                        .enumerate()
+                        .map(|(i, q)| format!("t{i} = {}", json(&q.to_string())))
+                        .collect();
+                    t += &format!(
+                        "tier = \"header:x-plan\"\ntiers = {{ {} }}\n",
+                        items.join(", ")
+                    );
                 }
                 RulesFile::parse(&t).ok()?.limits.into_iter().next()
             },

@@ -36,6 +36,7 @@ mod rules_file;
 mod rules_many;
 mod rules_queue_and_reset;
 mod rules_settle;
+mod rules_tiers;
 mod server_cli;
 mod settle_from_response;
 mod settlement;

@@ -702,7 +702,8 @@ async fn the_example_rules_file_loads_and_limits_logins_by_ip_and_username() {
             "login-user",
             "api-global",
             "api-tokens",
-            "api-user-next"
+            "api-user-next",
+            "api-plans"
         ]
     );
     let server = serve(&rules).await;
