@@ -329,6 +329,7 @@ mod limit {
                 settle: self.settle.as_ref().map(|v| match v {
                     SettleSpec::Marker => "marker".to_owned(),
                     SettleSpec::Header(h) => format!("header:{h}"),
+                    SettleSpec::Trailer(h) => format!("trailer:{h}"),
                 }),
                 tier: self.tier.as_ref().map(ToString::to_string),
                 tiers: (!self.tiers.is_empty()).then(|| {

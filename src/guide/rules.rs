@@ -29,7 +29,8 @@
 //! fail_mode = "closed"        # open | closed: a store failure on this limit skips it or answers
 //!                             # 503; default: the layer's FailurePolicy (the server's --fail-mode);
 //!                             # "local" is refused per limit (use --fail-mode local --instances N)
-//! settle = "marker"           # marker | header:NAME: where the request's actual cost comes from
+//! settle = "marker"           # marker | header:NAME (before the response leaves) | trailer:NAME
+//!                             # (once the body ended): where the request's actual cost comes from
 //! tier = "header:x-plan"      # header:NAME | a key registered in code: where the plan is read
 //! tiers = { pro = "50/minute", enterprise = "500/minute" }
 //!                             # quotas per plan (the limit's strategy, burst, window offset);

@@ -150,7 +150,7 @@ pub use response::{
 };
 pub use service::RateLimitService;
 #[cfg(feature = "rules")]
-pub(crate) use settle::warn_bad_value;
+pub(crate) use settle::{AtEnd, BodySettle, warn_bad_value};
 pub use settle::{SettleFrom, UsedUnits};
 #[cfg(feature = "rules")]
 pub(crate) use wait_guard::OnCancel;

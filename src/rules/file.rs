@@ -472,6 +472,9 @@ pub enum SettleSpec {
     /// `"header:NAME"`: the response header `NAME`, a decimal count of units, as
     /// [`SettleFrom::header`](crate::layer::SettleFrom::header).
     Header(HeaderName),
+    /// `"trailer:NAME"`: the response trailer `NAME` (after the body), as
+    /// [`SettleFrom::trailer`](crate::layer::SettleFrom::trailer).
+    Trailer(HeaderName),
 }
 
 impl SettleSpec {
@@ -484,14 +487,13 @@ impl SettleSpec {
                 .map(Self::Header)
                 .map_err(|_| format!("settle {text:?}: {name:?} is not a header name"));
         }
-        if text.starts_with("trailer:") {
-            return Err(format!(
-                "settle {text:?}: a rules file settles before the response leaves (marker or \
-                 header:NAME); a trailer comes after the body, which a rules limit does not wait for"
-            ));
+        if let Some(name) = text.strip_prefix("trailer:") {
+            return HeaderName::from_bytes(name.as_bytes())
+                .map(Self::Trailer)
+                .map_err(|_| format!("settle {text:?}: {name:?} is not a trailer name"));
         }
         Err(format!(
-            "settle {text:?}: expected \"marker\" or \"header:NAME\""
+            "settle {text:?}: expected \"marker\", \"header:NAME\" or \"trailer:NAME\""
         ))
     }
 }
@@ -967,7 +969,7 @@ mod tests {
             ("queue_ms = -1", "-1"),
             ("settle = \"markers\"", "expected"),
             ("settle = \"header:a b\"", "header name"),
-            ("settle = \"trailer:x-used\"", "trailer"),
+            ("settle = \"trailer:a b\"", "trailer name"),
         ] {
             let text = if field.starts_with("name") {
                 format!("[[limit]]\n{field}\nquotas = \"1/second\"\n")

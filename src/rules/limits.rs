@@ -13,15 +13,17 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::{
-    Compiled, Held, PENDING, Rules, RulesOptions, enforce_all, enforce_keyed, write_success_headers,
+    Compiled, Held, PENDING, Rules, RulesOptions, SettleSpec, enforce_all, enforce_keyed,
+    write_success_headers,
 };
 use crate::Decision;
 use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
-    FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap, Prepared, RateLimitLayer,
-    RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Slot, Source, Tail,
+    AtEnd, BodySettle, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
+    Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Slot,
+    Source, Tail,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -640,16 +642,39 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         })))
     }
 
-    /// The concurrency slots of `d` are held until the body ends (or is dropped).
+    /// The concurrency slots of `d` are held until the body ends (or is dropped), and the limits
+    /// whose `settle` is `trailer:NAME` settle when the body's trailers have gone by (missing,
+    /// unusable or repeated: the estimate stands, warned once per limit).
     fn watch_body<B>(
         _o: &Options<Self>,
-        _keys: &RulesKeys<St, C>,
+        keys: &RulesKeys<St, C>,
         d: &RulesDecided,
         res: Response<B>,
     ) -> Response<ResponseBody<B>> {
         let mut res = res.map(ResponseBody::inner);
         if let Some(slots) = d.extra.as_ref().and_then(|e| e.slots.clone()) {
             res.body_mut().watch(Box::new(slots));
+        }
+        for h in d.held.iter().chain(d.shadows()) {
+            let Some(limit) = keys.compiled.limits.get(h.index) else {
+                continue;
+            };
+            let (Some(SettleSpec::Trailer(name)), Some(reservation)) =
+                (&limit.spec.settle, h.decision.reservation())
+            else {
+                continue;
+            };
+            res.body_mut().watch(Box::new(BodySettle {
+                limiter: (*limit.limiter).clone(),
+                key: h.key.clone(),
+                rule: limit.rule.clone().map(Arc::new),
+                reservation,
+                end: AtEnd::Trailer(name.clone(), None),
+                // A value above the budget is charged in full: the key's debt carries.
+                cap: u64::MAX,
+                units: 0,
+                warned: Arc::clone(&limit.settle_warned),
+            }));
         }
         res
     }

@@ -23,7 +23,7 @@
 //! shadow = false              # true: decided and counted, never rejects
 //! window_offset = "8h"        # fixed-window, sliding-window: windows in that time zone's clock
 //! queue_ms = 2000             # leaky-bucket, one quota: a shaping queue, at most this long a wait
-//! settle = "marker"           # marker | header:NAME: where the actual cost comes from
+//! settle = "marker"           # marker | header:NAME | trailer:NAME: the actual cost's source
 //! tier = "header:x-plan"      # header:NAME | a registered key: where the plan is read
 //! tiers = { pro = "50/minute" } # quotas per plan; others and none take `quotas`
 //!
@@ -91,9 +91,10 @@
 //! every matching limit whose `settle` is `marker`; a file with no such limit leaves an unnamed
 //! marker to the layer around it (never a global limit's count by accident). `settle =
 //! "header:NAME"` settles to the response header `NAME` (a decimal count; missing, unusable or
-//! repeated: the estimate stands, warned once per limit) before the response leaves; a value above
-//! what was left is charged in full (the key's debt carries, as with
-//! [`SettleFrom`]). Shadow limits settle like enforced ones.
+//! repeated: the estimate stands, warned once per limit) before the response leaves; `settle =
+//! "trailer:NAME"` to the trailer `NAME` once the body has ended (a body dropped before its
+//! trailers leaves the estimate). A value above what was left is charged in full (the key's debt
+//! carries, as with [`SettleFrom`]). Shadow limits settle like enforced ones.
 //!
 //! Headers follow the stacked-limiter rule: on a `429` the rejecting limit's; on a success the
 //! `x-ratelimit-*` fields of the limit with the fewest remaining, and one IETF item per limit.
@@ -290,7 +291,7 @@ struct Limit<St, C> {
     /// The response header a `settle = "header:NAME"` limit reads.
     settle_from: Option<SettleFrom>,
     /// Whether an unusable settle value was warned about (once per limit).
-    settle_warned: std::sync::atomic::AtomicBool,
+    settle_warned: Arc<std::sync::atomic::AtomicBool>,
     /// The cap on requests in flight per key (`concurrency`), its counts kept across reloads.
     cap: Option<ConcurrencyLimit<Vec<u8>>>,
     /// For a limit with tiers, the requests this version of it decides (one tier, or the
@@ -880,7 +881,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                     Some(SettleSpec::Header(name)) => Some(SettleFrom::header(name.clone())),
                     _ => None,
                 },
-                settle_warned: std::sync::atomic::AtomicBool::new(false),
+                settle_warned: Arc::default(),
                 cap,
                 headers,
                 limiter,
@@ -956,7 +957,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 missing_global: default.missing_global,
                 metrics: LimitMetrics::new(&spec.name),
                 settle_from: default.settle_from.clone(),
-                settle_warned: std::sync::atomic::AtomicBool::new(false),
+                settle_warned: Arc::default(),
                 cap: default.cap.clone(),
                 headers,
                 limiter: Arc::clone(&default.limiter),

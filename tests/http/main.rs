@@ -37,6 +37,7 @@ mod rules_many;
 mod rules_queue_and_reset;
 mod rules_settle;
 mod rules_tiers;
+mod rules_trailer_settle;
 mod server_cli;
 mod settle_from_response;
 mod settlement;
