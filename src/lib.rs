@@ -116,9 +116,7 @@ pub use error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProb
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
 pub use offset::{OffsetError, WindowOffset};
-pub use quota::{
-    MAX_PERIOD, ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas,
-};
+pub use quota::{ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas};
 pub use rule::{MAX_QUOTAS, Rule};
 pub use stats::Stats;
 pub use strategy::{MAX_MOVING_WINDOW_LIMIT, Op, Strategy, UnknownStrategy};

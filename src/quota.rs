@@ -24,11 +24,8 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// The longest period a quota may have: ten years of 366 days.
-///
-/// Longer periods are refused so that every time sum the strategies and the Redis scripts compute
-/// (now + 2 periods, in microseconds, as a Lua double) stays exact.
-pub const MAX_PERIOD: Duration = Duration::from_secs(3660 * 24 * 3600);
+/// The longest period a quota may have ([`Quota::MAX_PERIOD`]).
+pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(3660 * 24 * 3600);
 
 /// A limit of `N` requests (or units of cost) per period `W`, with an optional burst.
 ///
@@ -50,10 +47,16 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// The longest period a quota may have: ten years of 366 days.
+    ///
+    /// Longer periods are refused so that every time sum the strategies and the Redis scripts
+    /// compute (now + 2 periods, in microseconds, as a Lua double) stays exact.
+    pub const MAX_PERIOD: Duration = MAX_PERIOD;
+
     /// `limit` per `period`.
     ///
     /// # Errors
-    /// [`QuotaError`] when the period is zero or longer than [`MAX_PERIOD`].
+    /// [`QuotaError`] when the period is zero or longer than [`Quota::MAX_PERIOD`].
     pub const fn new(limit: NonZeroU32, period: Duration) -> Result<Self, QuotaError> {
         if period.is_zero() {
             return Err(QuotaError::ZeroPeriod);
@@ -126,7 +129,7 @@ impl Quota {
         self.burst.is_some()
     }
 
-    /// The period in nanoseconds (fits in a `u64`: at most [`MAX_PERIOD`]).
+    /// The period in nanoseconds (fits in a `u64`: at most [`Quota::MAX_PERIOD`]).
     pub(crate) const fn period_nanos(&self) -> u64 {
         self.period.as_nanos() as u64
     }
@@ -138,7 +141,7 @@ impl Quota {
 pub enum QuotaError {
     /// The period is zero.
     ZeroPeriod,
-    /// The period is longer than [`MAX_PERIOD`].
+    /// The period is longer than [`Quota::MAX_PERIOD`].
     PeriodTooLong,
 }
 
@@ -187,7 +190,7 @@ pub enum ParseQuotaErrorKind {
     InvalidPeriodCount,
     /// The period is zero.
     ZeroPeriod,
-    /// The period is longer than [`MAX_PERIOD`].
+    /// The period is longer than [`Quota::MAX_PERIOD`].
     PeriodTooLong,
 }
 

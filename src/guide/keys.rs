@@ -11,9 +11,9 @@
 //!   It ignores the header when the peer itself is not a trusted proxy; otherwise it walks the entries
 //!   from the right and takes the right-most address outside the trusted ranges, so addresses a
 //!   client writes to the left of what your proxies appended change nothing. It stops at an entry that
-//!   is not an address and examines at most [`MAX_FORWARDED_ENTRIES`](crate::key::MAX_FORWARDED_ENTRIES)
+//!   is not an address and examines at most [`ForwardedIp::MAX_ENTRIES`](crate::key::ForwardedIp::MAX_ENTRIES)
 //!   (64) entries. It never takes "the first header that parses".
-//! - IPv6 clients are keyed by their `/56` ([`DEFAULT_IPV6_PREFIX`](crate::key::DEFAULT_IPV6_PREFIX),
+//! - IPv6 clients are keyed by their `/56` ([`PeerIp::DEFAULT_IPV6_PREFIX`](crate::key::PeerIp::DEFAULT_IPV6_PREFIX),
 //!   configurable with `ipv6_prefix`): one subscriber usually holds at least a `/64`, often a `/56`.
 //!   IPv4-mapped IPv6 addresses are keyed as the IPv4 address.
 //! - A key taken from a header a client chooses freely ([`HeaderKey`](crate::key::HeaderKey): an API

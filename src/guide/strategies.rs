@@ -92,7 +92,7 @@
 //!
 //! Limits on the configuration, each a typed error, never a panic:
 //!
-//! - a period is non-zero and at most [`MAX_PERIOD`](crate::MAX_PERIOD) (3660 days);
+//! - a period is non-zero and at most [`Quota::MAX_PERIOD`](crate::Quota::MAX_PERIOD) (3660 days);
 //! - at most [`MAX_QUOTAS`](crate::MAX_QUOTAS) quotas in one rule;
 //! - the moving window's `N` is at most [`MAX_MOVING_WINDOW_LIMIT`](crate::MAX_MOVING_WINDOW_LIMIT)
 //!   (2^20; its log is one entry per unit);
@@ -100,8 +100,8 @@
 //!   the window strategies accept any rate.
 //!
 //! Limits on what a request can make the limiter do: the forwarded-header walk examines at most
-//! [`MAX_FORWARDED_ENTRIES`](crate::key::MAX_FORWARDED_ENTRIES) entries; key values longer than
-//! [`MAX_RAW_VALUE`](crate::key::MAX_RAW_VALUE) bytes are replaced by their SHA-256 digest; the
+//! [`ForwardedIp::MAX_ENTRIES`](crate::key::ForwardedIp::MAX_ENTRIES) entries; key values longer than
+//! [`ValueKey::MAX_RAW_VALUE`](crate::key::ValueKey::MAX_RAW_VALUE) bytes are replaced by their SHA-256 digest; the
 //! memory store is capped in keys ([`Builder::max_keys`](crate::Builder::max_keys)); a Redis call
 //! has a timeout.
 //!

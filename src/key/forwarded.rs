@@ -8,8 +8,8 @@ use http::request::Parts;
 use super::ip::{Cidr, DEFAULT_IPV6_PREFIX, InvalidCidr, normalize_ip, parse_node, trim_ows};
 use super::{KeyError, KeyExtractor, peer_ip};
 
-/// The most entries of a forwarded header examined, counted from the right.
-pub const MAX_FORWARDED_ENTRIES: usize = 64;
+/// The most entries of a forwarded header examined ([`ForwardedIp::MAX_ENTRIES`]).
+pub(crate) const MAX_FORWARDED_ENTRIES: usize = 64;
 
 /// The one header a [`ForwardedIp`] extractor reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -66,7 +66,7 @@ impl std::str::FromStr for ForwardedHeader {
 /// - Exactly one header is read ([`ForwardedHeader`], `X-Forwarded-For` by default); the others are
 ///   never looked at, so an attacker cannot pick the header that suits them.
 /// - The list is walked from the right (the entries appended by your proxies) and the first address
-///   **not** in a trusted range is the client. At most [`MAX_FORWARDED_ENTRIES`] entries are
+///   **not** in a trusted range is the client. At most [`ForwardedIp::MAX_ENTRIES`] entries are
 ///   examined, however long the header.
 /// - An entry that is not an address (`unknown`, `_hidden`, garbage) stops the walk: the right-most
 ///   trusted hop seen so far is the key (a trusted proxy said it does not know the client).
@@ -106,14 +106,18 @@ pub struct ForwardedIp {
 
 /// What [`ForwardedIp::resolve`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// The client address (not yet normalised).
-    pub ip: IpAddr,
-    /// How many header entries were examined (at most [`MAX_FORWARDED_ENTRIES`]).
-    pub examined: usize,
+    pub(crate) ip: IpAddr,
+    /// How many header entries were examined (at most [`ForwardedIp::MAX_ENTRIES`]).
+    pub(crate) examined: usize,
 }
 
 impl ForwardedIp {
+    /// The most entries of a forwarded header examined, counted from the right: a longer header
+    /// costs no more.
+    pub const MAX_ENTRIES: usize = MAX_FORWARDED_ENTRIES;
+
     /// Trusts the proxies in `ranges` (CIDR notation, or single addresses).
     ///
     /// # Errors
@@ -176,7 +180,7 @@ impl ForwardedIp {
     }
 
     /// The client address for a request from `peer` with `headers`, and the work it took.
-    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Resolved {
+    pub(crate) fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Resolved {
         if !self.is_trusted(peer) {
             return Resolved {
                 ip: peer,
@@ -329,6 +333,32 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    /// A 1 MiB header of 10^5 entries costs at most `MAX_ENTRIES` entries, in both header forms.
+    #[test]
+    fn oversized_headers_are_walked_over_a_bounded_number_of_entries() {
+        let x = ForwardedIp::new(["10.0.0.0/8"]).unwrap();
+        let xff = format!("{}10.1.2.3", "10.9.9.9, ".repeat(100_000));
+        let r = x.resolve(
+            ip("10.0.0.1"),
+            &headers("x-forwarded-for", &[xff.as_bytes()]),
+        );
+        assert_eq!(
+            (r.ip, r.examined),
+            (ip("10.9.9.9"), ForwardedIp::MAX_ENTRIES)
+        );
+        let attack = format!("{}203.0.113.7, 10.1.1.1", "6.6.6.6, ".repeat(100_000));
+        let r = x.resolve(
+            ip("10.0.0.1"),
+            &headers("x-forwarded-for", &[attack.as_bytes()]),
+        );
+        assert_eq!((r.ip, r.examined), (ip("203.0.113.7"), 2));
+        let fwd = format!("{}for=10.1.1.1", "for=10.2.2.2, ".repeat(80_000));
+        let r = x
+            .header(ForwardedHeader::Forwarded)
+            .resolve(ip("10.0.0.1"), &headers("forwarded", &[fwd.as_bytes()]));
+        assert_eq!(r.examined, ForwardedIp::MAX_ENTRIES);
     }
 
     #[test]

@@ -4,8 +4,8 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-/// The default prefix IPv6 clients are keyed by: one subscriber owns at least a /64, often a /56.
-pub const DEFAULT_IPV6_PREFIX: u8 = 56;
+/// The default prefix IPv6 clients are keyed by ([`PeerIp::DEFAULT_IPV6_PREFIX`](super::PeerIp)).
+pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 56;
 
 /// The key an IP address is counted under: IPv4 as the address (/32); an IPv4-mapped IPv6 address
 /// (`::ffff:1.2.3.4`) as its IPv4 address; other IPv6 addresses masked to their first
@@ -154,7 +154,14 @@ impl From<IpAddr> for Cidr {
 
 /// A CIDR range that did not parse (`10.0.0.0/33`, `not-an-ip`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidCidr(pub String);
+pub struct InvalidCidr(String);
+
+impl InvalidCidr {
+    /// The text that did not parse.
+    pub fn input(&self) -> &str {
+        &self.0
+    }
+}
 
 impl fmt::Display for InvalidCidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

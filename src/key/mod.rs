@@ -57,8 +57,11 @@ use sha2::{Digest, Sha256};
 
 use crate::store::StoreKey;
 
-pub use forwarded::{ForwardedHeader, ForwardedIp, MAX_FORWARDED_ENTRIES, Resolved};
-pub use ip::{Cidr, DEFAULT_IPV6_PREFIX, InvalidCidr, normalize_ip};
+#[cfg(any(test, fuzzing))]
+pub(crate) use forwarded::MAX_FORWARDED_ENTRIES;
+pub use forwarded::{ForwardedHeader, ForwardedIp};
+pub(crate) use ip::DEFAULT_IPV6_PREFIX;
+pub use ip::{Cidr, InvalidCidr, normalize_ip};
 
 /// Finds the key a request is counted under.
 ///
@@ -244,6 +247,10 @@ impl Default for PeerIp {
 }
 
 impl PeerIp {
+    /// The prefix IPv6 clients are keyed by unless told otherwise (here and in [`ForwardedIp`]):
+    /// one subscriber owns at least a /64, often a /56.
+    pub const DEFAULT_IPV6_PREFIX: u8 = DEFAULT_IPV6_PREFIX;
+
     /// Keys IPv6 clients by their first `prefix` bits (default 56; 64 keys each subscriber LAN
     /// apart, 128 each address). A value outside 32..=64 is accepted with a warning (once).
     #[must_use]
@@ -281,11 +288,11 @@ impl KeyExtractor for PeerIp {
     }
 }
 
-/// Values up to this many bytes are keys as they are; longer ones are hashed.
-pub const MAX_RAW_VALUE: usize = 64;
+/// Values up to this many bytes are keys as they are ([`ValueKey::MAX_RAW_VALUE`]).
+pub(crate) const MAX_RAW_VALUE: usize = 64;
 
 /// A key made from bytes of the request (a header value, a username): the value itself when it is
-/// at most [`MAX_RAW_VALUE`] bytes, else its SHA-256 digest (domain-separated), so every key is
+/// at most [`ValueKey::MAX_RAW_VALUE`] bytes, else its SHA-256 digest (domain-separated), so every key is
 /// small and an attacker cannot craft a value that collides with another's bucket.
 ///
 /// The first byte tells the two forms apart (0: raw, 1: hashed).
@@ -293,6 +300,9 @@ pub const MAX_RAW_VALUE: usize = 64;
 pub struct ValueKey(Box<[u8]>);
 
 impl ValueKey {
+    /// Values up to this many bytes are keys as they are; longer ones are hashed.
+    pub const MAX_RAW_VALUE: usize = MAX_RAW_VALUE;
+
     /// The key for `value`.
     pub fn new(value: &[u8]) -> Self {
         let mut out = Vec::with_capacity(1 + value.len().min(MAX_RAW_VALUE.max(32)));
@@ -329,7 +339,7 @@ impl StoreKey for ValueKey {
 }
 
 /// A header's value as the key (e.g. `x-api-key`). Absent, empty or repeated headers have no key.
-/// Any bytes are accepted (non-UTF-8 too); values longer than [`MAX_RAW_VALUE`] are hashed.
+/// Any bytes are accepted (non-UTF-8 too); values longer than [`ValueKey::MAX_RAW_VALUE`] are hashed.
 ///
 /// See the module docs on unauthenticated headers.
 #[derive(Clone, Debug, PartialEq, Eq)]

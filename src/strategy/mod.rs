@@ -101,7 +101,14 @@ impl fmt::Display for Strategy {
 
 /// An unknown strategy name.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnknownStrategy(pub String);
+pub struct UnknownStrategy(String);
+
+impl UnknownStrategy {
+    /// The name that is not a strategy's.
+    pub fn input(&self) -> &str {
+        &self.0
+    }
+}
 
 impl fmt::Display for UnknownStrategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -10,7 +10,7 @@ use proptest::strategy::Strategy as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tollgate::rules::{LimitSpec, RulesFile};
-use tollgate::{MAX_PERIOD, Quota, Rule, Strategy, WindowOffset};
+use tollgate::{Quota, Rule, Strategy, WindowOffset};
 
 use crate::oracle::config;
 
@@ -47,7 +47,7 @@ fn arb_quota() -> impl proptest::strategy::Strategy<Value = Quota> {
             "a period up to the maximum",
             |(limit, unit, count, burst)| {
                 let period = Duration::from_nanos(unit.checked_mul(count)?);
-                (period <= MAX_PERIOD).then_some(())?;
+                (period <= Quota::MAX_PERIOD).then_some(())?;
                 let q = Quota::new(NonZeroU32::new(limit)?, period).ok()?;
                 Some(match burst.and_then(NonZeroU32::new) {
                     Some(b) => q.with_burst(b),

@@ -25,7 +25,7 @@ use oracle::{
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
-use tollgate::{ConfigError, MAX_PERIOD, Outcome, Quota, QuotaError, RateLimiter, Rule, Strategy};
+use tollgate::{ConfigError, Outcome, Quota, QuotaError, RateLimiter, Rule, Strategy};
 
 const KEY: u64 = 1;
 const REGRESSIONS: &str = "tests/core/time_and_numbers.proptest-regressions";
@@ -166,22 +166,22 @@ fn constructors_reject_what_cannot_be_represented() {
         Err(QuotaError::ZeroPeriod)
     );
     assert_eq!(
-        Quota::new(nz(1), MAX_PERIOD + Duration::from_nanos(1)),
+        Quota::new(nz(1), Quota::MAX_PERIOD + Duration::from_nanos(1)),
         Err(QuotaError::PeriodTooLong)
     );
-    assert!(Quota::new(nz(u32::MAX), MAX_PERIOD).is_ok());
+    assert!(Quota::new(nz(u32::MAX), Quota::MAX_PERIOD).is_ok());
     assert!("0/s".parse::<Quota>().is_err());
     assert!("4294967296/s".parse::<Quota>().is_err());
     assert!("1/0s".parse::<Quota>().is_err());
-    // A bucket deeper than MAX_PERIOD (B*T) is refused; the widest one that fits is accepted.
+    // A bucket deeper than Quota::MAX_PERIOD (B*T) is refused; the widest one that fits is accepted.
     let deep = q("1/366d").with_burst(nz(u32::MAX));
     for strategy in [Strategy::TokenBucket, Strategy::LeakyBucket] {
         assert!(matches!(
             Rule::new(strategy, [deep]),
             Err(ConfigError::BurstTooLarge(_))
         ));
-        // T = ceil(MAX_PERIOD / u32::MAX) is rounded up, so B = u32::MAX is just too deep.
-        let rounded = Quota::new(nz(u32::MAX), MAX_PERIOD).expect("period");
+        // T = ceil(Quota::MAX_PERIOD / u32::MAX) is rounded up, so B = u32::MAX is just too deep.
+        let rounded = Quota::new(nz(u32::MAX), Quota::MAX_PERIOD).expect("period");
         assert!(matches!(
             Rule::new(strategy, [rounded]),
             Err(ConfigError::BurstTooLarge(_))
@@ -190,7 +190,7 @@ fn constructors_reject_what_cannot_be_represented() {
         let (l, _) = build(strategy, &[wide], u64::MAX / 2);
         assert!(l.check_now(&KEY, 9).is_allowed(), "{strategy}");
         assert!(!l.check_now(&KEY, 1).is_allowed(), "{strategy}");
-        let wide = Quota::new(nz(u32::MAX), MAX_PERIOD / 2)
+        let wide = Quota::new(nz(u32::MAX), Quota::MAX_PERIOD / 2)
             .expect("period")
             .with_burst(nz(u32::MAX));
         let (l, _) = build(strategy, &[wide], u64::MAX / 2);
@@ -216,9 +216,9 @@ fn limit_one_admits() {
     }
 }
 
-/// Extreme quotas: limits 1, 2, u32::MAX and random; periods from 1 ns to MAX_PERIOD.
+/// Extreme quotas: limits 1, 2, u32::MAX and random; periods from 1 ns to Quota::MAX_PERIOD.
 fn arb_extreme_quota() -> impl proptest::strategy::Strategy<Value = Quota> {
-    let max_period = u64::try_from(MAX_PERIOD.as_nanos()).expect("fits");
+    let max_period = u64::try_from(Quota::MAX_PERIOD.as_nanos()).expect("fits");
     let limit = prop_oneof![
         Just(1u32),
         Just(2),
@@ -280,7 +280,7 @@ proptest! {
             let p = P::of(&quota);
             prop_assert!(
                 strategy == Strategy::MovingWindow
-                    || (strategy.is_bucket() && (p.w < p.n || u128::from(p.b) * u128::from(p.t) > MAX_PERIOD.as_nanos()))
+                    || (strategy.is_bucket() && (p.w < p.n || u128::from(p.b) * u128::from(p.t) > Quota::MAX_PERIOD.as_nanos()))
             );
             return Ok(());
         };
@@ -319,7 +319,7 @@ proptest! {
     fn quota_parser_never_panics(text in "\\PC{0,40}|[0-9 ]{0,12}(/| per )[0-9 ]{0,6}[a-zµ ]{0,9}") {
         match text.parse::<Quota>() {
             Ok(quota) => {
-                prop_assert!(quota.period() > Duration::ZERO && quota.period() <= MAX_PERIOD);
+                prop_assert!(quota.period() > Duration::ZERO && quota.period() <= Quota::MAX_PERIOD);
                 prop_assert_eq!(quota.to_string().parse::<Quota>(), Ok(quota));
             }
             Err(e) => prop_assert!(e.position() <= text.len(), "{}", e),
@@ -330,7 +330,7 @@ proptest! {
     }
 
     /// Display -> parse round-trips for every representable quota (limit 1..=u32::MAX, period 1 ns
-    /// ..= MAX_PERIOD).
+    /// ..= Quota::MAX_PERIOD).
     #[test]
     fn quota_display_round_trips(quota in arb_extreme_quota()) {
         let text = quota.to_string();
