@@ -10,14 +10,14 @@ use toml::Spanned;
 use crate::layer::FailurePolicy;
 use crate::{Rule, Strategy, WindowOffset, validate_name};
 
-/// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
-pub const MAX_RULES_FILE_BYTES: usize = 16 << 20;
+/// [`RulesFile::MAX_BYTES`].
+pub(crate) const MAX_RULES_FILE_BYTES: usize = 16 << 20;
 
-/// The most limits a rules file may have.
-pub const MAX_LIMITS: usize = 10_000;
+/// [`RulesFile::MAX_LIMITS`].
+const MAX_LIMITS: usize = 10_000;
 
-/// The most entries a limit's `methods` may list.
-pub const MAX_METHODS: usize = 16;
+/// [`RulesFile::MAX_METHODS`].
+const MAX_METHODS: usize = 16;
 
 /// A rules file that cannot be used: where (1-based line and column, when known) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -524,6 +524,15 @@ pub struct RulesFile {
 }
 
 impl RulesFile {
+    /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
+    pub const MAX_BYTES: usize = MAX_RULES_FILE_BYTES;
+
+    /// The most limits (and the most exemptions) a rules file may have.
+    pub const MAX_LIMITS: usize = MAX_LIMITS;
+
+    /// The most entries a limit's (or an exemption's) `methods` may list.
+    pub const MAX_METHODS: usize = MAX_METHODS;
+
     /// Parses and validates the text of a rules file.
     ///
     /// # Errors
@@ -531,7 +540,7 @@ impl RulesFile {
     /// unknown field, strategy or key, a quota that does not parse, a duplicate or invalid name,
     /// a path that can never match, a `burst` with a window strategy, a `window_offset` that does
     /// not parse or with a strategy without clock-aligned windows, a `queue_ms` that a queue
-    /// cannot honour, a reserved field, more than [`MAX_LIMITS`] limits or [`MAX_METHODS`]
+    /// cannot honour, a reserved field, more than [`RulesFile::MAX_LIMITS`] limits or [`RulesFile::MAX_METHODS`]
     /// methods in one limit.
     pub fn parse(text: &str) -> Result<Self, RulesError> {
         if text.len() > MAX_RULES_FILE_BYTES {

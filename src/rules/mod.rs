@@ -135,8 +135,7 @@ use http::request::Parts;
 pub use named::NamedKeys;
 
 pub use file::{
-    Exempt, KeyPart, KeySpec, LimitSpec, MAX_LIMITS, MAX_METHODS, MAX_RULES_FILE_BYTES, MissingKey,
-    PathPattern, RulesError, RulesFile, SettleSpec,
+    Exempt, KeyPart, KeySpec, LimitSpec, MissingKey, PathPattern, RulesError, RulesFile, SettleSpec,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
@@ -148,6 +147,7 @@ use crate::layer::{
 };
 use crate::store::{Item, MemoryStore, MemoryStoreBuilder, Store, StoreKey};
 use crate::{Clock, Decision, Op, RateLimiter, Rule, StoreError, StoreErrorKind, SystemClock};
+use file::MAX_RULES_FILE_BYTES;
 use metrics::LimitMetrics;
 
 /// The settings that apply to every limit of a rules file (the `server` example's process-wide
@@ -1043,7 +1043,7 @@ const RETIRE_WAIT: Duration = Duration::from_millis(200);
 /// How long a changed rules file must keep the same content before it is loaded.
 const SETTLE_TIME: Duration = Duration::from_millis(25);
 
-/// Reads a rules file, refusing one above [`MAX_RULES_FILE_BYTES`] before reading it whole.
+/// Reads a rules file, refusing one above [`RulesFile::MAX_BYTES`] before reading it whole.
 fn read_rules(path: &Path) -> Result<String, RulesError> {
     use std::io::Read as _;
     let fail = |e: &dyn std::fmt::Display| RulesError::whole(format!("{}: {e}", path.display()));
