@@ -107,9 +107,10 @@ impl<L: Limits, R> Ctx<L, R> {
         L::queue_wait(&self.core.options, &self.keys, self.cost, d)
     }
 
-    fn mark(&self, request: &mut Request<impl Sized>) {
+    /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open).
+    fn mark(&self, extensions: &mut http::Extensions, d: Option<&L::Decided>) {
         if let Some(id) = self.id {
-            mark_counted(request.extensions_mut(), id, self.marked);
+            mark_counted(extensions, id, self.marked, d.map(|d| L::decision(d)));
         }
     }
 
@@ -229,22 +230,28 @@ where
 {
     /// The store answered during `call` (the memory store always does). An allowed request goes
     /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
-    /// once. The rest (pacing, store errors) goes through the state machine.
+    /// once. The rest (pacing, store errors) goes through the state machine. The request comes in
+    /// parts and each branch builds its future in place: a request or a future moved whole is a
+    /// copy of a few hundred bytes.
     #[inline]
     pub(crate) fn decided_now(
         result: Result<L::Decided, StoreError>,
         inner: &mut S,
-        mut request: Request<ReqB>,
+        mut parts: http::request::Parts,
+        body: ReqB,
         ctx: Ctx<L, R>,
     ) -> Self {
-        let state = match result {
+        match result {
             Ok(d) if L::outcome(&d) == Outcome::Allowed && ctx.queue_wait(&d).is_zero() => {
                 ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, true);
-                ctx.mark(&mut request);
-                L::mark_request(&d, &mut request);
-                State::Forwarding {
-                    fut: inner.call(request),
-                    decision: Some(d),
+                ctx.mark(&mut parts.extensions, Some(&d));
+                let fut = inner.call(Request::from_parts(parts, body));
+                Self {
+                    state: State::Forwarding {
+                        fut,
+                        decision: Some(d),
+                    },
+                    ctx: Some(ctx),
                 }
             }
             Ok(d)
@@ -259,26 +266,29 @@ where
                 let fresh = inner.clone();
                 drop(std::mem::replace(inner, fresh));
                 ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, false);
-                State::Done {
-                    response: Some(ctx.reject(d, grpc::is_grpc(request.headers()))),
+                let response = ctx.reject(d, grpc::is_grpc(&parts.headers));
+                Self {
+                    state: State::Done {
+                        response: Some(response),
+                    },
+                    ctx: Some(ctx),
                 }
             }
             result => {
                 // The ready-clone idiom: the service that was polled ready goes into the future.
                 let clone = inner.clone();
-                State::Decided {
-                    result: Some(result),
-                    pending: Some(Pending {
-                        request,
-                        inner: std::mem::replace(inner, clone),
-                        ready: true,
-                    }),
+                Self {
+                    state: State::Decided {
+                        result: Some(result),
+                        pending: Some(Pending {
+                            request: Request::from_parts(parts, body),
+                            inner: std::mem::replace(inner, clone),
+                            ready: true,
+                        }),
+                    },
+                    ctx: Some(ctx),
                 }
             }
-        };
-        Self {
-            state,
-            ctx: Some(ctx),
         }
     }
 }
@@ -341,7 +351,7 @@ where
                     let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
                         return broken("a state without its request, context or answer");
                     };
-                    ctx.mark(&mut p.request);
+                    ctx.mark(p.request.extensions_mut(), decision.as_ref());
                     let mut inner = p.inner;
                     let fut = inner.call(p.request);
                     let decision = decision.take();
@@ -429,7 +439,6 @@ where
                 reserved
             }
         };
-        L::mark_request(&d, &mut p.request);
         return State::Readying {
             pending: Some(p),
             decision: Some(d),
@@ -476,7 +485,6 @@ where
         }
         Outcome::Allowed => {
             ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, true);
-            L::mark_request(&d, &mut p.request);
             State::Readying {
                 pending: Some(p),
                 decision: Some(d),

@@ -158,8 +158,7 @@ where
         // The store says whether it answered at once (the memory store always does).
         let check = match X::Limits::into_now(answer) {
             Ok(result) => {
-                let request = Request::from_parts(parts, body);
-                return ResponseFuture::decided_now(result, &mut self.inner, request, ctx);
+                return ResponseFuture::decided_now(result, &mut self.inner, parts, body, ctx);
             }
             Err(later) => later,
         };
