@@ -110,7 +110,7 @@ impl<L: Limits, R> Ctx<L, R> {
     /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open).
     fn mark(&self, extensions: &mut http::Extensions, d: Option<&L::Decided>) {
         if let Some(id) = self.id {
-            mark_counted(extensions, id, self.marked, d.map(|d| L::decision(d)));
+            mark_counted(extensions, id, self.marked, d.map(L::decision));
         }
     }
 
