@@ -261,34 +261,58 @@ where
                     Outcome::Allowed => false,
                 } =>
             {
-                // The request never reaches `inner`: give back what its `poll_ready` reserved
-                // (e.g. a concurrency permit) rather than hold it until the next request.
-                let fresh = inner.clone();
-                drop(std::mem::replace(inner, fresh));
-                ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, false);
-                let response = ctx.reject(d, grpc::is_grpc(&parts.headers));
-                Self {
-                    state: State::Done {
-                        response: Some(response),
-                    },
-                    ctx: Some(ctx),
-                }
+                Self::rejected_now(d, inner, &parts.headers, ctx)
             }
-            result => {
-                // The ready-clone idiom: the service that was polled ready goes into the future.
-                let clone = inner.clone();
-                Self {
-                    state: State::Decided {
-                        result: Some(result),
-                        pending: Some(Pending {
-                            request: Request::from_parts(parts, body),
-                            inner: std::mem::replace(inner, clone),
-                            ready: true,
-                        }),
-                    },
-                    ctx: Some(ctx),
-                }
-            }
+            result => Self::decided_later(result, inner, parts, body, ctx),
+        }
+    }
+
+    /// A rejection answered at once. Out of line, as [`decided_later`](Self::decided_later): the
+    /// allowed path above stays a short stretch of code (instruction-cache misses cost it more
+    /// time than its instructions).
+    #[inline(never)]
+    fn rejected_now(
+        d: L::Decided,
+        inner: &mut S,
+        headers: &http::HeaderMap,
+        ctx: Ctx<L, R>,
+    ) -> Self {
+        // The request never reaches `inner`: give back what its `poll_ready` reserved
+        // (e.g. a concurrency permit) rather than hold it until the next request.
+        let fresh = inner.clone();
+        drop(std::mem::replace(inner, fresh));
+        ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, false);
+        let response = ctx.reject(d, grpc::is_grpc(headers));
+        Self {
+            state: State::Done {
+                response: Some(response),
+            },
+            ctx: Some(ctx),
+        }
+    }
+
+    /// Pacing, a shaping queue, a store error: through the state machine.
+    #[cold]
+    #[inline(never)]
+    fn decided_later(
+        result: Result<L::Decided, StoreError>,
+        inner: &mut S,
+        parts: http::request::Parts,
+        body: ReqB,
+        ctx: Ctx<L, R>,
+    ) -> Self {
+        // The ready-clone idiom: the service that was polled ready goes into the future.
+        let clone = inner.clone();
+        Self {
+            state: State::Decided {
+                result: Some(result),
+                pending: Some(Pending {
+                    request: Request::from_parts(parts, body),
+                    inner: std::mem::replace(inner, clone),
+                    ready: true,
+                }),
+            },
+            ctx: Some(ctx),
         }
     }
 }
