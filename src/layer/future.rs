@@ -107,9 +107,10 @@ impl<L: Limits, R> Ctx<L, R> {
         L::queue_wait(&self.core.options, &self.keys, self.cost, d)
     }
 
-    fn mark(&self, request: &mut Request<impl Sized>) {
+    /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open).
+    fn mark(&self, extensions: &mut http::Extensions, d: Option<&L::Decided>) {
         if let Some(id) = self.id {
-            mark_counted(request.extensions_mut(), id, self.marked);
+            mark_counted(extensions, id, self.marked, d.map(L::decision));
         }
     }
 
@@ -229,22 +230,28 @@ where
 {
     /// The store answered during `call` (the memory store always does). An allowed request goes
     /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
-    /// once. The rest (pacing, store errors) goes through the state machine.
+    /// once. The rest (pacing, store errors) goes through the state machine. The request comes in
+    /// parts and each branch builds its future in place: a request or a future moved whole is a
+    /// copy of a few hundred bytes.
     #[inline]
     pub(crate) fn decided_now(
         result: Result<L::Decided, StoreError>,
         inner: &mut S,
-        mut request: Request<ReqB>,
+        mut parts: http::request::Parts,
+        body: ReqB,
         ctx: Ctx<L, R>,
     ) -> Self {
-        let state = match result {
+        match result {
             Ok(d) if L::outcome(&d) == Outcome::Allowed && ctx.queue_wait(&d).is_zero() => {
                 ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, true);
-                ctx.mark(&mut request);
-                L::mark_request(&d, &mut request);
-                State::Forwarding {
-                    fut: inner.call(request),
-                    decision: Some(d),
+                ctx.mark(&mut parts.extensions, Some(&d));
+                let fut = inner.call(Request::from_parts(parts, body));
+                Self {
+                    state: State::Forwarding {
+                        fut,
+                        decision: Some(d),
+                    },
+                    ctx: Some(ctx),
                 }
             }
             Ok(d)
@@ -254,30 +261,57 @@ where
                     Outcome::Allowed => false,
                 } =>
             {
-                // The request never reaches `inner`: give back what its `poll_ready` reserved
-                // (e.g. a concurrency permit) rather than hold it until the next request.
-                let fresh = inner.clone();
-                drop(std::mem::replace(inner, fresh));
-                ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, false);
-                State::Done {
-                    response: Some(ctx.reject(d, grpc::is_grpc(request.headers()))),
-                }
+                Self::rejected_now(d, inner, &parts.headers, ctx)
             }
-            result => {
-                // The ready-clone idiom: the service that was polled ready goes into the future.
-                let clone = inner.clone();
-                State::Decided {
-                    result: Some(result),
-                    pending: Some(Pending {
-                        request,
-                        inner: std::mem::replace(inner, clone),
-                        ready: true,
-                    }),
-                }
-            }
-        };
+            result => Self::decided_later(result, inner, parts, body, ctx),
+        }
+    }
+
+    /// A rejection answered at once. Out of line, as [`decided_later`](Self::decided_later): the
+    /// allowed path above stays a short stretch of code (instruction-cache misses cost it more
+    /// time than its instructions).
+    #[inline(never)]
+    fn rejected_now(
+        d: L::Decided,
+        inner: &mut S,
+        headers: &http::HeaderMap,
+        ctx: Ctx<L, R>,
+    ) -> Self {
+        // The request never reaches `inner`: give back what its `poll_ready` reserved
+        // (e.g. a concurrency permit) rather than hold it until the next request.
+        let fresh = inner.clone();
+        drop(std::mem::replace(inner, fresh));
+        ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, false);
+        let response = ctx.reject(d, grpc::is_grpc(headers));
         Self {
-            state,
+            state: State::Done {
+                response: Some(response),
+            },
+            ctx: Some(ctx),
+        }
+    }
+
+    /// Pacing, a shaping queue, a store error: through the state machine.
+    #[cold]
+    #[inline(never)]
+    fn decided_later(
+        result: Result<L::Decided, StoreError>,
+        inner: &mut S,
+        parts: http::request::Parts,
+        body: ReqB,
+        ctx: Ctx<L, R>,
+    ) -> Self {
+        // The ready-clone idiom: the service that was polled ready goes into the future.
+        let clone = inner.clone();
+        Self {
+            state: State::Decided {
+                result: Some(result),
+                pending: Some(Pending {
+                    request: Request::from_parts(parts, body),
+                    inner: std::mem::replace(inner, clone),
+                    ready: true,
+                }),
+            },
             ctx: Some(ctx),
         }
     }
@@ -341,7 +375,7 @@ where
                     let (Some(ctx), Some(mut p)) = (this.ctx.as_ref(), pending.take()) else {
                         return broken("a state without its request, context or answer");
                     };
-                    ctx.mark(&mut p.request);
+                    ctx.mark(p.request.extensions_mut(), decision.as_ref());
                     let mut inner = p.inner;
                     let fut = inner.call(p.request);
                     let decision = decision.take();
@@ -429,7 +463,6 @@ where
                 reserved
             }
         };
-        L::mark_request(&d, &mut p.request);
         return State::Readying {
             pending: Some(p),
             decision: Some(d),
@@ -476,7 +509,6 @@ where
         }
         Outcome::Allowed => {
             ctx.limits().count_decided(&ctx.keys, ctx.cost, &d, true);
-            L::mark_request(&d, &mut p.request);
             State::Readying {
                 pending: Some(p),
                 decision: Some(d),

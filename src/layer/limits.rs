@@ -116,9 +116,12 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
         d: &Self::Decided,
         res: &mut Response<B>,
     );
-    /// Puts the decision into the forwarded request's extensions (handlers show "attempts left").
+    /// Not called: the layer carries the admitting [`decision`](Self::decision) in the request's
+    /// count marker (`Decision::from_extensions`). Kept for the implementations that define it.
     #[doc(hidden)]
-    fn mark_request<B>(d: &Self::Decided, req: &mut http::Request<B>);
+    fn mark_request<B>(d: &Self::Decided, req: &mut http::Request<B>) {
+        let _ = (d, req);
+    }
 }
 
 /// The key type of a layer's hooks ([`RateLimitLayer::fallback_key`](super::RateLimitLayer::fallback_key)):
@@ -523,11 +526,6 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
             // the request (a middleware between two layers may rebuild it without its extensions).
             res.extensions_mut().insert(reported);
         }
-    }
-
-    #[inline]
-    fn mark_request<B>(d: &Decision, req: &mut http::Request<B>) {
-        req.extensions_mut().insert(*d);
     }
 }
 

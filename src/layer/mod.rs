@@ -3,9 +3,10 @@
 //! For every request the service extracts a key ([`crate::key`]), asks the [`RateLimiter`] for a
 //! [`Decision`] on it (cost 1 unless [`RateLimitLayer::cost`] says otherwise), and then:
 //!
-//! - **allowed**: puts the `Decision` into the request's extensions (handlers can show "attempts
-//!   left"), calls the inner service, and writes `x-ratelimit-limit`, `x-ratelimit-remaining` and
-//!   `x-ratelimit-reset` on its response (replacing any the inner service set; turn off with
+//! - **allowed**: marks the request with its `Decision` (handlers show "attempts left": an axum
+//!   extractor, or [`Decision::from_extensions`]), calls the inner service, and writes
+//!   `x-ratelimit-limit`, `x-ratelimit-remaining` and `x-ratelimit-reset` on its response
+//!   (replacing any the inner service set; turn off with
 //!   [`headers_on_allowed(false)`](RateLimitLayer::headers_on_allowed));
 //! - **rejected**: answers `429 Too Many Requests` without calling the inner service, with the same
 //!   fields, `Retry-After` (whole seconds, rounded up, at least 1), a short text/plain body, and the

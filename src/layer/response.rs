@@ -267,50 +267,63 @@ pub(crate) fn write_headers(
         headers.insert(X_RATELIMIT_RESET.clone(), num(reset));
     }
     if matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let mut policy = String::new();
-        for (i, (q, p)) in rule.quotas().iter().zip(rule.nanos()).enumerate() {
-            if i > 0 {
-                policy.push_str(", ");
-            }
-            // A bucket admits B at once and then one per T: B per B x T is the rate it advertises
-            // without misstating it (10/s with burst 50 is 50 per 5 s, not 50 per second).
-            let (limit, window) = if rule.strategy().is_bucket() {
-                (q.burst(), p.tau())
-            } else {
-                (q.limit(), q.period_nanos())
-            };
-            let window = ceil_nanos_to_secs(window).max(1);
-            let _ = write!(policy, "\"{}\";q={limit}", item_name(cfg, rule, i));
-            if let Some(unit) = &cfg.quota_unit {
-                let _ = write!(policy, ";qu=\"{}\"", escape_sf_string(unit));
-            }
-            let _ = write!(policy, ";w={window}");
-            if let Some(pk) = pk {
-                let _ = write!(policy, ";pk={pk}");
-            }
-        }
-        // On a rejection `t` is `Retry-After`: the time until the request would pass.
-        let t = match d.retry_after_secs() {
-            Some(secs) => secs,
-            None => d.reset_secs() + super::ietf::jitter(cfg.jitter),
-        };
-        let mut current = format!(
-            "\"{}\";r={};t={t}",
-            item_name(cfg, rule, d.quota_index()),
-            d.remaining(),
-        );
-        if let Some(pk) = pk {
-            let _ = write!(current, ";pk={pk}");
-        }
-        if let Ok(v) = HeaderValue::from_str(&policy) {
-            headers.insert(RATELIMIT_POLICY.clone(), v);
-        }
-        if let Ok(v) = HeaderValue::from_str(&current) {
-            headers.insert(RATELIMIT.clone(), v);
-        }
+        write_ietf(headers, d, rule, cfg, pk);
     }
     if let Some(secs) = d.retry_after_secs() {
         headers.insert(RETRY_AFTER, num(secs));
+    }
+}
+
+/// The IETF draft's `RateLimit-Policy` and `RateLimit` fields for `d`. Out of line: the default
+/// fields' path stays a short stretch of code.
+#[inline(never)]
+fn write_ietf(
+    headers: &mut HeaderMap,
+    d: &Decision,
+    rule: &Rule,
+    cfg: &HeaderConfig,
+    pk: Option<&str>,
+) {
+    let mut policy = String::new();
+    for (i, (q, p)) in rule.quotas().iter().zip(rule.nanos()).enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+        }
+        // A bucket admits B at once and then one per T: B per B x T is the rate it advertises
+        // without misstating it (10/s with burst 50 is 50 per 5 s, not 50 per second).
+        let (limit, window) = if rule.strategy().is_bucket() {
+            (q.burst(), p.tau())
+        } else {
+            (q.limit(), q.period_nanos())
+        };
+        let window = ceil_nanos_to_secs(window).max(1);
+        let _ = write!(policy, "\"{}\";q={limit}", item_name(cfg, rule, i));
+        if let Some(unit) = &cfg.quota_unit {
+            let _ = write!(policy, ";qu=\"{}\"", escape_sf_string(unit));
+        }
+        let _ = write!(policy, ";w={window}");
+        if let Some(pk) = pk {
+            let _ = write!(policy, ";pk={pk}");
+        }
+    }
+    // On a rejection `t` is `Retry-After`: the time until the request would pass.
+    let t = match d.retry_after_secs() {
+        Some(secs) => secs,
+        None => d.reset_secs() + super::ietf::jitter(cfg.jitter),
+    };
+    let mut current = format!(
+        "\"{}\";r={};t={t}",
+        item_name(cfg, rule, d.quota_index()),
+        d.remaining(),
+    );
+    if let Some(pk) = pk {
+        let _ = write!(current, ";pk={pk}");
+    }
+    if let Ok(v) = HeaderValue::from_str(&policy) {
+        headers.insert(RATELIMIT_POLICY.clone(), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&current) {
+        headers.insert(RATELIMIT.clone(), v);
     }
 }
 
@@ -362,69 +375,7 @@ pub(crate) fn write_allowed_headers(
     if below.is_none() {
         write_headers(headers, d, rule, cfg, pk);
     } else {
-        // Item names stay unique per response: a name an inner limiter's items hold gets a suffix.
-        let renamed = headers
-            .get(&RATELIMIT_POLICY)
-            .filter(|_| matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both))
-            .and_then(|inner| {
-                let taken = super::ietf::item_names(inner.as_bytes());
-                let n = rule.quotas().len();
-                let name = super::ietf::unique_name(&cfg.policy_name, &taken, |name| {
-                    let escaped = escape_sf_string(name).into_owned();
-                    match n {
-                        1 => vec![escaped],
-                        _ => (0..n).map(|i| format!("{escaped}-{i}")).collect(),
-                    }
-                })?;
-                let mut renamed = cfg.clone();
-                renamed.policy_name = Arc::from(name);
-                Some(renamed)
-            });
-        let cfg = renamed.as_ref().unwrap_or(cfg);
-        let mut own = HeaderMap::new();
-        write_headers(&mut own, d, rule, cfg, pk);
-        for (name, value) in own {
-            let Some(name) = name else { continue };
-            let ietf = name == RATELIMIT || name == RATELIMIT_POLICY;
-            match headers.get(&name) {
-                // One list per field: this limiter's items after the inner ones'.
-                Some(inner) if ietf => {
-                    let mut joined = inner.as_bytes().to_vec();
-                    joined.extend_from_slice(b", ");
-                    joined.extend_from_slice(value.as_bytes());
-                    if let Ok(v) = HeaderValue::from_bytes(&joined) {
-                        headers.insert(name, v);
-                    }
-                }
-                _ if ietf || wins => {
-                    headers.insert(name, value);
-                }
-                _ => {}
-            }
-        }
-        // The tightest inner limiter wrote no `x-ratelimit-*` fields (IETF fields only): the
-        // ones there (if any) are a looser layer's. This layer's style asks for them, so they
-        // carry the tightest limiter's numbers.
-        if let Some(r) = below.filter(|_| !wins) {
-            let shows = |name: &HeaderName, n: u32| {
-                headers
-                    .get(name)
-                    .is_some_and(|v| v.as_bytes() == n.to_string().as_bytes())
-            };
-            let tightest_shown =
-                shows(&X_RATELIMIT_LIMIT, r.limit) && shows(&X_RATELIMIT_REMAINING, r.remaining);
-            if matches!(cfg.style, HeaderStyle::XRateLimit | HeaderStyle::Both) && !tightest_shown {
-                for name in [
-                    &X_RATELIMIT_LIMIT,
-                    &X_RATELIMIT_REMAINING,
-                    &X_RATELIMIT_RESET,
-                ] {
-                    if let Some(v) = reported_field(name, r, d, cfg) {
-                        headers.insert(name.clone(), v);
-                    }
-                }
-            }
-        }
+        join_stacked(below, wins, headers, d, rule, cfg, pk);
     }
     match below {
         Some(r) if !wins => r,
@@ -433,6 +384,83 @@ pub(crate) fn write_allowed_headers(
             remaining: d.remaining(),
             reset_after: d.reset_after(),
         },
+    }
+}
+
+/// This layer's fields joined with those of the layers inside (`below`; `wins`: this layer's
+/// budget runs out first). Out of line: a lone layer's path stays a short stretch of code.
+#[inline(never)]
+fn join_stacked(
+    below: Option<Reported>,
+    wins: bool,
+    headers: &mut HeaderMap,
+    d: &Decision,
+    rule: &Rule,
+    cfg: &HeaderConfig,
+    pk: Option<&str>,
+) {
+    // Item names stay unique per response: a name an inner limiter's items hold gets a suffix.
+    let renamed = headers
+        .get(&RATELIMIT_POLICY)
+        .filter(|_| matches!(cfg.style, HeaderStyle::Ietf | HeaderStyle::Both))
+        .and_then(|inner| {
+            let taken = super::ietf::item_names(inner.as_bytes());
+            let n = rule.quotas().len();
+            let name = super::ietf::unique_name(&cfg.policy_name, &taken, |name| {
+                let escaped = escape_sf_string(name).into_owned();
+                match n {
+                    1 => vec![escaped],
+                    _ => (0..n).map(|i| format!("{escaped}-{i}")).collect(),
+                }
+            })?;
+            let mut renamed = cfg.clone();
+            renamed.policy_name = Arc::from(name);
+            Some(renamed)
+        });
+    let cfg = renamed.as_ref().unwrap_or(cfg);
+    let mut own = HeaderMap::new();
+    write_headers(&mut own, d, rule, cfg, pk);
+    for (name, value) in own {
+        let Some(name) = name else { continue };
+        let ietf = name == RATELIMIT || name == RATELIMIT_POLICY;
+        match headers.get(&name) {
+            // One list per field: this limiter's items after the inner ones'.
+            Some(inner) if ietf => {
+                let mut joined = inner.as_bytes().to_vec();
+                joined.extend_from_slice(b", ");
+                joined.extend_from_slice(value.as_bytes());
+                if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                    headers.insert(name, v);
+                }
+            }
+            _ if ietf || wins => {
+                headers.insert(name, value);
+            }
+            _ => {}
+        }
+    }
+    // The tightest inner limiter wrote no `x-ratelimit-*` fields (IETF fields only): the
+    // ones there (if any) are a looser layer's. This layer's style asks for them, so they
+    // carry the tightest limiter's numbers.
+    if let Some(r) = below.filter(|_| !wins) {
+        let shows = |name: &HeaderName, n: u32| {
+            headers
+                .get(name)
+                .is_some_and(|v| v.as_bytes() == n.to_string().as_bytes())
+        };
+        let tightest_shown =
+            shows(&X_RATELIMIT_LIMIT, r.limit) && shows(&X_RATELIMIT_REMAINING, r.remaining);
+        if matches!(cfg.style, HeaderStyle::XRateLimit | HeaderStyle::Both) && !tightest_shown {
+            for name in [
+                &X_RATELIMIT_LIMIT,
+                &X_RATELIMIT_REMAINING,
+                &X_RATELIMIT_RESET,
+            ] {
+                if let Some(v) = reported_field(name, r, d, cfg) {
+                    headers.insert(name.clone(), v);
+                }
+            }
+        }
     }
 }
 

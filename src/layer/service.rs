@@ -103,6 +103,37 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C
     }
 }
 
+impl<S: Clone, X: Source<St, C>, St, C, R, Co, Ru, Sk>
+    RateLimitService<S, X, St, C, R, Co, Ru, Sk>
+{
+    /// The answer to a request without a key. Out of line: the decided path stays a short
+    /// stretch of code.
+    #[cold]
+    #[inline(never)]
+    fn no_key<ReqB, ResB>(
+        &mut self,
+        parts: &http::request::Parts,
+        status: http::StatusCode,
+        e: crate::key::KeyError,
+    ) -> ResponseFuture<S, ReqB, ResB, X::Limits, R>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+        R: OnRejected<ResponseBody<ResB>>,
+    {
+        let refusal = Refusal::NoKey { status, error: &e };
+        let mut res = if grpc::is_grpc(&parts.headers) {
+            grpc::refused(refusal)
+        } else {
+            self.core.rejection.on_refused(refusal)
+        };
+        res.extensions_mut().insert(e);
+        // Gives back what the inner service's `poll_ready` reserved.
+        let fresh = self.inner.clone();
+        drop(std::mem::replace(&mut self.inner, fresh));
+        ResponseFuture::ready(res)
+    }
+}
+
 impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
     for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
 where
@@ -139,27 +170,14 @@ where
                 let fut = self.inner.call(Request::from_parts(parts, body));
                 return ResponseFuture::passthrough(fut);
             }
-            Prepared::NoKey(status, e) => {
-                let refusal = Refusal::NoKey { status, error: &e };
-                let mut res = if grpc::is_grpc(&parts.headers) {
-                    grpc::refused(refusal)
-                } else {
-                    self.core.rejection.on_refused(refusal)
-                };
-                res.extensions_mut().insert(e);
-                // Gives back what the inner service's `poll_ready` reserved.
-                let fresh = self.inner.clone();
-                drop(std::mem::replace(&mut self.inner, fresh));
-                return ResponseFuture::ready(res);
-            }
+            Prepared::NoKey(status, e) => return self.no_key(&parts, status, e),
         };
         let answer = self.core.options.limits.check(&mut keys, cost);
         let ctx = Ctx::new(Arc::clone(&self.core), keys, cost, id, marked);
         // The store says whether it answered at once (the memory store always does).
         let check = match X::Limits::into_now(answer) {
             Ok(result) => {
-                let request = Request::from_parts(parts, body);
-                return ResponseFuture::decided_now(result, &mut self.inner, request, ctx);
+                return ResponseFuture::decided_now(result, &mut self.inner, parts, body, ctx);
             }
             Err(later) => later,
         };

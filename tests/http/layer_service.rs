@@ -45,9 +45,7 @@ fn echo(
 {
     service_fn(move |req: Request<Body>| {
         calls.fetch_add(1, Ordering::SeqCst);
-        let left = req
-            .extensions()
-            .get::<Decision>()
+        let left = Decision::from_extensions(req.extensions())
             .map_or("none".to_owned(), |d| d.remaining().to_string());
         ready(Ok::<_, Infallible>(Response::new(Body::from(format!(
             "ok, {left} left"
@@ -87,6 +85,78 @@ async fn the_decision_reaches_handlers_and_rejections() {
         (Outcome::Rejected, Some(60))
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// Handlers read the admitting decision as an axum extractor (`Decision`, `Option<Decision>`) or
+/// with `Decision::from_extensions`; under stacked layers, the innermost one's. The layers add one
+/// extension to the request, whatever they carry. Without a layer, `Option<Decision>` is `None`
+/// and `Decision` answers 500.
+#[tokio::test]
+async fn handlers_read_the_innermost_decision_from_one_request_extension() {
+    use axum::routing::get;
+    let clock = ManualClock::new(T0);
+    let inner = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "3/minute", &clock),
+        GlobalKey,
+    );
+    let outer = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "10/minute", &clock),
+        GlobalKey,
+    );
+    let app = axum::Router::new()
+        .route(
+            "/",
+            get(|d: Decision, parts: http::request::Parts| async move {
+                let extensions = parts.extensions.len();
+                let same = Decision::from_extensions(&parts.extensions) == Some(d);
+                format!(
+                    "{} of {}, {extensions} extension(s), {same}",
+                    d.remaining(),
+                    d.limit()
+                )
+            }),
+        )
+        .route(
+            "/optional",
+            get(|d: Option<Decision>| async move { format!("{:?}", d.map(|d| d.remaining())) }),
+        )
+        .layer(inner)
+        .layer(outer);
+    let req = |path: &str| Request::get(path).body(axum::body::Body::empty()).unwrap();
+    let text = |res: Response<axum::body::Body>| async move {
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    };
+    let bare = axum::Router::new()
+        .route(
+            "/",
+            get(|d: Decision| async move { d.remaining().to_string() }),
+        )
+        .route(
+            "/optional",
+            get(|d: Option<Decision>| async move { format!("{:?}", d.map(|d| d.remaining())) }),
+        )
+        .route(
+            "/count",
+            get(|parts: http::request::Parts| async move { parts.extensions.len().to_string() }),
+        );
+    // The two layers add one marker between them to what axum puts there.
+    let axums: usize = text(bare.clone().oneshot(req("/count")).await.unwrap())
+        .await
+        .parse()
+        .unwrap();
+    let res = app.clone().oneshot(req("/")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        text(res).await,
+        format!("2 of 3, {} extension(s), true", axums + 1)
+    );
+    let res = app.clone().oneshot(req("/optional")).await.unwrap();
+    assert_eq!(text(res).await, "Some(1)");
+
+    let res = bare.clone().oneshot(req("/")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let res = bare.oneshot(req("/optional")).await.unwrap();
+    assert_eq!(text(res).await, "None");
 }
 
 /// A layer alone adds one extension to an allowed response (what it reports for an enclosing layer,
