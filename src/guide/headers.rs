@@ -14,8 +14,9 @@
 //!
 //! The layer replaces any of these fields the inner service set; turn them off on allowed responses
 //! with [`headers_on_allowed(false)`](crate::RateLimitLayer::headers_on_allowed). An allowed
-//! request's `Decision` is in its extensions (a handler can show "attempts left"), a rejected one's
-//! in the `429`'s. A `429` has a short text/plain body unless
+//! request carries its `Decision` for the handler (to show "attempts left"):
+//! [`Decision::from_extensions`](crate::Decision::from_extensions), or `Decision` /
+//! `Option<Decision>` as an axum extractor; a rejected one's is in the `429`'s extensions. A `429` has a short text/plain body unless
 //! [`on_rejected`](crate::RateLimitLayer::on_rejected) or
 //! [`respond_with`](crate::RateLimitLayer::respond_with) builds it; the layer still adds the fields.
 //!
