@@ -116,12 +116,6 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
         d: &Self::Decided,
         res: &mut Response<B>,
     );
-    /// Not called: the layer carries the admitting [`decision`](Self::decision) in the request's
-    /// count marker (`Decision::from_extensions`). Kept for the implementations that define it.
-    #[doc(hidden)]
-    fn mark_request<B>(d: &Self::Decided, req: &mut http::Request<B>) {
-        let _ = (d, req);
-    }
 }
 
 /// The key type of a layer's hooks ([`RateLimitLayer::fallback_key`](super::RateLimitLayer::fallback_key)):

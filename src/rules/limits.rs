@@ -757,8 +757,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             res,
         );
     }
-
-    fn mark_request<B>(_d: &RulesDecided, _req: &mut http::Request<B>) {}
 }
 
 impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
