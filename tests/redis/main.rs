@@ -30,6 +30,7 @@ mod redis_sentinel;
 mod redis_server;
 mod redis_settle_from_response;
 mod redis_settle_timeout;
+mod redis_starved;
 mod redis_store;
 mod redis_tls;
 mod redis_tls_cluster;

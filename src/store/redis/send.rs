@@ -272,6 +272,20 @@ impl RedisStore {
             }
             Err(e) => {
                 let e = map_error(e);
+                // The connection's own timeout (ours plus `LATE_GRACE`) reached a caller still
+                // waiting: this process was starved past the deadline. While Redis answers others
+                // that is overload, as above (under a 2000-connection flood with a concurrency cap,
+                // 160 checks were failed open this way).
+                if e.kind() == StoreErrorKind::Timeout
+                    && inner.replied_since(sent_at.saturating_sub(nanos(SILENCE)))
+                {
+                    inner.timed_out.add(1);
+                    release();
+                    if sheddable {
+                        return Err(NoReply::Overload(Shed::Slow));
+                    }
+                    return Err(self.late(e.message().to_owned()));
+                }
                 if matches!(
                     e.kind(),
                     StoreErrorKind::Connection | StoreErrorKind::Timeout
