@@ -22,15 +22,8 @@ use tollgate::{Op, Rule, Strategy};
 const IN_FLIGHT: usize = 64;
 const KEYS: u64 = 10_000;
 
-async fn run<F, Fut>(secs: u64, call: F) -> f64
-where
-    F: Fn(u64) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
-{
-    run_counted(secs, call).await.0
-}
-
-/// [`run`], with the number of calls that succeeded.
+/// Calls `call` from 64 tasks for `secs` seconds over random keys: calls per second and the
+/// number of calls that succeeded.
 async fn run_counted<F, Fut>(secs: u64, call: F) -> (f64, u64)
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
@@ -80,6 +73,39 @@ where
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// [`run_counted`], with this process's CPU time (user and system) per successful call, in
+/// microseconds: the client's own cost of a call, which other processes' load changes far less
+/// than the calls per second.
+async fn run_cpu<F, Fut>(secs: u64, call: F) -> (f64, f64)
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let before = cpu_ticks();
+    let (rate, done) = run_counted(secs, call).await;
+    let ticks = cpu_ticks().saturating_sub(before);
+    // `/proc` counts in clock ticks of 10 ms (`getconf CLK_TCK`: 100).
+    (rate, ticks as f64 * 10_000.0 / done.max(1) as f64)
+}
+
+/// This process's user plus system CPU time so far, in clock ticks (`/proc/self/stat` fields 14
+/// and 15); 0 where `/proc` is missing.
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
 }
 
 /// Script calls (`EVALSHA` and `EVAL`) the server has served so far.
@@ -145,23 +171,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("{IN_FLIGHT} in flight, {KEYS} keys, {secs} s each, {rounds} interleaved rounds");
     let (mut stores, mut plains, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut store_cpu, mut plain_cpu) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Each goes first in every other round: neither always meets the warmer server.
-        let (a, b) = if round % 2 == 0 {
-            let a = run(secs, through_store.clone()).await;
-            (a, run(secs, plain.clone()).await)
+        let ((a, a_cpu), (b, b_cpu)) = if round % 2 == 0 {
+            let a = run_cpu(secs, through_store.clone()).await;
+            (a, run_cpu(secs, plain.clone()).await)
         } else {
-            let b = run(secs, plain.clone()).await;
-            (run(secs, through_store.clone()).await, b)
+            let b = run_cpu(secs, plain.clone()).await;
+            (run_cpu(secs, through_store.clone()).await, b)
         };
         println!(
-            "round {}: RedisStore::apply {a:>8.0} decisions/s, plain EVALSHA {b:>8.0} calls/s, ratio {:.2}",
+            "round {}: RedisStore::apply {a:>8.0} decisions/s ({a_cpu:.1} µs CPU each), plain EVALSHA {b:>8.0} calls/s ({b_cpu:.1} µs), ratio {:.2}",
             round + 1,
             a / b
         );
         stores.push(a);
         plains.push(b);
         ratios.push(a / b);
+        store_cpu.push(a_cpu);
+        plain_cpu.push(b_cpu);
     }
     println!(
         "median RedisStore::apply {:>10.0} decisions/s",
@@ -172,6 +201,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         median(&mut plains)
     );
     println!("median ratio             {:>10.2}", median(&mut ratios));
+    println!(
+        "median client CPU per call: RedisStore::apply {:.1} µs, plain EVALSHA {:.1} µs",
+        median(&mut store_cpu),
+        median(&mut plain_cpu)
+    );
     // Three limits per request, every one admitting: IP (token bucket), user (fixed window, 1000
     // users), global (sliding window, one key).
     let three = Arc::new([
