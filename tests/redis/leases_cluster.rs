@@ -2,6 +2,7 @@
 //! every master, on a test clock sent to the scripts. Each key is held to its limit while leases
 //! are out, and admits exactly its limit once they are back.
 
+use crate::redis_faults::rt;
 use crate::redis_support::RedisCluster;
 
 use std::sync::Arc;
@@ -19,14 +20,6 @@ const LIMIT: u64 = 200;
 const KEYS: usize = 12;
 
 type Limiter = RateLimiter<String, RedisStore, ManualClock>;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 /// A leasing store on the Cluster whose leases stay until the test returns them.
 async fn leasing_limiter(

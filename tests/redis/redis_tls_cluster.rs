@@ -8,6 +8,7 @@
 //! `CLUSTER ADDSLOTSRANGE` and `CLUSTER MEET` on each node's TLS port, with a deadline, so a
 //! handshake that fails is an assertion with the nodes' view, never a hang.
 
+use crate::redis_faults::rt;
 use crate::redis_support::{RedisCluster, RedisServer, free_port};
 use crate::redis_tls::certificates;
 
@@ -99,12 +100,7 @@ fn rediss_cluster_decides_exactly_across_slots_on_every_master_over_tls() {
     let Some((cluster, tls_ports)) = tls_cluster(&dir) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    rt().block_on(async {
         // One seed is enough: the others are learned from the Cluster (their TLS ports).
         let url = format!("rediss+cluster://127.0.0.1:{}", tls_ports[0]);
         let store = RedisStore::builder(&url)
