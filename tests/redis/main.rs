@@ -1,8 +1,8 @@
 //! Redis tests (feature `redis`): the store against real `redis-server` processes started per test on
 //! free ports, Cluster (with a failover under a flood), faults (kill, hang, pause, flush, OOM), a flood
-//! on one key and on many keys, degraded mode and the circuit breaker, TLS (one node and a Cluster), leasing (one node and a
-//! Cluster), settlements that time out, Sentinel with failovers
-//! (plain and TLS), and the `server` example on Redis.
+//! on one key and on many keys, degraded mode and the circuit breaker, settlements that time out and
+//! a starved process, TLS (one node and a Cluster), leasing (one node and a Cluster), Sentinel with
+//! failovers (plain and TLS), and the `server` example on Redis.
 
 #[path = "../support/examples.rs"]
 mod examples;
