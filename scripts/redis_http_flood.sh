@@ -7,7 +7,9 @@
 # statuses with a wrk Lua script, and prints wrk's end-to-end p99. Before and after, the same flood on
 # a static handler without a limiter (tools/src/bin/http_bench_server.rs `none`): its p99 measures the
 # machine. BUILD=0 skips the builds, STATIC_RUN=0 the static handler; SERVER_ARGS adds flags to the
-# server (e.g. SERVER_ARGS="--store-timeout 500").
+# server (e.g. SERVER_ARGS="--store-timeout 500"). After each flood the limiter's own wait for the
+# store is read from each server's /metrics (`tollgate_store_latency_seconds`, the decisions the
+# store did not answer at once): its count and the buckets holding its median and its p99.
 #
 #   bash scripts/redis_http_flood.sh
 #   CONNS=2000 SECS=5 LIMIT=1000 STRATEGIES="token-bucket" bash scripts/redis_http_flood.sh
@@ -105,6 +107,25 @@ check() { # label ; the last flood's counts against the bound (CHECK=1)
   fi
 }
 
+store_wait() { # url... ; the store-latency histogram of the servers, summed
+  for url in "$@"; do curl -s "$url/metrics"; done | python3 -c '
+import sys
+buckets = {}; count = 0
+for line in sys.stdin:
+    if line.startswith("tollgate_store_latency_seconds_bucket"):
+        le = line.split("le=\"")[1].split("\"")[0]
+        buckets[le] = buckets.get(le, 0) + float(line.split()[-1])
+    elif line.startswith("tollgate_store_latency_seconds_count"):
+        count += float(line.split()[-1])
+def at(q):
+    for le, n in sorted(buckets.items(), key=lambda kv: float(kv[0])):
+        if n >= q * count:
+            return "<= %s ms" % ("%g" % (float(le) * 1000) if le != "+Inf" else "inf")
+    return "n/a"
+print("  store wait (tollgate_store_latency_seconds): %d timed, p50 %s, p99 %s" % (count, at(0.5), at(0.99)))
+'
+}
+
 stop_all_servers() {
   local keep=()
   for p in "${pids[@]}"; do
@@ -132,6 +153,7 @@ for strategy in $STRATEGIES; do
     done
     printf '%s x%s: ' "$strategy" "$n"
     flood "$CONNS" "${urls[@]}"
+    store_wait "${urls[@]}"
     check "$strategy x$n"
     stop_all_servers
   done

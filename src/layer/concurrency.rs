@@ -445,8 +445,12 @@ impl<K: StoreKey> Drop for Slot<K> {
                         rt.spawn(async move {
                             let result = store.lease_release(&set, &id).await;
                             shared.given_back();
-                            if let Err(e) = result {
-                                tracing::warn!(error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
+                            // A timeout is counted and warned about (once a second) by the store.
+                            match result {
+                                Err(e) if e.kind() != crate::StoreErrorKind::Timeout => {
+                                    tracing::warn!(error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
+                                }
+                                _ => {}
                             }
                         });
                     }

@@ -1,7 +1,8 @@
 //! Redis tests (feature `redis`): the store against real `redis-server` processes started per test on
 //! free ports, Cluster (with a failover under a flood), faults (kill, hang, pause, flush, OOM), a flood
-//! on one key and on many keys, degraded mode and the circuit breaker, TLS, Sentinel with failovers
-//! (plain and TLS), and the `server` example on Redis.
+//! on one key and on many keys, degraded mode and the circuit breaker, settlements that time out and
+//! a starved process, TLS (one node and a Cluster), leasing (one node and a Cluster), Sentinel with
+//! failovers (plain and TLS), and the `server` example on Redis.
 
 #[path = "../support/examples.rs"]
 mod examples;
@@ -13,6 +14,7 @@ mod redis_support;
 mod support;
 
 mod leases;
+mod leases_cluster;
 mod limiter_names;
 mod redis_cluster;
 mod redis_cluster_failover;
@@ -27,8 +29,11 @@ mod redis_many_keys;
 mod redis_sentinel;
 mod redis_server;
 mod redis_settle_from_response;
+mod redis_settle_timeout;
+mod redis_starved;
 mod redis_store;
 mod redis_tls;
+mod redis_tls_cluster;
 mod redis_wrong_password;
 mod rules_redis;
 mod rules_redis_many;

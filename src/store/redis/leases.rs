@@ -142,12 +142,19 @@ impl RedisStore {
         Ok(matches!(v, Value::Int(1)))
     }
 
-    /// Gives lease `id` on `set` back.
+    /// Gives lease `id` on `set` back. A release that times out is counted in
+    /// `settle_timed_out` (and warned about at most once a second) here.
     pub(crate) async fn lease_release(&self, set: &str, id: &str) -> Result<(), StoreError> {
         let mut cmd = ::redis::cmd("ZREM");
         cmd.arg(set).arg(id);
         let conn = self.lease_conn()?;
-        self.timed(conn.query(&cmd)).await.map(drop)
+        let released = self.timed(conn.query(&cmd)).await.map(drop);
+        if let Err(e) = &released {
+            if e.kind() == StoreErrorKind::Timeout {
+                self.settle_timed_out(e);
+            }
+        }
+        released
     }
 }
 

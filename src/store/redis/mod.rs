@@ -184,6 +184,8 @@ struct Inner {
     late_replies: Counter,
     late_admitted: Counter,
     late_refunded: Counter,
+    settle_timed_out: Counter,
+    last_settle_warn: crate::throttle::Throttle,
     last_warn: crate::throttle::Throttle,
     names: LimiterNames,
     /// A fresh Cluster connection after a failed probe (`rebuild.rs`).
@@ -248,6 +250,13 @@ pub struct RedisCounters {
     /// Of those, admissions given back to Redis with a refund at the check's time (the rest spent
     /// quota unseen: under-admission, never over-admission).
     pub late_refunded: u64,
+    /// Calls made after a request was decided that timed out: settlements (a refund included),
+    /// resets and peeks that got no slot or no reply within the timeout while Redis answered other
+    /// calls, and concurrency lease releases. Never a `fail_open` (nothing is let through by them)
+    /// and, while Redis answers, not an outage for the circuit breaker. Redis may still apply such
+    /// a call when it gets to it; if it does not, a refund's estimate stays charged and a lease
+    /// expires by its TTL. Warned about at most once a second.
+    pub settle_timed_out: u64,
     /// Times the circuit breaker opened.
     pub breaker_opens: u64,
     /// Whether the circuit breaker is open now.
@@ -550,6 +559,8 @@ impl RedisStoreBuilder {
                 late_replies: Counter::default(),
                 late_admitted: Counter::default(),
                 late_refunded: Counter::default(),
+                settle_timed_out: Counter::default(),
+                last_settle_warn: crate::throttle::Throttle::default(),
                 last_warn: crate::throttle::Throttle::default(),
                 names: LimiterNames::default(),
                 rebuild,
@@ -1041,6 +1052,7 @@ impl RedisStore {
             late_replies: i.late_replies.get(),
             late_admitted: i.late_admitted.get(),
             late_refunded: i.late_refunded.get(),
+            settle_timed_out: i.settle_timed_out.get(),
             breaker_opens: i.breaker.opens(),
             breaker_open: i.breaker.is_open(),
             connected: i.conn.read().is_some(),
@@ -1576,6 +1588,9 @@ impl RedisStore {
                 Ok(v) => v,
                 Err(send::NoReply::Overload(why)) => return Ok(store.shed(why, limit, now)),
                 Err(send::NoReply::Outage(e)) => return outage(e),
+                // Counted and warned about by `send_script`; the caller's error (the estimate
+                // stands), neither an outage nor a local decision.
+                Err(send::NoReply::Late(e)) => return Err(e),
             };
             let d = match decode(&v, quotas) {
                 Ok(d) => d.answering(op),

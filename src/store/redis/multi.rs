@@ -155,7 +155,7 @@ impl RedisStore {
                     let limit = items.first().map_or(0, |it| limit_of(it.scope.rule()));
                     return vec![(0, Ok(self.shed(why, limit, now)))];
                 }
-                Err(NoReply::Outage(e)) => {
+                Err(NoReply::Outage(e) | NoReply::Late(e)) => {
                     return self.outage_all(items, &bases, &prepared, now, e);
                 }
             };

@@ -836,7 +836,7 @@ impl RedisStore {
         let v = match self.send_script(script, deadline, true, None, None).await {
             Ok(v) => v,
             Err(NoReply::Overload(_)) => return Err(Fetched::Shed),
-            Err(NoReply::Outage(e)) => return Err(Fetched::Failed(e)),
+            Err(NoReply::Outage(e) | NoReply::Late(e)) => return Err(Fetched::Failed(e)),
         };
         let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
         if grant == 0 {

@@ -15,7 +15,9 @@ use std::time::Duration;
 /// How much past the timeout a check of a key that is not flooding (no check of it waiting in its
 /// lane) waits for its reply while Redis answers others, instead of being shed.
 pub(super) const UNQUEUED_GRACE: Duration = Duration::from_millis(500);
-use super::{LATE_GRACE, Pass, RedisStore, SILENCE, error_kind, map_error, nanos, rebuild};
+use super::{
+    LATE_GRACE, Pass, RedisStore, SILENCE, WARN_EVERY, error_kind, map_error, nanos, rebuild,
+};
 use crate::error::{StoreError, StoreErrorKind};
 
 /// What to do with a reply that came after its caller gave up (given the reply and whether the
@@ -53,6 +55,11 @@ pub(super) enum NoReply {
     Overload(Shed),
     /// Redis failed, the breaker is open, or there is no connection: the failure policy answers.
     Outage(StoreError),
+    /// A call that is never shed (a settlement, a reset, a peek) got no slot or no reply in time
+    /// while Redis answered others: overload, not an outage (the breaker does not count it). The
+    /// request was decided already; the caller gets the error (a refund Redis does not apply
+    /// leaves its estimate charged). Counted in `settle_timed_out`.
+    Late(StoreError),
 }
 
 impl RedisStore {
@@ -114,10 +121,14 @@ impl RedisStore {
                     Ok(Ok(p)) => p,
                     _ => {
                         release();
-                        if sheddable
-                            && inner.replied_since(waited_from.saturating_sub(nanos(SILENCE)))
-                        {
-                            return Err(NoReply::Overload(Shed::NoRoom));
+                        if inner.replied_since(waited_from.saturating_sub(nanos(SILENCE))) {
+                            if sheddable {
+                                return Err(NoReply::Overload(Shed::NoRoom));
+                            }
+                            return Err(self.late(format!(
+                                "no room among {} calls in flight within {:?} while Redis answered others",
+                                inner.max_in_flight, inner.timeout
+                            )));
                         }
                         return outage(
                             StoreErrorKind::Timeout,
@@ -232,14 +243,20 @@ impl RedisStore {
                 // reader with it), so Redis's silence proves nothing.
                 let starved =
                     tokio::time::Instant::now().saturating_duration_since(deadline) > inner.timeout;
-                if sheddable
-                    && (starved || inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))))
-                {
+                if starved || inner.replied_since(sent_at.saturating_sub(nanos(SILENCE))) {
                     // Redis answered calls lately: overload (or this process is starved), not an
-                    // outage. Never admitted, never a 5xx.
+                    // outage. A check is never admitted, never a 5xx; a refund that times out
+                    // must not open the breaker (under a flood with a concurrency cap, refunds of
+                    // the requests over it did, and healthy Redis was failed open).
                     release();
-                    shed_flag.store(true, Ordering::Release);
-                    return Err(NoReply::Overload(Shed::Slow));
+                    if sheddable {
+                        shed_flag.store(true, Ordering::Release);
+                        return Err(NoReply::Overload(Shed::Slow));
+                    }
+                    return Err(self.late(format!(
+                        "no reply within {:?} while Redis answered others",
+                        inner.timeout
+                    )));
                 }
                 self.probe_failed(probe);
                 return outage(
@@ -255,6 +272,20 @@ impl RedisStore {
             }
             Err(e) => {
                 let e = map_error(e);
+                // The connection's own timeout (ours plus `LATE_GRACE`) reached a caller still
+                // waiting: this process was starved past the deadline. While Redis answers others
+                // that is overload, as above (under a 2000-connection flood with a concurrency cap,
+                // 160 checks were failed open this way).
+                if e.kind() == StoreErrorKind::Timeout
+                    && inner.replied_since(sent_at.saturating_sub(nanos(SILENCE)))
+                {
+                    inner.timed_out.add(1);
+                    release();
+                    if sheddable {
+                        return Err(NoReply::Overload(Shed::Slow));
+                    }
+                    return Err(self.late(e.message().to_owned()));
+                }
                 if matches!(
                     e.kind(),
                     StoreErrorKind::Connection | StoreErrorKind::Timeout
@@ -265,6 +296,32 @@ impl RedisStore {
                 }
                 Err(NoReply::Outage(e))
             }
+        }
+    }
+
+    /// A call that is never shed timed out under overload ([`NoReply::Late`]): counted and warned.
+    fn late(&self, message: String) -> NoReply {
+        let e = StoreError::new(StoreErrorKind::Timeout, message);
+        self.settle_timed_out(&e);
+        NoReply::Late(e)
+    }
+
+    /// Counts a call made after its request was decided (a settlement, a reset, a peek, a lease
+    /// release) that timed out, warning at most once a second.
+    pub(super) fn settle_timed_out(&self, e: &StoreError) {
+        let i = &self.inner;
+        i.settle_timed_out.add(1);
+        if i.last_settle_warn.ready(WARN_EVERY) {
+            tracing::warn!(
+                error = %e,
+                settle_timed_out = i.settle_timed_out.get(),
+                timeout = ?i.timeout,
+                "rate-limit Redis store: a settlement or lease release timed out after its request \
+                 was decided (nothing let through, not an outage): a refund Redis does not apply \
+                 leaves its estimate charged, a lease not released expires by its TTL; raise the store \
+                 timeout if this keeps growing while Redis is healthy (logged at most once per \
+                 second)"
+            );
         }
     }
 
