@@ -1007,9 +1007,9 @@ impl RedisStore {
     /// and tests; the moving window keeps one list per quota). A key's states in different scopes
     /// are kept apart.
     pub fn redis_keys<K: StoreKey>(&self, key: &K, scope: Scope<'_>) -> Vec<String> {
-        let base = keys::base_key(&self.inner.prefix, key);
+        let base = keys::base_key(&self.inner.prefix, key, super::name_hash(scope.name()));
         let rule = scope.rule();
-        redis_keys(&base, rule.strategy(), scope.tag(), rule.quotas().len())
+        redis_keys(&base, rule.strategy(), rule.quotas().len())
     }
 
     /// How many blocked keys the local cache holds now (0 without a cache).
@@ -1223,19 +1223,31 @@ fn family(strategy: Strategy) -> Family {
     }
 }
 
-/// `<base><family letter><rule tag in hex>`, and a quota number for the moving window's lists.
-fn redis_keys(base: &str, strategy: Strategy, tag: u64, quotas: usize) -> Vec<String> {
-    let suffix = match family(strategy) {
-        Family::Fixed => "f",
-        Family::Sliding => "s",
-        Family::Gcra => "g",
-        Family::Moving => {
-            return (1..=quotas)
-                .map(|i| format!("{base}m{tag:016x}.{i}"))
-                .collect();
-        }
-    };
-    vec![format!("{base}{suffix}{tag:016x}")]
+/// `<base>h`, the hash of the key's state under its limiter's name whatever the rule (every
+/// strategy uses it, so a strategy change finds the old state), then for the moving window
+/// `<base>m<i>`, one list per quota (the scripts derive the names of an old rule's lists the same
+/// way).
+fn redis_keys(base: &str, strategy: Strategy, quotas: usize) -> Vec<String> {
+    let hash = format!("{base}h");
+    if family(strategy) != Family::Moving {
+        return vec![hash];
+    }
+    let mut names = Vec::with_capacity(1 + quotas);
+    names.push(hash);
+    names.extend((1..=quotas).map(|i| format!("{base}m{i}")));
+    names
+}
+
+/// The strategy's code in the scripts (`convert.lua`), recorded with the state.
+fn strategy_code(strategy: Strategy) -> u64 {
+    match strategy {
+        Strategy::FixedWindow => 1,
+        Strategy::FixedWindowFirstHit => 2,
+        Strategy::SlidingWindow => 3,
+        Strategy::TokenBucket => 4,
+        Strategy::LeakyBucket => 5,
+        Strategy::MovingWindow => 6,
+    }
 }
 
 /// The script's arguments for `rule`, checked against the 2^53 bound.
@@ -1255,9 +1267,9 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
         .max()
         .unwrap_or(0);
     let ttl_ms = horizon.div_ceil(1000).saturating_add(TTL_SLACK_MS);
-    let aligned = u64::from(rule.strategy() == Strategy::FixedWindow);
+    let strategy = strategy_code(rule.strategy());
     let mut args = Vec::with_capacity(8 + 5 * params.len());
-    args.extend([code, cost, now_us, ttl_ms, aligned, params.len() as u64]);
+    args.extend([code, cost, now_us, ttl_ms, strategy, params.len() as u64]);
     for p in params {
         // Sums the scripts form (a start plus two windows, a TAT plus the depth) stay below 2^53.
         if p.window.saturating_mul(4) >= MAX_SAFE / 2 || p.tau().saturating_mul(4) >= MAX_SAFE / 2 {
@@ -1395,7 +1407,7 @@ pub(crate) fn fuzz_key_names<K: StoreKey>(
     tag: u64,
     quotas: usize,
 ) -> Vec<String> {
-    redis_keys(&keys::base_key(prefix, key), strategy, tag, quotas)
+    redis_keys(&keys::base_key(prefix, key, tag), strategy, quotas)
 }
 
 impl<K: StoreKey> Store<K> for RedisStore {
@@ -1437,18 +1449,8 @@ impl<K: StoreKey> Store<K> for RedisStore {
 }
 
 impl RedisStore {
-    fn apply_in<K: StoreKey>(
-        &self,
-        key: &K,
-        rule: &Rule,
-        tag: u64,
-        op: Op,
-        now: u64,
-    ) -> RedisFuture {
-        self.apply_base(keys::base_key(&self.inner.prefix, key), rule, tag, op, now)
-    }
-
-    /// [`apply_in`](Self::apply_in) for a key's base name ([`keys::base_key`]).
+    /// Applies `op` to the state under a key's base name ([`keys::base_key`]: the key and the
+    /// limiter's name); `tag` keeps the local fallback's state of other rules apart.
     fn apply_base(&self, base: String, rule: &Rule, tag: u64, op: Op, now: u64) -> RedisFuture {
         let params = match rule.params_in(TICK_NANOS) {
             Ok(p) => p,
@@ -1463,7 +1465,7 @@ impl RedisStore {
             Ok(a) => a,
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
-        let redis_keys = redis_keys(&base, rule.strategy(), tag, params.len());
+        let redis_keys = redis_keys(&base, rule.strategy(), params.len());
         let fingerprint = Self::fingerprint(&redis_keys, &args, params.len());
         let cache_key = self.inner.cache.as_ref().map(|_| fingerprint);
         // Only costs every quota could ever admit are answered from the cache: a larger one is
