@@ -9,9 +9,19 @@
 //!
 //! - **Arithmetic**: the scripts implement exactly the in-memory strategies, in microseconds; every
 //!   number stays an integer below 2^53 (Lua numbers are doubles).
-//! - **Keys**: `<prefix>{<tag>}:<strategy>`, where the tag encodes the user key injectively (hex of
-//!   its length-prefixed bytes, or a SHA-256 when long). All Redis keys of one logical key share the
-//!   tag, hence one Cluster slot. Every key has a TTL a second past its strategy's horizon.
+//! - **Keys**: `<prefix>{<tag>}:<name>:h`, where the tag encodes the user key injectively (hex of
+//!   its length-prefixed bytes, or a SHA-256 when long) and `<name>` is the hex of the limiter
+//!   name's hash. All Redis keys of one logical key share the tag, hence one Cluster slot. Every
+//!   key has a TTL a second past its strategy's horizon.
+//! - **Rule changes**: the state is identified by (limiter name, key), never by the rule: the hash
+//!   records the rule it was written under, read in the same call as the state. A decision under
+//!   another rule (a quota changed in code, a rules-file reload, a `select_rule` tier change, two
+//!   versions of a rolling deploy on one Redis) converts the state inside the script, atomically,
+//!   then decides: each new quota starts at no less than what the old state proves was spent in
+//!   its window (the largest spend of the old windows inside it, else that of the shortest
+//!   containing it; a bucket's deficit in time, capped at the new burst; the moving window's log
+//!   exactly). A removed period's spend stays as a ghost, charged while it lives, so two rule
+//!   versions alternating count a key once.
 //! - **Failures**: each call has a timeout (50 ms by default) and is never replayed once sent: a
 //!   timeout or a lost reply is an error, as Redis may already have counted the request. Only an
 //!   explicit `NOSCRIPT` reply (a flushed or restarted server, a fresh Cluster node) makes the store
@@ -1003,9 +1013,10 @@ impl RedisStore {
         self.inner.timeout
     }
 
-    /// The Redis keys holding `key`'s state in `scope` (a limiter's name and rule; for inspection
-    /// and tests; the moving window keeps one list per quota). A key's states in different scopes
-    /// are kept apart.
+    /// The Redis keys holding `key`'s state in `scope` (for inspection and tests): a hash named by
+    /// the limiter's name and the key only, whatever the rule, which records the rule the state
+    /// was written under (and, for the moving window, one list per quota after it). Limiters of
+    /// different names are kept apart; a rule change under one name converts the state.
     pub fn redis_keys<K: StoreKey>(&self, key: &K, scope: Scope<'_>) -> Vec<String> {
         let base = keys::base_key(&self.inner.prefix, key, super::name_hash(scope.name()));
         let rule = scope.rule();

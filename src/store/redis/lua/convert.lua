@@ -219,6 +219,7 @@ local function cv_log(spends, q, s, now)
 end
 
 local function cv_write_log(key, E, ttl_ms)
+  redis.call('DEL', key)
   local j = 1
   while j <= #E do
     local chunk = {}

@@ -83,15 +83,12 @@ if all and cost > 0 then
   if #G > 0 then G = ghosts_charge(G, cost, now) end
   write_meta = write_meta or not meta[1] or #G > 0
 end
--- Lists change only by a commit or a settlement; their TTL follows, the hash's with them.
-if (all and cost > 0) or op == 2 then
-  for i = 1, n do
-    if redis.call('EXISTS', LK[i]) == 1 then redis.call('PEXPIRE', LK[i], Q[i].ttl) end
-  end
+for i = 1, n do
+  if redis.call('EXISTS', LK[i]) == 1 then redis.call('PEXPIRE', LK[i], Q[i].ttl) end
 end
-if op ~= 3 and (write_meta or (all and cost > 0) or op == 2) then
-  -- The descriptor lives as long as the longest list (or the last ghost).
-  if #G > 0 then
+if op ~= 3 and (write_meta or meta[1]) then
+  -- The rule the lists were written under lives as long as they do (or the last ghost).
+  if #G > 0 and (write_meta or (all and cost > 0)) then
     redis.call('HSET', H, 'd', desc, 'g', ghosts_string(G))
   elseif write_meta then
     redis.call('HSET', H, 'd', desc)

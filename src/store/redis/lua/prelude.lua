@@ -23,5 +23,5 @@ local actual = tonumber(ARGV[6 + n * 5 + 2]) or 0
 local cost = 0
 if op == 0 then cost = arg_cost end
 -- The rule's descriptor, recorded with the state.
-local desc = cv_desc(code, 7, 6 + n * 5)
+local desc = cv_desc(code, 7, min(6 + n * 5, #ARGV))
 local consuming = (op == 0 and cost > 0) or (op == 2 and actual > arg_cost)
