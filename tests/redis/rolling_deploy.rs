@@ -81,7 +81,9 @@ async fn a_restart_with_a_raised_quota_in_the_rules_file_admits_the_difference()
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("rules.toml");
     let rules = |quotas: &str| {
-        format!("[[limit]]\nname = \"all\"\nkey = \"global\"\nstrategy = \"sliding-window\"\nquotas = \"{quotas}\"\n")
+        format!(
+            "[[limit]]\nname = \"all\"\nkey = \"global\"\nstrategy = \"sliding-window\"\nquotas = \"{quotas}\"\n"
+        )
     };
     let path = file.to_str().unwrap();
     let args = [

@@ -68,7 +68,11 @@ fn depth(rule: &Rule, period: Duration) -> Option<u64> {
 /// limit; fixed and first-hit windows twice it across an edge; the sliding counter at most twice
 /// it; a bucket its burst plus the rate (burst = limit here).
 fn own_bound(strategy: Strategy) -> u64 {
-    if strategy == Strategy::MovingWindow { 1 } else { 2 }
+    if strategy == Strategy::MovingWindow {
+        1
+    } else {
+        2
+    }
 }
 
 /// An exact log of admitted units (ns timestamps).
@@ -161,7 +165,11 @@ fn random_quota_and_strategy_changes_under_one_name_keep_the_bounds() {
                     "{} ms {:?} {:?} {}",
                     (now - BASE - seed * 3600 * S) / MS,
                     current.strategy(),
-                    current.quotas().iter().map(|q| (q.limit(), q.period().as_secs())).collect::<Vec<_>>(),
+                    current
+                        .quotas()
+                        .iter()
+                        .map(|q| (q.limit(), q.period().as_secs()))
+                        .collect::<Vec<_>>(),
                     d.is_allowed()
                 ));
                 if d.is_allowed() {
@@ -189,7 +197,10 @@ fn random_quota_and_strategy_changes_under_one_name_keep_the_bounds() {
             }
         }
         // Both sides were exercised.
-        assert!(admitted > 500 && rejected > 200 && changes > 100, "{admitted} {rejected} {changes}");
+        assert!(
+            admitted > 500 && rejected > 200 && changes > 100,
+            "{admitted} {rejected} {changes}"
+        );
     });
 }
 
@@ -238,7 +249,13 @@ fn check_upper(log: &Log, history: &[(u64, Rule)], current: &Rule, now: u64) {
 
 /// Sends one request every `step` from the clock's time for `span`, under `rule`; returns the
 /// admitted units.
-async fn drive(lim: &Limiter, clock: &ManualClock, rule: &Rule, span: Duration, step: Duration) -> u64 {
+async fn drive(
+    lim: &Limiter,
+    clock: &ManualClock,
+    rule: &Rule,
+    span: Duration,
+    step: Duration,
+) -> u64 {
     let key = "user".to_owned();
     let mut admitted = 0;
     let mut t = Duration::ZERO;
@@ -316,7 +333,10 @@ fn the_guides_figures_hold_for_every_strategy() {
             got += drive(&lim, &clock, &b, ms(50_000), ms(50)).await;
             if buckets {
                 // A bucket refills at the minute's rate: the burst plus 20 per minute.
-                assert!((20..=40).contains(&got), "{strategy}: {got} (20 burst + rate)");
+                assert!(
+                    (20..=40).contains(&got),
+                    "{strategy}: {got} (20 burst + rate)"
+                );
             } else {
                 assert!(
                     (20..=20 * own_bound(strategy)).contains(&got),
@@ -330,12 +350,19 @@ fn the_guides_figures_hold_for_every_strategy() {
             let (a, b) = (r("10/minute; 100/hour"), r("20/minute; 100/hour"));
             let lim = limiter(s.clone(), &format!("fig-{i}-5"), &a, &clock);
             let before = drive(&lim, &clock, &a, Duration::from_secs(5 * 60), ms(5_000)).await;
-            let got = before
-                + drive(&lim, &clock, &b, Duration::from_secs(50 * 60), ms(2_000)).await;
+            let got =
+                before + drive(&lim, &clock, &b, Duration::from_secs(50 * 60), ms(2_000)).await;
             if buckets {
-                assert!((100..=200).contains(&got), "{strategy}: {got} (burst + rate)");
+                assert!(
+                    (100..=200).contains(&got),
+                    "{strategy}: {got} (burst + rate)"
+                );
             } else {
-                assert_eq!((before, got), (50, 100), "{strategy}: 10/min; 100/h -> 20/min; 100/h");
+                assert_eq!(
+                    (before, got),
+                    (50, 100),
+                    "{strategy}: 10/min; 100/h -> 20/min; 100/h"
+                );
             }
 
             // A removed period stays as a ghost, charged while the other version decides:
@@ -350,9 +377,16 @@ fn the_guides_figures_hold_for_every_strategy() {
             let last = drive(&lim, &clock, &a, Duration::from_secs(40 * 60), ms(5_000)).await;
             if buckets {
                 let got = first + middle + last;
-                assert!((100..=200).contains(&got), "{strategy}: {got} (burst + rate)");
+                assert!(
+                    (100..=200).contains(&got),
+                    "{strategy}: {got} (burst + rate)"
+                );
             } else {
-                assert_eq!((first, middle, last), (50, 50, 0), "{strategy}: the hour's ghost");
+                assert_eq!(
+                    (first, middle, last),
+                    (50, 50, 0),
+                    "{strategy}: the hour's ghost"
+                );
             }
         }
     });

@@ -103,7 +103,11 @@ async fn an_offset_change_converts_the_keys_state_on_redis() {
     assert!(!check(&east).await.unwrap().is_allowed());
     assert!(!lim.check(&key, 1).await.unwrap().is_allowed(), "UTC too");
     assert!(
-        limiter("tz-apart").check(&key, 1).await.unwrap().is_allowed(),
+        limiter("tz-apart")
+            .check(&key, 1)
+            .await
+            .unwrap()
+            .is_allowed(),
         "another name counts apart"
     );
 }
