@@ -9,7 +9,7 @@ local S = {}
 local G = ghosts_parse(raw[2])
 if raw[1] and raw[1] ~= desc and op ~= 3 then
   -- Written under another rule: converted, then always written back.
-  S, G = convert(key, raw[1], G, code, Q, now)
+  S, G = CV().convert(key, raw[1], G, code, Q, now)
   existed = true
 else
   for i = 1, n do
@@ -24,7 +24,7 @@ end
 if op == 3 then
   redis.call('DEL', key)
   if raw[1] then
-    local ocode, Qo = cv_parse(raw[1])
+    local ocode, Qo = CV().parse(raw[1])
     if ocode == 6 then
       for i = 1, #Qo do redis.call('DEL', string.sub(key, 1, -2) .. 'm' .. i) end
     end
@@ -47,15 +47,17 @@ for i = 1, n do
 end
 if all and cost > 0 then
   for i = 1, n do commit(S[i], Q[i], now, cost) end
-  if #G > 0 then G = ghosts_charge(G, cost, now) end
+  if #G > 0 then G = CV().ghosts_charge(G, cost, now) end
 end
 if op ~= 3 and (existed or consuming) then
-  local kv = {'d', desc}
+  -- The rule is written when it changes only (the hash keeps it).
+  local kv = {}
+  if raw[1] ~= desc then kv = {'d', desc} end
   for i = 1, n do
     for _, f in ipairs(FIELDS) do kv[#kv + 1] = f .. i; kv[#kv + 1] = S[i][f] end
   end
   if #G > 0 then
-    kv[#kv + 1] = 'g'; kv[#kv + 1] = ghosts_string(G)
+    kv[#kv + 1] = 'g'; kv[#kv + 1] = CV().ghosts_string(G)
     ttl = ghosts_ttl(G, now, ttl)
   elseif raw[2] then
     redis.call('HDEL', key, 'g')

@@ -19,7 +19,7 @@ local G = ghosts_parse(raw[2])
 -- the conversion carries it), then always written back.
 local converted = raw[1] and raw[1] ~= desc
 if converted then
-  S, G = convert(key, raw[1], G, code, Q, now)
+  S, G = CV().convert(key, raw[1], G, code, Q, now)
 else
   for i = 1, n do
     local st = {}
@@ -49,11 +49,12 @@ if not (all and grant > 0) then grant = 0 end
 if grant > 0 or converted then
   if grant > 0 then
     for i = 1, n do commit(S[i], Q[i], now, grant) end
-    if #G > 0 then G = ghosts_charge(G, grant, now) end
+    if #G > 0 then G = CV().ghosts_charge(G, grant, now) end
   end
-  local kv = {'d', desc}
+  local kv = {}
+  if raw[1] ~= desc then kv = {'d', desc} end
   if #G > 0 then
-    kv[#kv + 1] = 'g'; kv[#kv + 1] = ghosts_string(G)
+    kv[#kv + 1] = 'g'; kv[#kv + 1] = CV().ghosts_string(G)
     ttl = ghosts_ttl(G, now, ttl)
   elseif raw[2] then
     redis.call('HDEL', key, 'g')

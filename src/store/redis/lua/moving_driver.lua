@@ -8,13 +8,13 @@ local write_meta = false
 if meta[1] and meta[1] ~= desc and op ~= 3 then
   -- Written under another rule: converted (the lists rewritten), then recorded.
   local _
-  _, G = convert(H, meta[1], G, code, Q, now, LK, ttls)
+  _, G = CV().convert(H, meta[1], G, code, Q, now, LK, ttls)
   write_meta = true
 end
 if op == 3 then
   redis.call('DEL', H, unpack(LK))
   if meta[1] then
-    local _, Qo = cv_parse(meta[1])
+    local _, Qo = CV().parse(meta[1])
     for i = n + 1, #Qo do redis.call('DEL', string.sub(H, 1, -2) .. 'm' .. i) end
   end
   G = {}
@@ -80,7 +80,7 @@ for i = 1, n do
 end
 if all and cost > 0 then
   for i = 1, n do commit(LK[i], cost) end
-  if #G > 0 then G = ghosts_charge(G, cost, now) end
+  if #G > 0 then G = CV().ghosts_charge(G, cost, now) end
   write_meta = write_meta or not meta[1] or #G > 0
 end
 for i = 1, n do
@@ -89,7 +89,7 @@ end
 if op ~= 3 and (write_meta or meta[1]) then
   -- The rule the lists were written under lives as long as they do (or the last ghost).
   if #G > 0 and (write_meta or (all and cost > 0)) then
-    redis.call('HSET', H, 'd', desc, 'g', ghosts_string(G))
+    redis.call('HSET', H, 'd', desc, 'g', CV().ghosts_string(G))
   elseif write_meta then
     redis.call('HSET', H, 'd', desc)
     if meta[2] then redis.call('HDEL', H, 'g') end

@@ -39,7 +39,7 @@ local function load(it)
     it.ttls[j] = it.Q[j].ttl
   end
   if raw[1] and raw[1] ~= it.desc then
-    it.S, it.G = convert(H, raw[1], it.G, it.code, it.Q, now, it.LK, it.ttls)
+    it.S, it.G = CV().convert(H, raw[1], it.G, it.code, it.Q, now, it.LK, it.ttls)
     it.converted = true
   elseif f then
     it.S = {}
@@ -61,7 +61,7 @@ local function store(it)
     end
   end
   if #it.G > 0 then
-    kv[#kv + 1] = 'g'; kv[#kv + 1] = ghosts_string(it.G)
+    kv[#kv + 1] = 'g'; kv[#kv + 1] = CV().ghosts_string(it.G)
   elseif it.had_g then
     redis.call('HDEL', H, 'g')
   end
@@ -105,7 +105,7 @@ for i = 1, m do
       local f = FAM[it.fam]
       for j = 1, it.n do f.commit(it.S[j], it.Q[j], now, it.cost) end
     end
-    if #it.G > 0 then it.G = ghosts_charge(it.G, it.cost, now) end
+    if #it.G > 0 then it.G = CV().ghosts_charge(it.G, it.cost, now) end
     store(it)
   elseif it.converted then
     store(it)
