@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis_support::RedisServer;
 use tollgate::store::redis::RedisStore;
+use tollgate::store::{Item, Scope, Store};
 use tollgate::{Clock, ManualClock, Op, RateLimiter, Rule, Strategy};
 
 type Limiter = RateLimiter<String, RedisStore, ManualClock>;
@@ -425,5 +426,100 @@ fn a_strategy_change_finds_the_old_state() {
             let d = lim.apply(&other, Some(&r), Op::Check(1)).await.unwrap();
             assert_eq!(d.is_allowed(), i < 5, "{strategy}");
         }
+    });
+}
+
+/// The multi-limit script converts each item's state too, all-or-nothing: a call that does not
+/// admit still writes the converted states back (never a reset for free).
+#[test]
+fn the_multi_limit_script_converts_each_items_state() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let store = store(&server, "multi:").await;
+        let t0 = BASE;
+        let key = "user".to_owned();
+        let (a1, b1) = (
+            rule(Strategy::FixedWindow, "3/hour"),
+            rule(Strategy::MovingWindow, "5/hour"),
+        );
+        for i in 0..3 {
+            assert_eq!(
+                decide(&store, &key, [&a1, &b1], t0 + i * S).await,
+                [true, true]
+            );
+        }
+        // New rules for both: a has 1 of 4 left, b 2 of 5 (converted from the log).
+        let (a2, b2) = (
+            rule(Strategy::SlidingWindow, "4/hour"),
+            rule(Strategy::TokenBucket, "5/hour"),
+        );
+        assert_eq!(
+            decide(&store, &key, [&a2, &b2], t0 + 10 * S).await,
+            [true, true]
+        );
+        assert_eq!(decide(&store, &key, [&a2, &b2], t0 + 11 * S).await, [false]);
+        // b's converted state was written although the call did not admit: one more, then none.
+        let b = |now: u64| store.apply(&key, Scope::new("m-b", &b2), Op::Check(1), now);
+        assert!(b(t0 + 12 * S).await.unwrap().is_allowed());
+        assert!(!b(t0 + 13 * S).await.unwrap().is_allowed());
+    });
+}
+
+/// Limits `m-a` and `m-b` on `key` under `rules`, all-or-nothing: each decided item's verdict.
+async fn decide(store: &RedisStore, key: &String, rules: [&Rule; 2], now: u64) -> Vec<bool> {
+    let items = [("m-a", rules[0]), ("m-b", rules[1])].map(|(name, rule)| Item {
+        store,
+        key,
+        scope: Scope::new(name, rule),
+        cost: 1,
+    });
+    store
+        .apply_all(&items, now)
+        .await
+        .into_iter()
+        .map(|(_, d)| d.expect("decided").is_allowed())
+        .collect()
+}
+
+/// A quota lease drawn under the old rule was charged to Redis when granted: an instance on the
+/// new rule sees those units spent, so the lease cannot add to the new quota.
+#[test]
+fn a_lease_under_the_old_rule_counts_in_the_new_one() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE));
+        let leasing =
+            tollgate::store::redis::Leasing::default().idle_return(Duration::from_secs(3600));
+        let leased = RedisStore::builder(server.url())
+            .prefix("lease:")
+            .timeout(Duration::from_secs(2))
+            .use_client_time(true)
+            .block_cache(0)
+            .leases(leasing)
+            .build()
+            .await
+            .expect("connect");
+        let plain = store(&server, "lease:").await;
+        let old = rule(Strategy::SlidingWindow, "100/minute");
+        let new = rule(Strategy::SlidingWindow, "20/minute");
+        let a = limiter(leased.clone(), "leased", &old, &clock);
+        let b = limiter(plain, "leased", &new, &clock);
+        let key = "user".to_owned();
+        for _ in 0..5 {
+            assert!(a.check(&key, 1).await.unwrap().is_allowed());
+        }
+        let granted = leased.lease_counters().granted;
+        assert!(granted >= 5, "a lease was drawn: {granted}");
+        let mut admitted = 0;
+        for _ in 0..30 {
+            if b.check(&key, 1).await.unwrap().is_allowed() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 20u64.saturating_sub(granted), "granted {granted}");
     });
 }
