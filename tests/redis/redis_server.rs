@@ -27,7 +27,7 @@ pub(crate) fn server_binary() -> PathBuf {
 }
 
 /// Starts `server` with `args` and returns it with its base URL.
-async fn start_server(args: &[&str]) -> (Child, String) {
+pub(crate) async fn start_server(args: &[&str]) -> (Child, String) {
     let mut child = Command::new(server_binary())
         .args(args)
         .stdout(Stdio::piped())

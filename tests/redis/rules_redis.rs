@@ -158,14 +158,15 @@ async fn a_reload_on_redis_keeps_unchanged_limits_and_converts_changed_quotas() 
         c.get(&server.url("/a")).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    // A strategy change starts fresh.
-    let moving = text("1/hour", "/a").replace("fixed-window-first-hit", "moving-window");
-    let r = rules.reload_text(&moving).unwrap().unwrap();
-    assert_eq!(r.fresh, ["l"]);
+    // A strategy change: the key's state is the limit name's on the store, converted by the
+    // store on access: the hour's three spent units carry into the moving window's log.
+    let moving = text("4/hour", "/a").replace("fixed-window-first-hit", "moving-window");
+    rules.reload_text(&moving).unwrap().unwrap();
     assert_eq!(c.get(&server.url("/a")).await.status, StatusCode::OK);
     assert_eq!(
         c.get(&server.url("/a")).await.status,
-        StatusCode::TOO_MANY_REQUESTS
+        StatusCode::TOO_MANY_REQUESTS,
+        "3 spent + 1 of 4/hour"
     );
     server.stop().await;
 }

@@ -1,6 +1,6 @@
 //! Windows in a user's time zone on Redis: the scripts put the fixed window's and the sliding
 //! window counter's edges at the shifted times (checked against the Redis server's own clock, which
-//! each decision reports), and the offset keeps a key's states apart.
+//! each decision reports), and an offset change converts a key's state.
 
 use crate::redis_support;
 
@@ -69,20 +69,25 @@ async fn the_fixed_and_sliding_windows_reset_at_the_shifted_edge_on_redis() {
     }
 }
 
+/// A key's state is its limiter name's: a rule under another offset converts it (the day's spent
+/// unit carries), and only another name counts apart.
 #[tokio::test]
-async fn a_keys_states_under_two_offsets_are_apart_on_redis() {
+async fn an_offset_change_converts_the_keys_state_on_redis() {
     let Some(server) = RedisServer::start() else {
         return;
     };
     let s = store(&server).await;
-    let lim: RateLimiter<String, RedisStore> = RateLimiter::builder()
-        .name("tz")
-        .strategy(Strategy::FixedWindow)
-        .quotas("1/day")
-        .unwrap()
-        .store(s.clone())
-        .build()
-        .unwrap();
+    let limiter = |name: &str| -> RateLimiter<String, RedisStore> {
+        RateLimiter::builder()
+            .name(name)
+            .strategy(Strategy::FixedWindow)
+            .quotas("1/day")
+            .unwrap()
+            .store(s.clone())
+            .build()
+            .unwrap()
+    };
+    let lim = limiter("tz");
     let key = "user".to_string();
     let east = lim.rule().clone().with_window_offset("9h".parse().unwrap());
     let west = lim
@@ -92,12 +97,17 @@ async fn a_keys_states_under_two_offsets_are_apart_on_redis() {
     let check = |rule| lim.apply(&key, Some(rule), Op::Check(1));
     assert!(check(&east).await.unwrap().is_allowed());
     assert!(
-        check(&west).await.unwrap().is_allowed(),
-        "another offset, another state"
+        !check(&west).await.unwrap().is_allowed(),
+        "another offset converts the state: the unit stays spent"
     );
     assert!(!check(&east).await.unwrap().is_allowed());
+    assert!(!lim.check(&key, 1).await.unwrap().is_allowed(), "UTC too");
     assert!(
-        lim.check(&key, 1).await.unwrap().is_allowed(),
-        "UTC is a third"
+        limiter("tz-apart")
+            .check(&key, 1)
+            .await
+            .unwrap()
+            .is_allowed(),
+        "another name counts apart"
     );
 }

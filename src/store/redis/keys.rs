@@ -1,4 +1,6 @@
-//! Redis key names: `<prefix>{<tag>}:<suffix>`, one hash tag per logical key.
+//! Redis key names: `<prefix>{<tag>}:<name>:<suffix>`, one hash tag per logical key, and `<name>`
+//! the hex of the limiter name's hash: a key's state is identified by (limiter name, key), never by
+//! the rule it is counted under (the state records that).
 //!
 //! The tag is the hex of the key's length-prefixed encoding ([`encode_part`]), or `#` and the hex of
 //! its SHA-256 when that encoding is longer than [`MAX_RAW`] bytes: injective for short keys (hex is),
@@ -25,8 +27,8 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
     }
 }
 
-/// `<prefix>{<tag>}:`, to which the strategy's suffix is appended.
-pub(super) fn base_key<K: StoreKey>(prefix: &str, key: &K) -> String {
+/// `<prefix>{<tag>}:`, to which the name's part and the strategy's suffix are appended.
+pub(super) fn tagged_key<K: StoreKey>(prefix: &str, key: &K) -> String {
     let mut raw = Vec::with_capacity(24);
     encode_part(key, &mut raw);
     let mut s = String::with_capacity(prefix.len() + 2 * MAX_RAW + 8);
@@ -40,6 +42,19 @@ pub(super) fn base_key<K: StoreKey>(prefix: &str, key: &K) -> String {
     }
     s.push_str("}:");
     s
+}
+
+/// `<prefix>{<tag>}:<name>:`: the base of every Redis key holding `key`'s state under the limiter
+/// whose name hashes to `name` ([`name_hash`](crate::store::name_hash)).
+pub(super) fn base_key<K: StoreKey>(prefix: &str, key: &K, name: u64) -> String {
+    let mut s = tagged_key(prefix, key);
+    s.push_str(&format!("{name:016x}:"));
+    s
+}
+
+/// The part of a Redis key that picks its Cluster slot (up to the hash tag's end).
+pub(super) fn slot_part(name: &str) -> &str {
+    name.find('}').and_then(|i| name.get(..=i)).unwrap_or(name)
 }
 
 /// Why a prefix is refused, if it is.
@@ -64,16 +79,21 @@ mod tests {
 
     #[test]
     fn short_keys_are_hex_and_long_keys_hashed() {
-        assert_eq!(base_key("rl:", &"ab".to_string()), "rl:{000000026162}:");
+        assert_eq!(tagged_key("rl:", &"ab".to_string()), "rl:{000000026162}:");
         let long = "x".repeat(1000);
-        let k = base_key("rl:", &long);
+        let k = tagged_key("rl:", &long);
         assert!(k.starts_with("rl:{#") && k.len() == 3 + 2 + 64 + 2, "{k}");
-        assert_ne!(k, base_key("rl:", &"x".repeat(1001)));
+        assert_ne!(k, tagged_key("rl:", &"x".repeat(1001)));
+        assert_eq!(
+            base_key("rl:", &"ab".to_string(), 0xab),
+            "rl:{000000026162}:00000000000000ab:"
+        );
+        assert_eq!(slot_part("rl:{0a}:1:h"), "rl:{0a}");
     }
 
     #[test]
     fn braces_in_keys_stay_out_of_the_tag() {
-        let k = base_key("p:", &"}{a}".to_string());
+        let k = base_key("p:", &"}{a}".to_string(), 1);
         assert_eq!(k.matches('{').count(), 1);
         assert_eq!(k.matches('}').count(), 1);
         assert!(check_prefix("a{b").is_err());
@@ -95,7 +115,7 @@ mod tests {
             a2.extend_from_slice(&b[..k]);
             let y = (a2, b[k..].to_vec());
             let x = (a, b);
-            let (kx, ky) = (base_key("p:", &x), base_key("p:", &y));
+            let (kx, ky) = (tagged_key("p:", &x), tagged_key("p:", &y));
             proptest::prop_assert_eq!(kx == ky, x == y);
             proptest::prop_assert!(kx.len() <= 2 + 2 + 2 * MAX_RAW + 2);
             proptest::prop_assert_eq!(kx.matches('{').count(), 1);

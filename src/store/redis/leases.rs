@@ -70,7 +70,7 @@ fn scripts() -> &'static (Script, Script) {
 impl RedisStore {
     /// The sorted set of `key`'s leases under the concurrency limit `name`.
     pub(crate) fn lease_key<K: StoreKey>(&self, key: &K, name: &str) -> String {
-        let mut s = keys::base_key(&self.inner.prefix, key);
+        let mut s = keys::tagged_key(&self.inner.prefix, key);
         s.push_str("c:");
         s.push_str(name);
         s

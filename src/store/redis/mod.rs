@@ -9,9 +9,19 @@
 //!
 //! - **Arithmetic**: the scripts implement exactly the in-memory strategies, in microseconds; every
 //!   number stays an integer below 2^53 (Lua numbers are doubles).
-//! - **Keys**: `<prefix>{<tag>}:<strategy>`, where the tag encodes the user key injectively (hex of
-//!   its length-prefixed bytes, or a SHA-256 when long). All Redis keys of one logical key share the
-//!   tag, hence one Cluster slot. Every key has a TTL a second past its strategy's horizon.
+//! - **Keys**: `<prefix>{<tag>}:<name>:h`, where the tag encodes the user key injectively (hex of
+//!   its length-prefixed bytes, or a SHA-256 when long) and `<name>` is the hex of the limiter
+//!   name's hash. All Redis keys of one logical key share the tag, hence one Cluster slot. Every
+//!   key has a TTL a second past its strategy's horizon.
+//! - **Rule changes**: the state is identified by (limiter name, key), never by the rule: the hash
+//!   records the rule it was written under, read in the same call as the state. A decision under
+//!   another rule (a quota changed in code, a rules-file reload, a `select_rule` tier change, two
+//!   versions of a rolling deploy on one Redis) converts the state inside the script, atomically,
+//!   then decides: each new quota starts at no less than what the old state proves was spent in
+//!   its window (the largest spend of the old windows inside it, else that of the shortest
+//!   containing it; a bucket's deficit in time, capped at the new burst; the moving window's log
+//!   exactly). A removed period's spend stays as a ghost, charged while it lives, so two rule
+//!   versions alternating count a key once.
 //! - **Failures**: each call has a timeout (50 ms by default) and is never replayed once sent: a
 //!   timeout or a lost reply is an error, as Redis may already have counted the request. Only an
 //!   explicit `NOSCRIPT` reply (a flushed or restarted server, a fresh Cluster node) makes the store
@@ -1014,13 +1024,14 @@ impl RedisStore {
         self.inner.timeout
     }
 
-    /// The Redis keys holding `key`'s state in `scope` (a limiter's name and rule; for inspection
-    /// and tests; the moving window keeps one list per quota). A key's states in different scopes
-    /// are kept apart.
+    /// The Redis keys holding `key`'s state in `scope` (for inspection and tests): a hash named by
+    /// the limiter's name and the key only, whatever the rule, which records the rule the state
+    /// was written under (and, for the moving window, one list per quota after it). Limiters of
+    /// different names are kept apart; a rule change under one name converts the state.
     pub fn redis_keys<K: StoreKey>(&self, key: &K, scope: Scope<'_>) -> Vec<String> {
-        let base = keys::base_key(&self.inner.prefix, key);
+        let base = keys::base_key(&self.inner.prefix, key, super::name_hash(scope.name()));
         let rule = scope.rule();
-        redis_keys(&base, rule.strategy(), scope.tag(), rule.quotas().len())
+        redis_keys(&base, rule.strategy(), rule.quotas().len())
     }
 
     /// How many blocked keys the local cache holds now (0 without a cache).
@@ -1235,19 +1246,31 @@ fn family(strategy: Strategy) -> Family {
     }
 }
 
-/// `<base><family letter><rule tag in hex>`, and a quota number for the moving window's lists.
-fn redis_keys(base: &str, strategy: Strategy, tag: u64, quotas: usize) -> Vec<String> {
-    let suffix = match family(strategy) {
-        Family::Fixed => "f",
-        Family::Sliding => "s",
-        Family::Gcra => "g",
-        Family::Moving => {
-            return (1..=quotas)
-                .map(|i| format!("{base}m{tag:016x}.{i}"))
-                .collect();
-        }
-    };
-    vec![format!("{base}{suffix}{tag:016x}")]
+/// `<base>h`, the hash of the key's state under its limiter's name whatever the rule (every
+/// strategy uses it, so a strategy change finds the old state), then for the moving window
+/// `<base>m<i>`, one list per quota (the scripts derive the names of an old rule's lists the same
+/// way).
+fn redis_keys(base: &str, strategy: Strategy, quotas: usize) -> Vec<String> {
+    let hash = format!("{base}h");
+    if family(strategy) != Family::Moving {
+        return vec![hash];
+    }
+    let mut names = Vec::with_capacity(1 + quotas);
+    names.push(hash);
+    names.extend((1..=quotas).map(|i| format!("{base}m{i}")));
+    names
+}
+
+/// The strategy's code in the scripts (`convert.lua`), recorded with the state.
+fn strategy_code(strategy: Strategy) -> u64 {
+    match strategy {
+        Strategy::FixedWindow => 1,
+        Strategy::FixedWindowFirstHit => 2,
+        Strategy::SlidingWindow => 3,
+        Strategy::TokenBucket => 4,
+        Strategy::LeakyBucket => 5,
+        Strategy::MovingWindow => 6,
+    }
 }
 
 /// The script's arguments for `rule`, checked against the 2^53 bound.
@@ -1267,9 +1290,9 @@ fn script_args(rule: &Rule, params: &[Params], op: Op, now_us: u64) -> Result<Ve
         .max()
         .unwrap_or(0);
     let ttl_ms = horizon.div_ceil(1000).saturating_add(TTL_SLACK_MS);
-    let aligned = u64::from(rule.strategy() == Strategy::FixedWindow);
+    let strategy = strategy_code(rule.strategy());
     let mut args = Vec::with_capacity(8 + 5 * params.len());
-    args.extend([code, cost, now_us, ttl_ms, aligned, params.len() as u64]);
+    args.extend([code, cost, now_us, ttl_ms, strategy, params.len() as u64]);
     for p in params {
         // Sums the scripts form (a start plus two windows, a TAT plus the depth) stay below 2^53.
         if p.window.saturating_mul(4) >= MAX_SAFE / 2 || p.tau().saturating_mul(4) >= MAX_SAFE / 2 {
@@ -1407,7 +1430,7 @@ pub(crate) fn fuzz_key_names<K: StoreKey>(
     tag: u64,
     quotas: usize,
 ) -> Vec<String> {
-    redis_keys(&keys::base_key(prefix, key), strategy, tag, quotas)
+    redis_keys(&keys::base_key(prefix, key, tag), strategy, quotas)
 }
 
 impl<K: StoreKey> Store<K> for RedisStore {
@@ -1449,18 +1472,8 @@ impl<K: StoreKey> Store<K> for RedisStore {
 }
 
 impl RedisStore {
-    fn apply_in<K: StoreKey>(
-        &self,
-        key: &K,
-        rule: &Rule,
-        tag: u64,
-        op: Op,
-        now: u64,
-    ) -> RedisFuture {
-        self.apply_base(keys::base_key(&self.inner.prefix, key), rule, tag, op, now)
-    }
-
-    /// [`apply_in`](Self::apply_in) for a key's base name ([`keys::base_key`]).
+    /// Applies `op` to the state under a key's base name ([`keys::base_key`]: the key and the
+    /// limiter's name); `tag` keeps the local fallback's state of other rules apart.
     fn apply_base(&self, base: String, rule: &Rule, tag: u64, op: Op, now: u64) -> RedisFuture {
         let params = match rule.params_in(TICK_NANOS) {
             Ok(p) => p,
@@ -1475,7 +1488,7 @@ impl RedisStore {
             Ok(a) => a,
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
-        let redis_keys = redis_keys(&base, rule.strategy(), tag, params.len());
+        let redis_keys = redis_keys(&base, rule.strategy(), params.len());
         let fingerprint = Self::fingerprint(&redis_keys, &args, params.len());
         let cache_key = self.inner.cache.as_ref().map(|_| fingerprint);
         // Only costs every quota could ever admit are answered from the cache: a larger one is

@@ -90,10 +90,11 @@ impl RedisStore {
                     return self.failed_all(items, &StoreError::new(StoreErrorKind::Other, m));
                 }
             };
-            let base = keys::base_key(&self.inner.prefix, it.key);
-            let names = redis_keys(&base, rule.strategy(), it.scope.tag(), params.len());
+            let name = crate::store::name_hash(it.scope.name());
+            let base = keys::base_key(&self.inner.prefix, it.key, name);
+            let names = redis_keys(&base, rule.strategy(), params.len());
             let fam = family(rule.strategy());
-            // cost, ttl_ms, aligned, n, then five per quota: the single-key script's own
+            // cost, ttl_ms, the strategy's code, n, then five per quota: the single-key script's own
             // arguments, checked against the 2^53 bound there.
             let rule_args = single.get(1..6 + 5 * params.len()).unwrap_or_default();
             args.extend([fam.code(), names.len() as u64]);
@@ -124,7 +125,10 @@ impl RedisStore {
             k.sort_unstable();
             k.windows(2).all(|w| w.first() != w.get(1))
         };
-        if !distinct || (cluster && bases.windows(2).any(|w| w.first() != w.get(1))) {
+        let slots_differ = bases
+            .windows(2)
+            .any(|w| w.first().map(|b| keys::slot_part(b)) != w.get(1).map(|b| keys::slot_part(b)));
+        if !distinct || (cluster && slots_differ) {
             return AllAnswer::later(Box::pin(apply_all_in_turn(items, now)));
         }
         // A key known to be blocked: the request is rejected without a call.

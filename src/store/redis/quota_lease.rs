@@ -41,7 +41,7 @@ use crate::decision::{Decision, Outcome};
 use crate::error::{ConfigError, StoreError, StoreErrorKind};
 use crate::rule::Rule;
 use crate::stats::Counter;
-use crate::store::{Answer, Scope, StoreKey};
+use crate::store::{Answer, Scope, StoreKey, name_hash};
 use crate::strategy::{Op, Params, Strategy};
 
 /// The lease script's driver, after the prelude and a strategy's script.
@@ -422,10 +422,10 @@ impl RedisStore {
         now: u64,
     ) -> Answer<RedisFuture> {
         let (rule, tag) = (scope.rule(), scope.tag());
+        let base = keys::base_key(&self.inner.prefix, key, name_hash(scope.name()));
         let Some(leases) = &self.inner.leases else {
-            return Answer::later(self.apply_in(key, rule, tag, op, now));
+            return Answer::later(self.apply_base(base, rule, tag, op, now));
         };
-        let base = keys::base_key(&self.inner.prefix, key);
         let cost = match op {
             Op::Check(c) if c > 0 && refusal(rule.strategy()).is_none() => c,
             Op::Reset => {
@@ -614,7 +614,7 @@ impl RedisStore {
             Ok(a) => a,
             Err(m) => return self.outage_error(StoreError::new(StoreErrorKind::Other, m)),
         };
-        let redis_keys = redis_keys(&base, strategy, tag, params.len());
+        let redis_keys = redis_keys(&base, strategy, params.len());
         let cache_key = self.cache_key(&redis_keys, &args, params.len());
         // A key Redis reported blocked is answered locally, as without leasing.
         let cacheable = params

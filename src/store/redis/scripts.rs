@@ -7,21 +7,30 @@
 //! a value above its divisor.
 //!
 //! Calling convention, shared by all scripts:
-//! - `KEYS`: the hash holding the key's state (fixed, sliding, GCRA), or one list per quota (moving).
+//! - `KEYS`: the hash holding the key's state under its limiter's name, whatever the rule (fixed,
+//!   sliding, GCRA: the state itself; moving: the rule only), then for the moving window one list
+//!   per quota.
 //! - `ARGV`: `op` (0 check, 1 peek, 2 settle, 3 reset, 4 a queue's step back), `cost`, `now_us` (0: use the server's `TIME`),
-//!   `ttl_ms`, `aligned` (fixed window: 1 for clock-aligned), `n`, then `limit, window, emission, burst`
-//!   per quota (in µs), then `at_us` (settle: the time of the check whose reservation is settled, so
+//!   `ttl_ms`, the strategy's code (`convert.lua`: 1 for the clock-aligned fixed window), `n`, then
+//!   `limit, window, emission, burst, offset` per quota (in µs), then `at_us` (settle: the time of the check whose reservation is settled, so
 //!   only its own window or bucket changes; step back: the reservation's end, which the bucket's
 //!   TAT must still be), then `actual` (settle: the cost to charge; `cost` is the reservation's).
+//! - The hash records the rule's descriptor (the strategy's code and the quota arguments): a state
+//!   written under another rule is converted in the script before the decision (`convert.lua`).
 //! - Reply: `now_us`, then `outcome, limit, remaining, reset_after, retry_after` per quota (outcome 0
 //!   allowed, 1 rejected, 2 never admissible); integers only.
 
 /// Helpers shared by every script, the multi-limit one too: exact integer division, window starts.
 const MATH: &str = include_str!("lua/math.lua");
 
-/// Helpers shared by every single-key script: [`MATH`], then argument parsing and time.
+/// The conversion of a state written under another rule (`convert.lua`), shared by every script.
+const CONVERT: &str = include_str!("lua/convert.lua");
+
+/// Helpers shared by every single-key script: [`MATH`], [`CONVERT`], then argument parsing and
+/// time.
 pub(super) const PRELUDE: &str = concat!(
     include_str!("lua/math.lua"),
+    include_str!("lua/convert.lua"),
     include_str!("lua/prelude.lua")
 );
 
@@ -93,19 +102,22 @@ impl Family {
 /// `actual`, unused: no settlement here).
 ///
 /// Calling convention:
-/// - `KEYS`: every item's Redis keys, in the items' order (one hash, or one list per quota for
+/// - `KEYS`: every item's Redis keys, in the items' order (one hash, then one list per quota for
 ///   the moving window).
 /// - `ARGV`: `now_us` (0: the server's `TIME`), `m` (items), then per item `family` (1 fixed, 2
 ///   sliding, 3 bucket, 4 moving), `keys` (how many of `KEYS` are its own), `cost`, `ttl_ms`,
-///   `aligned`, `n`, then `limit, window, emission, burst, offset` per quota (in µs), as the
+///   the strategy's code, `n`, then `limit, window, emission, burst, offset` per quota (in µs), as the
 ///   single-key scripts.
 /// - The items are checked in order, each against all its quotas, until one does not admit; only
 ///   when all admit is every one committed (and written back with its TTL). Nothing is written
 ///   otherwise.
 /// - Reply: `now_us`, `d` (the items decided: all of them, or up to the first that did not
 ///   admit), then the single-key scripts' five integers per quota of each decided item.
+/// - Each item's state is converted first when written under another rule, and then written back
+///   even when the items do not all admit.
 pub(super) fn multi_source() -> String {
     let mut s = String::from(MATH);
+    s.push_str(CONVERT);
     s.push_str(
         "local now = tonumber(ARGV[1])\n\
          if now == 0 then\n\

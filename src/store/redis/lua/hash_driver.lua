@@ -1,22 +1,36 @@
 local key = KEYS[1]
-local names = {}
+local names = {'d', 'g'}
 for i = 1, n do
   for _, f in ipairs(FIELDS) do names[#names + 1] = f .. i end
 end
 local raw = redis.call('HMGET', key, unpack(names))
 local existed = false
 local S = {}
-for i = 1, n do
-  local st = {}
-  for j, f in ipairs(FIELDS) do
-    local v = raw[(i - 1) * #FIELDS + j]
-    if v then existed = true; st[f] = tonumber(v) or 0 else st[f] = 0 end
+local G = ghosts_parse(raw[2])
+if raw[1] and raw[1] ~= desc and op ~= 3 then
+  -- Written under another rule: converted, then always written back.
+  S, G = CV().convert(key, raw[1], G, code, Q, now)
+  existed = true
+else
+  for i = 1, n do
+    local st = {}
+    for j, f in ipairs(FIELDS) do
+      local v = raw[2 + (i - 1) * #FIELDS + j]
+      if v then existed = true; st[f] = tonumber(v) or 0 else st[f] = 0 end
+    end
+    S[i] = st
   end
-  S[i] = st
 end
 if op == 3 then
   redis.call('DEL', key)
+  if raw[1] then
+    local ocode, Qo = CV().parse(raw[1])
+    if ocode == 6 then
+      for i = 1, #Qo do redis.call('DEL', string.sub(key, 1, -2) .. 'm' .. i) end
+    end
+  end
   existed = false
+  G = {}
   for i = 1, n do for _, f in ipairs(FIELDS) do S[i][f] = 0 end end
 elseif op == 2 then
   for i = 1, n do settle(S[i], Q[i], now, arg_cost, actual) end
@@ -33,11 +47,20 @@ for i = 1, n do
 end
 if all and cost > 0 then
   for i = 1, n do commit(S[i], Q[i], now, cost) end
+  if #G > 0 then G = CV().ghosts_charge(G, cost, now) end
 end
 if op ~= 3 and (existed or consuming) then
+  -- The rule is written when it changes only (the hash keeps it).
   local kv = {}
+  if raw[1] ~= desc then kv = {'d', desc} end
   for i = 1, n do
     for _, f in ipairs(FIELDS) do kv[#kv + 1] = f .. i; kv[#kv + 1] = S[i][f] end
+  end
+  if #G > 0 then
+    kv[#kv + 1] = 'g'; kv[#kv + 1] = CV().ghosts_string(G)
+    ttl = ghosts_ttl(G, now, ttl)
+  elseif raw[2] then
+    redis.call('HDEL', key, 'g')
   end
   redis.call('HSET', key, unpack(kv))
   redis.call('PEXPIRE', key, ttl)

@@ -8,16 +8,24 @@
 local want = tonumber(ARGV[6 + n * 5 + 3]) or 0
 local shrink = max(tonumber(ARGV[6 + n * 5 + 4]) or 1, 1)
 local key = KEYS[1]
-local names = {}
+local names = {'d', 'g'}
 for i = 1, n do
   for _, f in ipairs(FIELDS) do names[#names + 1] = f .. i end
 end
 local raw = redis.call('HMGET', key, unpack(names))
 local S = {}
-for i = 1, n do
-  local st = {}
-  for j, f in ipairs(FIELDS) do st[f] = tonumber(raw[(i - 1) * #FIELDS + j]) or 0 end
-  S[i] = st
+local G = ghosts_parse(raw[2])
+-- Written under another rule: converted (a lease drawn under the old rule was charged there, so
+-- the conversion carries it), then always written back.
+local converted = raw[1] and raw[1] ~= desc
+if converted then
+  S, G = CV().convert(key, raw[1], G, code, Q, now)
+else
+  for i = 1, n do
+    local st = {}
+    for j, f in ipairs(FIELDS) do st[f] = tonumber(raw[2 + (i - 1) * #FIELDS + j]) or 0 end
+    S[i] = st
+  end
 end
 local room = nil
 for i = 1, n do
@@ -37,9 +45,20 @@ for i = 1, n do
   if V[i][1] ~= 0 then all = false end
 end
 local life = 0
-if all and grant > 0 then
-  for i = 1, n do commit(S[i], Q[i], now, grant) end
+if not (all and grant > 0) then grant = 0 end
+if grant > 0 or converted then
+  if grant > 0 then
+    for i = 1, n do commit(S[i], Q[i], now, grant) end
+    if #G > 0 then G = CV().ghosts_charge(G, grant, now) end
+  end
   local kv = {}
+  if raw[1] ~= desc then kv = {'d', desc} end
+  if #G > 0 then
+    kv[#kv + 1] = 'g'; kv[#kv + 1] = CV().ghosts_string(G)
+    ttl = ghosts_ttl(G, now, ttl)
+  elseif raw[2] then
+    redis.call('HDEL', key, 'g')
+  end
   for i = 1, n do
     for _, f in ipairs(FIELDS) do kv[#kv + 1] = f .. i; kv[#kv + 1] = S[i][f] end
     local q, st, l = Q[i], S[i], 0
@@ -54,9 +73,8 @@ if all and grant > 0 then
   end
   redis.call('HSET', key, unpack(kv))
   redis.call('PEXPIRE', key, ttl)
-else
-  grant = 0
 end
+if grant == 0 then life = 0 end
 local out = {now, grant, max(life, 0)}
 for i = 1, n do for j = 1, 5 do out[#out + 1] = V[i][j] end end
 return out

@@ -1,11 +1,29 @@
+-- KEYS: the state's hash (its descriptor and ghosts), then one list per quota.
+local H = KEYS[1]
+local LK, ttls = {}, {}
+for i = 1, n do LK[i] = KEYS[i + 1]; ttls[i] = Q[i].ttl end
+local meta = redis.call('HMGET', H, 'd', 'g')
+local G = ghosts_parse(meta[2])
+local write_meta = false
+if meta[1] and meta[1] ~= desc and op ~= 3 then
+  -- Written under another rule: converted (the lists rewritten), then recorded.
+  local _
+  _, G = CV().convert(H, meta[1], G, code, Q, now, LK, ttls)
+  write_meta = true
+end
 if op == 3 then
-  redis.call('DEL', unpack(KEYS))
+  redis.call('DEL', H, unpack(LK))
+  if meta[1] then
+    local _, Qo = CV().parse(meta[1])
+    for i = n + 1, #Qo do redis.call('DEL', string.sub(H, 1, -2) .. 'm' .. i) end
+  end
+  G = {}
 elseif op == 2 then
   -- Settle at the reservation's own timestamp: a refund removes the oldest entries at or after
   -- `at` (the reservation's were written at `at`, or later when the log held a newer entry), as
   -- the memory store does; a charge adds entries at `at`, at most up to N entries in all.
   for i = 1, n do
-    local key = KEYS[i]
+    local key = LK[i]
     local t = now_of(key)
     check(key, Q[i], 0)
     if at <= t and t - at < Q[i].w then
@@ -56,15 +74,27 @@ local out = {now}
 local all = true
 local V = {}
 for i = 1, n do
-  local v = check(KEYS[i], Q[i], cost)
+  local v = check(LK[i], Q[i], cost)
   if v[1] ~= 0 then all = false end
   V[i] = v
 end
 if all and cost > 0 then
-  for i = 1, n do commit(KEYS[i], cost) end
+  for i = 1, n do commit(LK[i], cost) end
+  if #G > 0 then G = CV().ghosts_charge(G, cost, now) end
+  write_meta = write_meta or not meta[1] or #G > 0
 end
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], Q[i].ttl) end
+  if redis.call('EXISTS', LK[i]) == 1 then redis.call('PEXPIRE', LK[i], Q[i].ttl) end
+end
+if op ~= 3 and (write_meta or meta[1]) then
+  -- The rule the lists were written under lives as long as they do (or the last ghost).
+  if #G > 0 and (write_meta or (all and cost > 0)) then
+    redis.call('HSET', H, 'd', desc, 'g', CV().ghosts_string(G))
+  elseif write_meta then
+    redis.call('HSET', H, 'd', desc)
+    if meta[2] then redis.call('HDEL', H, 'g') end
+  end
+  redis.call('PEXPIRE', H, ghosts_ttl(G, now, ttl))
 end
 for i = 1, n do for j = 1, 5 do out[#out + 1] = V[i][j] end end
 return out

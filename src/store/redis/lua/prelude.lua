@@ -6,7 +6,9 @@ if now == 0 then
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
 local ttl = tonumber(ARGV[4])
-local aligned = tonumber(ARGV[5]) == 1
+-- The strategy's code (see convert.lua); 1: the clock-aligned fixed window.
+local code = tonumber(ARGV[5])
+local aligned = code == 1
 local n = tonumber(ARGV[6])
 local Q = {}
 for i = 1, n do
@@ -20,4 +22,6 @@ local at = tonumber(ARGV[6 + n * 5 + 1]) or 0
 local actual = tonumber(ARGV[6 + n * 5 + 2]) or 0
 local cost = 0
 if op == 0 then cost = arg_cost end
+-- The rule's descriptor, recorded with the state.
+local desc = cv_desc(code, 7, min(6 + n * 5, #ARGV))
 local consuming = (op == 0 and cost > 0) or (op == 2 and actual > arg_cost)
