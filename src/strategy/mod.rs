@@ -3,6 +3,7 @@
 //! No I/O and no locks here: stores own the state and its atomicity, strategies own the arithmetic.
 //! Time is counted in ticks of the store's unit (nanoseconds in memory, microseconds on Redis).
 
+mod convert;
 mod fixed_window;
 mod gcra;
 mod moving_window;
@@ -18,6 +19,7 @@ pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
 pub(crate) use fixed_window::{
     FIRST_HIT_SPAN, FixedWindow, bits_for, first_hit_grain, first_hit_layout,
 };
+pub(crate) use convert::{Converted, Held, MAX_GHOSTS, convert};
 pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::{MovingWindow, SharedLog};
 pub(crate) use sliding_window::SlidingWindow;
