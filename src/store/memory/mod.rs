@@ -562,6 +562,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let i = segment_of(hash);
         let segment = self.general.segment(i);
         if matches!(op, Op::Reset) {
+            // A name of several rules: its state in a retired packed table goes too.
+            let _ = self.adopt(i, key, hash, rule, tag, now, true);
             general::clear_records(&self.sketch, hash, rule, tag, now);
             // A name of several rules: its records under each of them too.
             for (t, _, params) in self.general.ctx.rules_of_name(rule, tag).unwrap_or_default() {
