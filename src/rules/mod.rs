@@ -91,16 +91,12 @@
 //! [`Rules::reload_file`] (or [`Rules::watch`], polling at an interval) swaps a new file in
 //! atomically when its content hash changes; requests in flight finish on the rules they started
 //! with; an invalid file is refused (logged, counted in `tollgate_rules_reloads_total{result="error"}`)
-//! and the old rules keep serving. State per limit: a limit whose name, strategy, quotas and key are
-//! unchanged keeps its state (a change of path, methods, cost or shadow keeps it too). A change of
-//! its quotas converts each key's state when the key is next seen, for as long as the old rule's
-//! horizon: the units spent under the old rule (its binding quota's `limit - remaining`, so rounded
-//! toward the stricter state) are charged to the new rule, capped at its smallest limit (never a
-//! stuck counter), when the new list has a quota of the same period (a removed period's count is
-//! dropped, a new period starts empty); in memory and on Redis alike, the limit remembering the
-//! old rule. The conversion costs one extra peek per request during that horizon, and two
-//! concurrent first requests of one key may both convert it (stricter, never more lenient). A
-//! change of strategy or key starts that limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
+//! and the old rules keep serving. State per limit: a limit keeps its limiter (its name) across
+//! reloads, and a key's state belongs to the name and the key, so a changed rule (quotas, strategy,
+//! window offset) converts each key's state when the key is next seen, in the store, strictly (see
+//! [changing limits](crate::guide::changing_limits)): never a fresh start, and an instance still on
+//! the old file counts the same state. A changed key starts that limit fresh; a rename is a new
+//! limit.
 //! disagree for up to one interval. A limit removed and added back while requests started on older
 //! rules are in flight gets the limiter they hold (its name stays taken on the store until the last
 //! of them ends), so such a reload never fails on the name.

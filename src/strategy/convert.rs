@@ -158,7 +158,7 @@ pub(crate) fn convert(old: &[Held], strategy: Strategy, params: &[Params], now: 
         .map(|(h, s)| (s.units, h.clone()))
         .collect();
     if ghosts.len() > MAX_GHOSTS {
-        ghosts.sort_by(|a, b| b.0.cmp(&a.0));
+        ghosts.sort_by_key(|g| std::cmp::Reverse(g.0));
         tracing::debug!(
             dropped = ghosts.len() - MAX_GHOSTS,
             "a key's state keeps the {MAX_GHOSTS} most spent removed periods"
@@ -343,7 +343,10 @@ mod tests {
             let full = Params::bucket(100, 3_600 * S, 100);
             let c = convert(&[back], s, &[full], T0 + 2 * S);
             let most = if s.is_bucket() { 51 } else { 0 };
-            assert!(room(s, &full, &c.states[0], T0 + 2 * S) <= most, "{s} {c:?}");
+            assert!(
+                room(s, &full, &c.states[0], T0 + 2 * S) <= most,
+                "{s} {c:?}"
+            );
         }
     }
 
@@ -371,7 +374,10 @@ mod tests {
         let hour = spent(held(Strategy::FixedWindow, 100, 3_600 * S), 40, T0);
         let p = Params::bucket(10, 10 * S, 10);
         let c = convert(&[min, hour], Strategy::FixedWindow, &[p], T0);
-        assert_eq!(c.states[0], QuotaState::Fixed(FixedWindow::from_parts(T0, 15)));
+        assert_eq!(
+            c.states[0],
+            QuotaState::Fixed(FixedWindow::from_parts(T0, 15))
+        );
     }
 
     #[test]
@@ -391,7 +397,10 @@ mod tests {
         };
         let back = [p, Params::bucket(100, 3_600 * S, 100)];
         let c = convert(&[now_min, ghost], Strategy::FixedWindow, &back, T0 + 3 * S);
-        assert_eq!(room(Strategy::FixedWindow, &back[1], &c.states[1], T0 + 3 * S), 16);
+        assert_eq!(
+            room(Strategy::FixedWindow, &back[1], &c.states[1], T0 + 3 * S),
+            16
+        );
         assert!(c.ghosts.is_empty());
         // A ghost whose window ended is not kept.
         let c = convert(&[hour], Strategy::FixedWindow, &[p], T0 + 3_600 * S);
@@ -412,10 +421,17 @@ mod tests {
     #[test]
     fn first_hit_windows_start_at_the_oldest_old_start() {
         let a = spent(held(Strategy::FixedWindowFirstHit, 10, 60 * S), 3, T0);
-        let b = spent(held(Strategy::FixedWindowFirstHit, 10, 30 * S), 2, T0 + 10 * S);
+        let b = spent(
+            held(Strategy::FixedWindowFirstHit, 10, 30 * S),
+            2,
+            T0 + 10 * S,
+        );
         let p = Params::bucket(10, 60 * S, 10);
         let c = convert(&[a, b], Strategy::FixedWindowFirstHit, &[p], T0 + 20 * S);
-        assert_eq!(c.states[0], QuotaState::Fixed(FixedWindow::from_parts(T0, 3)));
+        assert_eq!(
+            c.states[0],
+            QuotaState::Fixed(FixedWindow::from_parts(T0, 3))
+        );
         // From a state without a start (a bucket): the window opens now.
         let g = spent(held(Strategy::TokenBucket, 10, 60 * S), 4, T0);
         let c = convert(&[g], Strategy::FixedWindowFirstHit, &[p], T0 + 20 * S);
@@ -433,14 +449,25 @@ mod tests {
         }
         // Entries at T0 .. T0+9min; a 5-minute window at T0+10min holds those after T0+5min: 4.
         let p = Params::bucket(10, 5 * 60 * S, 10);
-        let c = convert(&[old.clone()], Strategy::MovingWindow, &[p], T0 + 10 * 60 * S);
+        let c = convert(
+            &[old.clone()],
+            Strategy::MovingWindow,
+            &[p],
+            T0 + 10 * 60 * S,
+        );
         assert!(c.exact);
-        assert_eq!(room(Strategy::MovingWindow, &p, &c.states[0], T0 + 10 * 60 * S), 6);
+        assert_eq!(
+            room(Strategy::MovingWindow, &p, &c.states[0], T0 + 10 * 60 * S),
+            6
+        );
         // A 2-hour window from a 1-hour log: not covered, topped up to the hour's 10 (all in
         // the log already): exact enough, nothing stamped now.
         let p = Params::bucket(20, 7_200 * S, 20);
         let c = convert(&[old], Strategy::MovingWindow, &[p], T0 + 10 * 60 * S);
-        assert_eq!(room(Strategy::MovingWindow, &p, &c.states[0], T0 + 10 * 60 * S), 10);
+        assert_eq!(
+            room(Strategy::MovingWindow, &p, &c.states[0], T0 + 10 * 60 * S),
+            10
+        );
         // From a window state: entries stamped now.
         let f = spent(held(Strategy::FixedWindow, 10, 60 * S), 7, T0);
         let p = Params::bucket(10, 60 * S, 10);
@@ -454,7 +481,7 @@ mod tests {
         let g = spent(held(Strategy::LeakyBucket, 10, 10 * S), 8, T0);
         // 8 units of 1 s ahead; the new bucket 4/10s (T = 2.5 s), burst 4: full.
         let p = Params::bucket(4, 10 * S, 4);
-        let c = convert(&[g.clone()], Strategy::LeakyBucket, &[p], T0);
+        let c = convert(std::slice::from_ref(&g), Strategy::LeakyBucket, &[p], T0);
         assert_eq!(c.states[0], QuotaState::Gcra(Gcra::from_tat(T0 + 10 * S)));
         // A faster bucket (100/10s): 8 units of 0.1 s, but the last departure handed out (7 s
         // ahead) stays where it was.

@@ -16,10 +16,10 @@ use crate::decision::Outcome;
 
 pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
+pub(crate) use convert::{Held, convert};
 pub(crate) use fixed_window::{
     FIRST_HIT_SPAN, FixedWindow, bits_for, first_hit_grain, first_hit_layout,
 };
-pub(crate) use convert::{Held, convert};
 pub(crate) use gcra::Gcra;
 pub(crate) use moving_window::{MovingWindow, SharedLog};
 pub(crate) use sliding_window::SlidingWindow;

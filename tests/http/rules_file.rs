@@ -337,7 +337,11 @@ async fn an_invalid_reload_keeps_the_old_rules_and_each_change_case_keeps_or_res
         .unwrap();
     assert_eq!(r.converted, ["l"]);
     assert_eq!(get().await.status, StatusCode::OK);
-    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS, "the day's 4");
+    assert_eq!(
+        get().await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the day's 4"
+    );
     // Strategy changed: converted too (the moving window's log stamped now).
     let moving =
         base("/a", "5/minute; 4/day", "ip").replace("fixed-window-first-hit", "moving-window");

@@ -274,13 +274,7 @@ impl Entry {
 
     /// A new key's entry under `rule` converted from `old` (its state under other rules of the
     /// same limiter name, and their records) at `now`.
-    pub(super) fn converted(
-        rules: &Rules,
-        rule: &Rule,
-        tag: u64,
-        old: &[Held],
-        now: u64,
-    ) -> Self {
+    pub(super) fn converted(rules: &Rules, rule: &Rule, tag: u64, old: &[Held], now: u64) -> Self {
         rules.register(rule, tag);
         Self {
             tag,
@@ -914,10 +908,7 @@ impl KeyState {
             }
         }
         ghosts.retain(|g| !g.is_fresh(now));
-        let until = ghosts
-            .iter()
-            .map(|g| g.state.fresh_at(&g.params))
-            .max();
+        let until = ghosts.iter().map(|g| g.state.fresh_at(&g.params)).max();
         match until {
             Some(until) => self.fresh_at = self.fresh_at.max(until),
             None => self.ghosts = None,

@@ -94,8 +94,12 @@ const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
 ///   new keys share one overflow state with the same quotas (counted in
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
-/// A key's state belongs to the rule it was used with: the same key under another rule (a tier
-/// change) starts afresh there. A key held under two packable rules counts twice against the cap.
+/// A key's state is identified by the limiter's name and the key: under another rule of that name
+/// (a tier change, a reload, a quota changed in code) it is converted on access under the key's lock
+/// (see [the guide](crate::guide::changing_limits)). A name of one rule keeps its keys in a packed
+/// table when the rule packs; once a name is seen with a second rule, its keys live in general
+/// entries, moved there with their state on access (each decision of that name then pays a general
+/// entry's cost). A key held by several limiters counts once per limiter against the cap.
 /// Concurrent inserts may overshoot the cap by at most the number of inserting threads (with a cap
 /// of 2^20 keys or more, by at most 64 keys per inserting thread: the count is gathered per thread).
 pub struct MemoryStore<K> {
@@ -566,7 +570,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             let _ = self.adopt(i, key, hash, rule, tag, now, true);
             general::clear_records(&self.sketch, hash, rule, tag, now);
             // A name of several rules: its records under each of them too.
-            for (t, _, params) in self.general.ctx.rules_of_name(rule, tag).unwrap_or_default() {
+            for (t, _, params) in self
+                .general
+                .ctx
+                .rules_of_name(rule, tag)
+                .unwrap_or_default()
+            {
                 for q in 0..params.len() {
                     self.sketch.clear(sketch::quota_hash(hash, t, q), now);
                 }
@@ -1186,7 +1195,11 @@ mod tests {
             assert!(store.decide_in(&1, &a, ta, Op::Check(1), now).is_allowed());
             assert!(store.decide_in(&1, &b, tb, Op::Check(9), now).is_allowed());
             // Key 2 evicts key 1 (the cap is 1), which comes back under rule a, then under b.
-            assert!(store.decide_in(&2, &a, ta, Op::Check(1), now + S).is_allowed());
+            assert!(
+                store
+                    .decide_in(&2, &a, ta, Op::Check(1), now + S)
+                    .is_allowed()
+            );
             assert!(store.stats().evictions >= 1, "{strategy}");
             let d = store.decide_in(&1, &a, ta, Op::Check(1), now + 2 * S);
             assert_eq!((d.is_allowed(), d.remaining()), (true, 8), "{strategy}");
