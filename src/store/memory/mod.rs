@@ -342,10 +342,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         self.tick(now);
         let hash = self.route.hash_one(key);
         if let Some((t, table)) = table {
-            // A name seen with several rules keeps its keys in general entries (converted there).
-            if self.general.ctx.is_retired(t) {
-                return self.decide_general(hash, key, rule, tag, op, now);
-            }
             // The key's fingerprint in the blocked cache: its hash, told apart per table.
             let fingerprint = hash ^ ((t as u64) << 58);
             return self.decide_packed(t, table, hash, fingerprint, key, rule, tag, op, now);
@@ -433,6 +429,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             };
             if let Some(word) = word {
                 held.push(table.ctx.held(word, now));
+                if take {
+                    // A rejection cached for the key in that table is no longer its state's.
+                    self.blocked.invalidate();
+                }
             }
         }
         for s in &seen {
@@ -524,6 +524,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if self.handed.load(Ordering::Relaxed) && self.general_holds(i, key, tag) {
             return self.decide_general(hash, key, rule, tag, op, now);
         }
+        // Not held here, and the table retired (its name was seen with several rules): the key's
+        // state, if any, is in a general entry or still in another retired table; a hit above
+        // needs no such check, since a key is taken out of a retired table before any other
+        // decision of its name uses its state (see `adopt`).
+        if self.general.ctx.is_retired(t) {
+            return self.decide_moved(hash, key, rule, tag, op, now);
+        }
         if !creates_state(op) {
             // Peeking at or refunding a key that is not held changes nothing: answered from what
             // its record says it spent (an evicted key is not new to a peek: a rules-file reload
@@ -539,12 +546,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let Some((cell, published)) = self.insert(table, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
-        // Retired since the check in `decide_on`: the general entry decides (and takes this cell,
-        // which holds nothing spent by this call). Read under the cell's lock, which a retiring
-        // conversion takes after it retired the table.
+        // Retired since the check above: the general entry decides (and takes this cell, which
+        // holds nothing spent by this call). Read under the cell's lock, which `adopt` takes after
+        // the table was retired: a key is never held in a retired table and elsewhere at once.
         if self.general.ctx.is_retired(t) {
             drop(cell);
-            return self.decide_general(hash, key, rule, tag, op, now);
+            return self.decide_moved(hash, key, rule, tag, op, now);
         }
         let v = table.ctx.apply(&*cell, op, now);
         drop(cell);
@@ -552,6 +559,42 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             self.after_insert(published, now);
         }
         self.finish(0, v, now, op)
+    }
+
+    /// [`decide_general`](Self::decide_general) for a key of a name seen with several rules,
+    /// kept out of the packed path's code.
+    #[cold]
+    #[inline(never)]
+    fn decide_moved(
+        &self,
+        hash: u64,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+    ) -> Decision {
+        self.decide_general(hash, key, rule, tag, op, now)
+    }
+
+    /// Before a reset: drops what the sketch recalls of the key under the scope (and, for a name
+    /// of several rules, under each of its rules), and its state in a retired packed table.
+    #[cold]
+    fn forget_everywhere(&self, i: usize, key: &K, hash: u64, rule: &Rule, tag: u64, now: u64) {
+        // A name of several rules: its state in a retired packed table goes too.
+        let _ = self.adopt(i, key, hash, rule, tag, now, true);
+        general::clear_records(&self.sketch, hash, rule, tag, now);
+        // A name of several rules: its records under each of them too.
+        for (t, _, params) in self
+            .general
+            .ctx
+            .rules_of_name(rule, tag)
+            .unwrap_or_default()
+        {
+            for q in 0..params.len() {
+                self.sketch.clear(sketch::quota_hash(hash, t, q), now);
+            }
+        }
     }
 
     fn decide_general(
@@ -566,20 +609,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let i = segment_of(hash);
         let segment = self.general.segment(i);
         if matches!(op, Op::Reset) {
-            // A name of several rules: its state in a retired packed table goes too.
-            let _ = self.adopt(i, key, hash, rule, tag, now, true);
-            general::clear_records(&self.sketch, hash, rule, tag, now);
-            // A name of several rules: its records under each of them too.
-            for (t, _, params) in self
-                .general
-                .ctx
-                .rules_of_name(rule, tag)
-                .unwrap_or_default()
-            {
-                for q in 0..params.len() {
-                    self.sketch.clear(sketch::quota_hash(hash, t, q), now);
-                }
-            }
+            self.forget_everywhere(i, key, hash, rule, tag, now);
         }
         if let Some(mut entry) = segment.get_mut(key) {
             if !entry.first_is(tag) {
