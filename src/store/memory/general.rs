@@ -37,8 +37,10 @@ pub(super) struct Rules {
     several: AtomicBool,
     /// The packed tables claimed: (slot, scope tag).
     tables: Mutex<Vec<(usize, u64)>>,
-    /// Bit `t`: packed table `t` holds a name seen with several rules; its keys go over to general
-    /// entries (converted there, under the entry's lock) and no decision uses the table again.
+    /// Bit `t`: packed table `t` holds a name seen with several rules. It takes no new key: a key
+    /// still in it is decided there under its own rule (the rule its state records), and taken out
+    /// into a general entry (converted there, under the entry's lock) when its name's other rules
+    /// or a miss reach it.
     retired: AtomicU8,
     /// Names whose inexact conversion was logged.
     warned: Mutex<HashSet<u64>>,

@@ -97,9 +97,10 @@ const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
 /// A key's state is identified by the limiter's name and the key: under another rule of that name
 /// (a tier change, a reload, a quota changed in code) it is converted on access under the key's lock
 /// (see [the guide](crate::guide::changing_limits)). A name of one rule keeps its keys in a packed
-/// table when the rule packs; once a name is seen with a second rule, its keys live in general
-/// entries, moved there with their state on access (each decision of that name then pays a general
-/// entry's cost). A key held by several limiters counts once per limiter against the cap.
+/// table when the rule packs; once a name is seen with a second rule, its packed tables take no new
+/// key, and a key still held there moves to a general entry with its state when another rule of
+/// its name reaches it (decisions under the recorded rule stay on the packed path: no extra lookup).
+/// A key held by several limiters counts once per limiter against the cap.
 /// Concurrent inserts may overshoot the cap by at most the number of inserting threads (with a cap
 /// of 2^20 keys or more, by at most 64 keys per inserting thread: the count is gathered per thread).
 pub struct MemoryStore<K> {
