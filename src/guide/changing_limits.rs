@@ -36,7 +36,9 @@
 //! - **moving window**: exact from an old moving-window log that covers `W'` (its entries of the last
 //!   `W'`); otherwise topped up to the window figure above with entries stamped now (an estimate,
 //!   logged once per limit).
-//! - **token and leaky bucket**: that many units of deficit, capped at the new burst; a leaky
+//! - **token and leaky bucket**: that many units of deficit, not capped at a smaller new burst (so
+//!   two versions alternating, say 10 and 12 an hour, cannot each hand back the difference): the
+//!   bucket may start over-full and rejects until it has drained them at its own rate. A leaky
 //!   bucket's queue keeps the departures it already handed out.
 //! - **a strategy change** goes through the same spends.
 //!
@@ -58,8 +60,9 @@
 //!   `5/second; 20/minute -> 10/second; 20/minute`: at most 20 in the minute;
 //!   `10/minute; 100/hour -> 20/minute; 100/hour`: at most 100 in the hour (a bucket: burst plus
 //!   rate, 200).
-//! - a bucket's deficit carries in units capped at the new burst: `100/hour -> 50/hour -> 100/hour`
-//!   on a bucket admits at most 50 more at once, within its own bound of burst plus rate.
+//! - a bucket's deficit carries in units: `100/hour -> 50/hour -> 100/hour` on a bucket admits 100
+//!   plus what it refills meanwhile (its own bound: burst plus rate); lowered a lot, a bucket stays
+//!   shut for the units spent at its new rate (`1000/hour` spent, then `10/hour`: 100 hours).
 //! - in general, per quota `(L', W')` of the current rule: at most the largest own bound of the
 //!   rules active in that window (for its quota of period `W'`, or the shortest one above) plus
 //!   `L'`, and exactly `max L` when every rule in it is a moving window with a quota of period `W'`.

@@ -9,8 +9,8 @@
 //!   the current window (a first-hit window starts at the oldest old start still inside it);
 //! - moving window: the entries of the old log that covers the new period (exact), topped up to
 //!   the window figure above with entries stamped `now`;
-//! - buckets: that many units of deficit, at most the burst, and never before the old queue's last
-//!   scheduled departure.
+//! - buckets: that many units of deficit (not capped at a smaller burst: the bucket may start
+//!   over-full), and never before the old queue's last scheduled departure.
 //!
 //! Counts are not capped at a lower new limit: `100/hour -> 50/hour -> 100/hour` must not forget the
 //! 100 spent (an over-full window only rejects until it ends). Old quotas whose period is not in
@@ -251,7 +251,10 @@ fn new_state(
         }
         Strategy::TokenBucket | Strategy::LeakyBucket => {
             let tau = p.tau();
-            let carried = now.saturating_add(units.min(p.burst).saturating_mul(p.emission));
+            // Not capped at a smaller new burst: two versions alternating (10 and 12 an hour)
+            // would each hand back the difference. An over-full bucket rejects until it drains:
+            // the spend at the new rate.
+            let carried = now.saturating_add(units.saturating_mul(p.emission));
             // A leaky bucket's queue keeps the departures it already handed out.
             let scheduled = spends
                 .iter()
@@ -332,9 +335,8 @@ mod tests {
             let half = Params::bucket(50, 3_600 * S, 50);
             let c = convert(&[old], s, &[half], T0 + S);
             assert_eq!(room(s, &half, &c.states[0], T0 + S), 0, "{s}");
-            // And back to 100: still nothing left in the hour. A bucket carries its deficit in
-            // units (50 of the 50/hour bucket): half its burst, the rest of its own bound of
-            // burst + rate per hour.
+            // And back to 100: still nothing left in the hour (a bucket: its 100 units carried
+            // through the 50/hour bucket, over-full there, one unit drained meanwhile).
             let back = Held {
                 strategy: s,
                 params: half,
@@ -342,7 +344,7 @@ mod tests {
             };
             let full = Params::bucket(100, 3_600 * S, 100);
             let c = convert(&[back], s, &[full], T0 + 2 * S);
-            let most = if s.is_bucket() { 51 } else { 0 };
+            let most = if s.is_bucket() { 1 } else { 0 };
             assert!(
                 room(s, &full, &c.states[0], T0 + 2 * S) <= most,
                 "{s} {c:?}"
@@ -477,12 +479,12 @@ mod tests {
     }
 
     #[test]
-    fn buckets_carry_the_deficit_capped_at_the_new_burst_and_keep_scheduled_departures() {
+    fn buckets_carry_the_deficit_in_units_and_keep_scheduled_departures() {
         let g = spent(held(Strategy::LeakyBucket, 10, 10 * S), 8, T0);
-        // 8 units of 1 s ahead; the new bucket 4/10s (T = 2.5 s), burst 4: full.
+        // 8 units of 1 s ahead; the new bucket 4/10s (T = 2.5 s), burst 4: over-full by 4 units.
         let p = Params::bucket(4, 10 * S, 4);
         let c = convert(std::slice::from_ref(&g), Strategy::LeakyBucket, &[p], T0);
-        assert_eq!(c.states[0], QuotaState::Gcra(Gcra::from_tat(T0 + 10 * S)));
+        assert_eq!(c.states[0], QuotaState::Gcra(Gcra::from_tat(T0 + 20 * S)));
         // A faster bucket (100/10s): 8 units of 0.1 s, but the last departure handed out (7 s
         // ahead) stays where it was.
         let p = Params::bucket(100, 10 * S, 100);

@@ -72,18 +72,21 @@ impl Rules {
             return;
         }
         let name = name_of(rule, tag);
-        {
-            let mut known = self.known.write();
-            if known.len() >= MAX_RULES {
-                return;
-            }
-            known.entry(tag).or_insert_with(|| Shape {
+        // Held until the name's tables are retired: a decision that finds the rule known finds
+        // its name's rules and retired tables too.
+        let mut known = self.known.write();
+        if known.len() >= MAX_RULES || known.contains_key(&tag) {
+            return;
+        }
+        known.insert(
+            tag,
+            Shape {
                 strategy: rule.strategy(),
                 params: rule.nanos().into(),
                 words: quota_words(rule).map(Into::into),
                 name,
-            });
-        }
+            },
+        );
         let mut names = self.names.write();
         let tags = names.entry(name).or_default();
         if !tags.contains(&tag) {
@@ -98,6 +101,7 @@ impl Rules {
             drop(names);
             self.retire(&tags);
         }
+        drop(known);
     }
 
     /// Remembers that packed table `t` was claimed for `rule` in the scope of tag `tag`.

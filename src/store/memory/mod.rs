@@ -382,15 +382,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     ) -> Option<&'a Table<K, AtomicU64>> {
         let packed = PackedRule::for_rule(rule)?.scoped(tag);
         // Another rule may win the race for this slot: the caller then looks at the next one.
-        let mut claimed = false;
-        let table = slot.get_or_init(|| {
-            claimed = true;
-            Table::new(packed, self.route)
-        });
-        if claimed {
+        // Registered before the table is seen by any decision: a name's second rule retires it
+        // before a key can be inserted there.
+        Some(slot.get_or_init(|| {
             self.general.ctx.register_table(t, rule, tag);
-        }
-        Some(table)
+            Table::new(packed, self.route)
+        }))
     }
 
     /// What the key `key` (hash `hash`, segment `i`) holds or left under the other rules of the
@@ -658,6 +655,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let Some((mut entry, published)) = self.insert(&self.general, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
+        // Inserted meanwhile by a decision of another scope (another rule of the name, or
+        // another limiter): found, converted or recalled as for an entry found at once.
+        if !entry.first_is(tag) {
+            self.reconcile(&mut entry, i, key, hash, rule, tag, now);
+        }
         let decision = self.run(&mut entry, rule, tag, op, now);
         drop(entry);
         if published > 0 {
