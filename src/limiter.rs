@@ -227,10 +227,10 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     /// The general entry point: applies `op` to `key` under `rule` (`None`: the limiter's own),
     /// for what the verbs above do not cover, e.g. a quota chosen per request (tiers by plan).
     ///
-    /// A key's state belongs to the limiter and the rule it is used with (in every store): under
-    /// another rule the key has a state of its own, so a route's own rule counts the requests it
-    /// sees, and a key moved to another tier starts afresh there while its old state expires by
-    /// itself.
+    /// A key's state belongs to the limiter (its name) and the key, in every store: under another
+    /// rule it is converted on access (strictly: never a fresh start, see
+    /// [the guide](crate::guide::changing_limits)), so a key moved to another tier keeps what it
+    /// spent. Limits meant to count apart need limiters of their own (one per route).
     ///
     /// A rule given here reaches the store only once the store has accepted it
     /// ([`Store::validate`], asked once per rule and remembered): one it cannot honour (on Redis, a

@@ -66,9 +66,9 @@ impl Rule {
     }
 
     /// This rule with its clock-aligned windows following the clock of the time zone at `offset`
-    /// from UTC (see [`WindowOffset`]): a `1/day` quota with `+08:00` resets at 16:00 UTC. The
-    /// offset is part of the rule's identity: a key's state under one offset is not its state
-    /// under another. Only [`Strategy::FixedWindow`] and [`Strategy::SlidingWindow`] have
+    /// from UTC (see [`WindowOffset`]): a `1/day` quota with `+08:00` resets at 16:00 UTC. A key's
+    /// state under one offset is converted to another (its spend placed in the new offset's
+    /// current window). Only [`Strategy::FixedWindow`] and [`Strategy::SlidingWindow`] have
     /// clock-aligned windows; on the others the offset is ignored, with a warning.
     ///
     /// ```
@@ -140,9 +140,9 @@ impl Rule {
         Duration::from_nanos(ticks)
     }
 
-    /// A fingerprint of the strategy and the quotas: a key's state belongs to one rule, so stores
-    /// keep a key's states under different rules apart by it. Stable across processes and builds
-    /// (FNV-1a), so that every instance names a key's Redis state alike.
+    /// A fingerprint of the strategy, the quotas and the offset: what a key's state records of the
+    /// rule it was written under (a decision under another converts it). Stable across processes
+    /// and builds (FNV-1a), so that every instance reads a key's Redis state alike.
     pub(crate) fn tag(&self) -> u64 {
         self.tag
     }

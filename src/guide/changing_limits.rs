@@ -1,36 +1,85 @@
-//! Changing limits: what a key keeps when its rule changes, as the crate behaves today.
+//! Changing limits: what a key keeps when its rule changes.
 //!
-//! A key's state belongs to the rule it is used with, in every store. A rule is identified by its
-//! strategy, its quotas (limits, periods, bursts) and its [window offset](super::shaping): the memory
-//! store keeps one state per key and rule, and the Redis store names its keys after the rule.
+//! **A key's state is identified by the limiter's name and the key**, in every store. The rule
+//! (strategy, quotas, bursts, [window offset](super::shaping)) is not part of that identity: the
+//! state records the rule it was written under (in memory by the table or entry that holds it, on
+//! Redis in the stored value). A decision under the recorded rule costs nothing extra; a decision
+//! under another rule converts the state on access, atomically (under the key's lock in memory,
+//! inside the script on Redis), decides under the new rule and records it. So:
 //!
-//! - **A rule per request** ([`select_rule`](crate::RateLimitLayer::select_rule), or
-//!   [`RateLimiter::apply`](crate::RateLimiter::apply) with a rule): a key moved to another rule (a
-//!   user who upgrades to another tier) starts afresh under it, and its state under the old rule
-//!   expires by itself after that rule's horizon. A key whose time-zone offset changes gets a fresh
-//!   window under the new offset (up to one window more: take the offset from stored account
-//!   settings, not from the request).
-//!   A rule given per request reaches the store only after the store accepted it
-//!   (`Store::validate`, asked once per rule and remembered): one it cannot honour (on Redis, a
-//!   bucket whose interval is below a microsecond) is refused with `StoreErrorKind::InvalidRule`,
-//!   counted in `Stats::invalid_rules`, and the layer answers 503 whatever its failure policy.
-//! - **Route layers**: a route layer with its own rule counts only the requests it sees.
-//! - **A limiter built in code with other quotas** is a new rule: on the memory store a new limiter
-//!   also has a new store, and on Redis its keys have other names, so every key starts afresh, and
-//!   the old keys expire by their TTLs. A rolling deploy that changes a limit in code therefore runs
-//!   the old and the new limit side by side until the last old instance is gone.
-//! - **A rules file reload** ([rules](super::rules)) keeps what can be kept: a limit whose name,
-//!   strategy, quotas and key are unchanged keeps every key's state (a changed path, method list,
-//!   cost or shadow flag keeps it too). Changed quotas convert each key's state when the key is next
-//!   seen, for as long as the old rule's horizon: the units spent under the old rule (its binding
-//!   quota's `limit - remaining`, so rounded toward the stricter state) are charged to the new rule,
-//!   capped at its smallest limit (never a stuck counter), when the new list has a quota of the same
-//!   period; a removed period's count is dropped, a new period starts empty. The same holds in memory
-//!   and on Redis, the limit remembering the old rule. The conversion costs one extra peek per request
-//!   during that horizon, and two concurrent first requests of one key may both convert it (stricter,
-//!   never more lenient). A changed strategy or key starts that limit fresh, with a warning; a rename
-//!   is a new limit. Instances polling one file may run the old and the new rules side by side for up
-//!   to one polling interval.
+//! - **A quota changed in code** (a limiter rebuilt under its name on a shared store, or instances
+//!   restarted with new code on one Redis), **a rules-file reload** ([rules](super::rules)), **a
+//!   tier change per request** ([`select_rule`](crate::RateLimitLayer::select_rule), or
+//!   [`RateLimiter::apply`](crate::RateLimiter::apply) with a rule: a user moving from `pro` to
+//!   `free`), **a window-offset change** and **a strategy change** all convert the key's state:
+//!   never a fresh start, never two counts of one key.
+//! - **A rolling deploy on Redis** (old and new instances with different quotas under one name)
+//!   counts each key once: every decision converts the one state to the rule of the instance that
+//!   decides.
+//! - **Limits meant to count apart need different names**: one limiter per route (two limiters of
+//!   one name on one store are refused, `ConfigError::DuplicateName`). A route layer with its own
+//!   limiter counts only the requests it sees.
+//!
+//! # The conversion: strict
+//!
+//! Each new quota starts at no less than what the old state proves was spent in its window or
+//! bucket: a change may reject for up to one period, but never hands back spent quota. Per old
+//! quota, its proven spend now: a fixed window's count in its current window; a sliding window's
+//! `limit - remaining` (rounded up); a first-hit window's count and start; a moving window's log; a
+//! bucket's deficit in units, `ceil((TAT - now) / T)`. Per new quota of period `W'`:
+//!
+//! - **fixed, sliding and first-hit windows**: the largest spend among old quotas whose period lies
+//!   inside `W'`, or, if none does, the spend of the shortest old quota containing it, placed in the
+//!   current window (a first-hit window starts at the oldest old start still inside `W'`). The count
+//!   is not capped at a lower new limit: `100/hour -> 50/hour -> 100/hour` admits 100 in the hour,
+//!   not 150.
+//! - **moving window**: exact from an old moving-window log that covers `W'` (its entries of the last
+//!   `W'`); otherwise topped up to the window figure above with entries stamped now (an estimate,
+//!   logged once per limit).
+//! - **token and leaky bucket**: that many units of deficit, not capped at a smaller new burst (so
+//!   two versions alternating, say 10 and 12 an hour, cannot each hand back the difference): the
+//!   bucket may start over-full and rejects until it has drained them at its own rate. A leaky
+//!   bucket's queue keeps the departures it already handed out.
+//! - **a strategy change** goes through the same spends.
+//!
+//! **Removed periods become ghosts**: an old quota whose period is not in the new rule stays with
+//! the state until its window ends, charged every admitted unit (not checked: the new rule decides),
+//! and a later conversion back to a rule with that period reads it. So two rule versions alternating
+//! (a rollout, a reload racing an instance on the old file) count one key once. At most 8 ghosts
+//! per state (the least spent goes first).
+//!
+//! # The bounds
+//!
+//! For a trailing window of the new rule's period `W'` that covers a change:
+//!
+//! - same period, limit `L -> L'`: at most `max(L, L')` admitted (plus the strategy's own bound:
+//!   `2L'` across a clock-aligned fixed-window edge or for the sliding counter's worst case, burst
+//!   plus rate for the buckets). `100/hour -> 110/hour -> 120/hour` with the key idle between: 120
+//!   in the hour (the window strategies; a bucket also refills meanwhile).
+//! - a period raised or added beside an unchanged one: the unchanged period holds.
+//!   `5/second; 20/minute -> 10/second; 20/minute`: at most 20 in the minute;
+//!   `10/minute; 100/hour -> 20/minute; 100/hour`: at most 100 in the hour (a bucket: burst plus
+//!   rate, 200).
+//! - a bucket's deficit carries in units: `100/hour -> 50/hour -> 100/hour` on a bucket admits 100
+//!   plus what it refills meanwhile (its own bound: burst plus rate); lowered a lot, a bucket stays
+//!   shut for the units spent at its new rate (`1000/hour` spent, then `10/hour`: 100 hours).
+//! - in general, per quota `(L', W')` of the current rule: at most the largest own bound of the
+//!   rules active in that window (for its quota of period `W'`, or the shortest one above) plus
+//!   `L'`, and exactly `max L` when every rule in it is a moving window with a quota of period `W'`.
+//!   The oracle `tests/core/state_identity.rs` checks this formula on random traffic with random
+//!   quota and strategy changes, and from the other side: once a key has been idle for two of the
+//!   longest periods since its last admission and the last change, it is admitted again.
+//!
+//! Stores: the memory store keeps a name's keys in compact packed tables until the name is seen
+//! with a second rule; from then on its keys live in general entries, converted there on access.
+//! A key evicted at the memory store's cap keeps a record of its spend under the rule it was
+//! evicted with, and comes back under another rule of its name at least as spent as the conversion
+//! of that record says (ghosts are not recorded).
+//!
+//! A rule given per request reaches the store only after the store accepted it
+//! (`Store::validate`, asked once per rule and remembered): one it cannot honour (on Redis, a bucket
+//! whose interval is below a microsecond) is refused with `StoreErrorKind::InvalidRule`, counted in
+//! `Stats::invalid_rules`, and the layer answers 503 whatever its failure policy.
 //!
 //! With the `serde` feature, configuration read back is equal to what was written, so a
 //! configuration service can store rules: a `Quota` is its notation (`"10/minute"`), or
@@ -40,15 +89,40 @@
 //! `[[limit]]` table, read back through the file's own validation.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use tollgate::{RateLimiter, Rule, Strategy};
+//! use tollgate::{Op, RateLimiter, Rule, Strategy};
 //!
 //! let limiter = RateLimiter::builder().quotas("2/minute").unwrap().build().unwrap();
-//! let paid = Rule::parse(Strategy::SlidingWindow, "100/minute").unwrap();
+//! let pro = Rule::parse(Strategy::SlidingWindow, "100/minute").unwrap();
 //! limiter.check_now(&"alice", 2);
 //! assert!(!limiter.check_now(&"alice", 1).is_allowed());
-//! // Under another rule the same key starts afresh.
-//! let d = limiter.apply_now(&"alice", Some(&paid), tollgate::Op::Check(1));
-//! assert_eq!(d.remaining(), 99);
-//! # let _ = Arc::new(paid);
+//! // Under another rule the key's state is converted: the 2 spent count against 100.
+//! let d = limiter.apply_now(&"alice", Some(&pro), Op::Check(1));
+//! assert_eq!(d.remaining(), 97);
+//! // And back: 3 spent against 2, still rejected (never a free reset).
+//! assert!(!limiter.check_now(&"alice", 1).is_allowed());
+//! // Another key is untouched.
+//! assert_eq!(limiter.check_now(&"bob", 1).remaining(), 1);
+//! ```
+//!
+//! A removed period is kept as a ghost and read back:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, Op, RateLimiter, Rule, Strategy};
+//!
+//! let clock = ManualClock::new(Duration::from_secs(1_700_002_800));
+//! let limiter = RateLimiter::builder()
+//!     .strategy(Strategy::FixedWindow)
+//!     .quotas("10/minute; 15/hour").unwrap()
+//!     .clock(clock.clone())
+//!     .build()
+//!     .unwrap();
+//! let minute_only = Rule::parse(Strategy::FixedWindow, "10/minute").unwrap();
+//! assert!(limiter.check_now(&"k", 10).is_allowed());
+//! clock.advance(Duration::from_secs(60));
+//! // The hour removed: 10 more in the next minute, the hour's ghost charged.
+//! assert!(limiter.apply_now(&"k", Some(&minute_only), Op::Check(10)).is_allowed());
+//! clock.advance(Duration::from_secs(60));
+//! // The hour back: 20 of its 15 spent.
+//! assert!(!limiter.check_now(&"k", 1).is_allowed());
 //! ```

@@ -369,7 +369,6 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
         let Some(limit) = compiled.limits.get(h.index) else {
             continue;
         };
-        limit.convert(&h.key).await;
         match limit.apply(&h.key, Op::Check(limit.spec.cost)).await {
             Ok(d) => {
                 if d.is_allowed() {
@@ -445,7 +444,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                 .compiled
                 .limits
                 .get(one.index)
-                .filter(|l| l.previous_live().is_none() && l.cap.is_none())
+                .filter(|l| l.cap.is_none())
             {
                 let answer =
                     limit

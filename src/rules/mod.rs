@@ -102,16 +102,12 @@
 //! [`Rules::reload_file`] (or [`Rules::watch`], polling at an interval) swaps a new file in
 //! atomically when its content hash changes; requests in flight finish on the rules they started
 //! with; an invalid file is refused (logged, counted in `tollgate_rules_reloads_total{result="error"}`)
-//! and the old rules keep serving. State per limit: a limit whose name, strategy, quotas and key are
-//! unchanged keeps its state (a change of path, methods, cost or shadow keeps it too). A change of
-//! its quotas converts each key's state when the key is next seen, for as long as the old rule's
-//! horizon: the units spent under the old rule (its binding quota's `limit - remaining`, so rounded
-//! toward the stricter state) are charged to the new rule, capped at its smallest limit (never a
-//! stuck counter), when the new list has a quota of the same period (a removed period's count is
-//! dropped, a new period starts empty); in memory and on Redis alike, the limit remembering the
-//! old rule. The conversion costs one extra peek per request during that horizon, and two
-//! concurrent first requests of one key may both convert it (stricter, never more lenient). A
-//! change of strategy or key starts that limit fresh, with a warning; a rename is a new limit. Instances polling the same file may
+//! and the old rules keep serving. State per limit: a limit keeps its limiter (its name) across
+//! reloads, and a key's state belongs to the name and the key, so a changed rule (quotas, strategy,
+//! window offset) converts each key's state when the key is next seen, in the store, strictly (see
+//! [changing limits](crate::guide::changing_limits)): never a fresh start, and an instance still on
+//! the old file counts the same state. A changed key starts that limit fresh; a rename is a new
+//! limit.
 //! disagree for up to one interval. A limit removed and added back while requests started on older
 //! rules are in flight gets the limiter they hold (its name stays taken on the store until the last
 //! of them ends), so such a reload never fails on the name.
@@ -241,10 +237,10 @@ pub struct ReloadReport {
     /// Limits whose settings changed but whose state is kept (path, methods, cost, shadow,
     /// missing-key choice).
     pub changed: Vec<String>,
-    /// Limits whose quotas changed (same strategy and key): each key's state is converted to the
-    /// new quotas when the key is next seen (see [`Rules`]).
+    /// Limits whose rule changed (quotas, strategy or window offset; same key): the store
+    /// converts each key's state to the new rule when the key is next seen (see [`Rules`]).
     pub converted: Vec<String>,
-    /// Limits whose strategy or key changed: their state starts fresh.
+    /// Limits whose key changed: their state starts fresh.
     pub fresh: Vec<String>,
 }
 
@@ -283,8 +279,6 @@ struct Limit<St, C> {
     rule: Option<Rule>,
     /// The first bytes of every key: a hash of the key spec, so a changed key starts fresh.
     key_tag: [u8; 4],
-    /// The rule before a quota change, whose states are converted on access until it ends.
-    previous: Option<Previous>,
     missing_global: bool,
     headers: HeaderConfig,
     metrics: LimitMetrics,
@@ -334,14 +328,6 @@ impl TierMatch {
     fn is_default(tier: Option<&Self>) -> bool {
         tier.is_none_or(|t| t.want.is_none())
     }
-}
-
-/// The rule a limit had before its quotas changed, and until when a key may still hold state under
-/// it (the change's time plus the old rule's horizon, on the limiter's clock).
-#[derive(Clone, Debug)]
-struct Previous {
-    rule: Rule,
-    until: u64,
 }
 
 /// One version of the rules: what a request is decided on from start to end.
@@ -564,9 +550,8 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     }
 
     /// Forgets the state of `request`'s key under the limit named `limit` (e.g. a successful login
-    /// clears the failures counted for its IP and username), and its state under the limit's rule
-    /// before a reload that changed its quotas, which the next request would otherwise convert
-    /// back. `None` as for [`Rules::peek`].
+    /// clears the failures counted for its IP and username), whatever rule it was recorded under.
+    /// `None` as for [`Rules::peek`].
     pub async fn reset(
         &self,
         limit: &str,
@@ -575,11 +560,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         let current = self.shared.current.load_full();
         let limit = current.limit_for(limit, request, &self.shared.options)?;
         let key = limit.key_or_global(request, &self.shared.options).ok()?;
-        if let Some(p) = limit.previous_live() {
-            if let Err(e) = limit.limiter.apply(&key, Some(&p.rule), Op::Reset).await {
-                return Some(Err(e));
-            }
-        }
         Some(limit.apply(&key, Op::Reset).await)
     }
 
@@ -816,31 +796,19 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 ),
                 (None, _) => None,
             };
-            let (limiter, rule, previous) = match kept {
+            let (limiter, rule) = match kept {
                 Some(l) => {
-                    let mut previous = None;
-                    if l.spec.rule == spec.rule && l.spec.key == spec.key {
-                        if l.spec != spec {
-                            report.changed.push(spec.name.clone());
-                        }
-                        previous = l.previous.clone();
-                    } else if l.spec.key == spec.key
-                        && l.spec.rule.strategy() == spec.rule.strategy()
-                    {
-                        report.converted.push(spec.name.clone());
-                        let horizon =
-                            u64::try_from(l.rule().horizon().as_nanos()).unwrap_or(u64::MAX);
-                        previous = Some(Previous {
-                            rule: l.rule().clone(),
-                            until: l.limiter.clock().now().saturating_add(horizon),
-                        });
-                    } else {
+                    if l.spec.key != spec.key {
                         report.fresh.push(spec.name.clone());
+                    } else if l.spec.rule != spec.rule {
+                        report.converted.push(spec.name.clone());
+                    } else if l.spec != spec {
+                        report.changed.push(spec.name.clone());
                     }
-                    // The same limiter (its name stays taken on the store); a changed rule gets
-                    // a state of its own under that limiter.
+                    // The same limiter (its name stays taken on the store): the store converts a
+                    // key's state to a changed rule when the key is next seen.
                     let rule = own_rule(&l.limiter, &spec)?;
-                    (Arc::clone(&l.limiter), rule, previous)
+                    (Arc::clone(&l.limiter), rule)
                 }
                 None => {
                     if !initial {
@@ -856,9 +824,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                     match alive {
                         Some(limiter) => {
                             let rule = own_rule(&limiter, &spec)?;
-                            (limiter, rule, None)
+                            (limiter, rule)
                         }
-                        None => (Arc::new(self.build_limiter(&spec)?), None, None),
+                        None => (Arc::new(self.build_limiter(&spec)?), None),
                     }
                 }
             };
@@ -873,7 +841,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 tier: default_tier,
                 key_tag: key_tag(&spec.key),
                 rule,
-                previous,
                 missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
                     == MissingKey::Global,
                 metrics: LimitMetrics::new(&spec.name),
@@ -1114,52 +1081,6 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
         }
     }
 
-    /// The rule before a quota change, while a key may still hold state under it.
-    fn previous_live(&self) -> Option<&Previous> {
-        self.previous
-            .as_ref()
-            .filter(|p| self.limiter.clock().now() < p.until)
-    }
-
-    /// Converts `key`'s state under the rule before a quota change to the current rule, once:
-    /// the units spent in the old rule's reported quota are charged to the new rule (at most its
-    /// smallest limit, so a counter is never stuck above a limit) if the new rule has a quota of
-    /// the same period (a removed period's count is dropped), and the old state is reset. Units
-    /// are rounded toward the stricter state: the spent count is `limit - remaining` of the old
-    /// state now. Nothing happens once the old rule's horizon has passed since the change.
-    async fn convert(&self, key: &Vec<u8>) {
-        let Some(p) = self.previous_live() else {
-            return;
-        };
-        let Ok(old) = self.limiter.apply(key, Some(&p.rule), Op::Peek).await else {
-            return;
-        };
-        let spent = old.limit().saturating_sub(old.remaining());
-        if spent == 0 {
-            return;
-        }
-        let new = self.rule();
-        let period = p.rule.quotas().get(old.quota_index()).map(|q| q.period());
-        if new.quotas().iter().any(|q| Some(q.period()) == period) {
-            let bucket = new.strategy().is_bucket();
-            let cap = new
-                .quotas()
-                .iter()
-                .map(|q| if bucket { q.burst() } else { q.limit() })
-                .min()
-                .unwrap_or(0);
-            if let Err(e) = self.apply(key, Op::Check(spent.min(cap))).await {
-                self.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %self.spec.name, error = %e, "state conversion failed");
-                return;
-            }
-        }
-        if let Err(e) = self.limiter.apply(key, Some(&p.rule), Op::Reset).await {
-            self.metrics.store_errors.increment(1);
-            tracing::warn!(limit = %self.spec.name, error = %e, "state conversion failed");
-        }
-    }
-
     /// How long a request the limit's shaping queue admitted waits for its departure: the check
     /// reserved the slot `[departure, departure + cost x T)`, and its reset is the slot's end.
     /// Zero without a queue.
@@ -1270,11 +1191,6 @@ async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
     mut held: Vec<Held>,
 ) -> Result<Vec<Held>, Stop> {
     held.retain(|h| compiled.limits.get(h.index).is_some());
-    for h in &held {
-        if let Some(limit) = compiled.limits.get(h.index) {
-            limit.convert(&h.key).await;
-        }
-    }
     let Some(first) = held.first().and_then(|h| compiled.limits.get(h.index)) else {
         return Ok(held);
     };
@@ -1419,7 +1335,6 @@ async fn enforce_keyed<St: Store<Vec<u8>>, C: Clock>(
         return Ok(None);
     };
     let failure = limit.failure(failure);
-    limit.convert(&key).await;
     match limit.apply(&key, Op::Check(limit.spec.cost)).await {
         Ok(d) if d.is_allowed() => {
             held.push(Held {

@@ -3,7 +3,9 @@
 //! A store applies an [`Op`] to one key in a [`Scope`] (a limiter's name and a [`Rule`]),
 //! atomically for all quotas of the rule, and answers with an [`Answer`]: ready at once (the memory
 //! store: no future, no allocation, and the layer decides during `call`) or a future (a network
-//! store). Each scope has its own state per key.
+//! store). A key's state is identified by the limiter's name and the key: it records the rule it
+//! was written under, and a decision under another rule converts it (see
+//! [the guide](crate::guide::changing_limits)).
 
 mod key;
 mod memory;
@@ -29,8 +31,9 @@ use crate::strategy::Op;
 
 /// A place to keep per-key state.
 ///
-/// Implementations apply `op` to `key` atomically across all of the scope's rule's quotas, keep the
-/// state of each scope (limiter name and rule) apart, and count their own decisions in
+/// Implementations apply `op` to `key` atomically across all of the scope's rule's quotas, identify
+/// a key's state by the scope's limiter name and the key (the state records its rule; a decision
+/// under another rule converts it on access, atomically), and count their own decisions in
 /// [`Store::stats`].
 pub trait Store<K>: Send + Sync + 'static {
     /// The answer when it is not ready at once (a network round trip).
@@ -223,9 +226,9 @@ pub async fn apply_all_in_turn<K: Sync, S: Store<K>>(
     out
 }
 
-/// Whose state an operation applies to: a limiter (by name) under one rule. Each scope has a state
-/// of its own per key; limiters of the same name in different processes share theirs (that is how
-/// instances share a limit on Redis).
+/// Whose state an operation applies to: a limiter (by name) under one rule. A key's state belongs to
+/// the name, whatever the rule (a scope of another rule converts it); limiters of the same name in
+/// different processes share it (that is how instances share a limit on Redis).
 #[derive(Clone, Copy, Debug)]
 pub struct Scope<'a> {
     name: &'a str,
@@ -265,8 +268,9 @@ impl<'a> Scope<'a> {
         self.rule
     }
 
-    /// A 64-bit identity of the scope, the same in every process and build: the name of its
-    /// state.
+    /// A 64-bit fingerprint of the name and the rule, the same in every process and build: what a
+    /// state records of the scope that wrote it (the name's part is the identity; the rule's says
+    /// whether a decision must convert).
     pub fn tag(&self) -> u64 {
         self.tag
     }

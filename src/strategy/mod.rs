@@ -3,6 +3,7 @@
 //! No I/O and no locks here: stores own the state and its atomicity, strategies own the arithmetic.
 //! Time is counted in ticks of the store's unit (nanoseconds in memory, microseconds on Redis).
 
+mod convert;
 mod fixed_window;
 mod gcra;
 mod moving_window;
@@ -15,6 +16,7 @@ use crate::decision::Outcome;
 
 pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
+pub(crate) use convert::{Held, convert};
 pub(crate) use fixed_window::{
     FIRST_HIT_SPAN, FixedWindow, bits_for, first_hit_grain, first_hit_layout,
 };

@@ -90,6 +90,16 @@ impl MovingWindow {
         }
     }
 
+    /// A log of these entries, oldest first (a converted state).
+    pub(crate) fn from_log(log: VecDeque<u64>) -> Self {
+        Self { log }
+    }
+
+    /// The entries, oldest first.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = u64> + '_ {
+        self.log.iter().copied()
+    }
+
     /// The number of entries (admitted units not yet known to be expired).
     pub(crate) fn len(&self) -> usize {
         self.log.len()

@@ -14,6 +14,7 @@ mod refund_and_rules;
 #[cfg(feature = "rules")]
 mod serde_round_trips;
 mod simulate;
+mod state_identity;
 mod strategy_examples;
 mod strategy_props;
 mod time_and_numbers;

@@ -99,8 +99,9 @@ fn the_sliding_window_counters_buckets_follow_the_offset() {
 }
 
 #[test]
-fn a_users_offset_per_request_is_part_of_the_rules_identity() {
-    // Two users' offsets for one key: the states are apart, each with its own edge.
+fn a_keys_state_follows_it_across_offsets_per_request() {
+    // One key under two users' offsets: one state (the limiter's and the key's), converted to
+    // each offset's current window, so changing the offset after spending gets no fresh window.
     let clock = at(MIDNIGHT + 14 * HOUR);
     let lim = limiter(Strategy::FixedWindow, "1/day", "0h", &clock);
     let base = lim.rule().clone();
@@ -109,21 +110,17 @@ fn a_users_offset_per_request_is_part_of_the_rules_identity() {
     assert_ne!(tokyo, lima);
     let check = |rule: &Rule| lim.apply_now(&1, Some(rule), Op::Check(1));
     assert!(check(&tokyo).is_allowed());
-    assert!(check(&lima).is_allowed(), "another offset, another state");
     assert_eq!(
         check(&tokyo).retry_after_secs(),
         Some(HOUR),
         "15:00 UTC is midnight in UTC+9"
     );
-    assert_eq!(
-        check(&lima).retry_after_secs(),
-        Some(15 * HOUR),
-        "05:00 UTC tomorrow"
-    );
-    // The abuse the README warns of: a key whose offset changes after spending gets a fresh
-    // window under the new offset.
+    // Under Lima's offset the spent unit is placed in its current day: until 05:00 UTC tomorrow.
+    assert_eq!(check(&lima).retry_after_secs(), Some(15 * HOUR));
     let tehran = base.with_window_offset(offset("+03:30"));
-    assert!(check(&tehran).is_allowed());
+    assert!(!check(&tehran).is_allowed(), "no fresh window");
+    // Two keys stay apart.
+    assert!(lim.apply_now(&2, Some(&lima), Op::Check(1)).is_allowed());
 }
 
 #[test]

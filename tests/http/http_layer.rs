@@ -567,16 +567,17 @@ async fn per_route_limits_and_unknown_routes() {
 }
 
 /// Regression (review): the stacked-layer de-duplication ignored the rule, so a route layer with its
-/// own, stricter rule (`select_rule`) on the same limiter and key was never checked.
+/// own, stricter rule (`select_rule`) was never checked. A key's state belongs to the limiter's name
+/// and the key (another rule converts it), so limits meant to count apart take a limiter each: the
+/// route's own limiter counts the requests it sees.
 #[tokio::test]
 async fn a_route_layer_with_its_own_rule_still_applies_under_a_router_layer() {
     let clock = ManualClock::new(T0);
     let shared = limiter::<()>(Strategy::FixedWindow, "100/minute", &clock);
-    // Both layers count the same key in one store, each under its own rule: the strict rule counts
-    // the requests it sees (a key's state belongs to the rule it is used with).
+    let route = limiter::<()>(Strategy::FixedWindow, "100/minute", &clock);
     let strict =
         std::sync::Arc::new(tollgate::Rule::parse(Strategy::FixedWindow, "2/minute").unwrap());
-    let route_layer = RateLimitLayer::new(shared.clone(), GlobalKey)
+    let route_layer = RateLimitLayer::new(route, GlobalKey)
         .select_rule(move |_: &http::request::Parts| Some(strict.clone()));
     let app = Router::new()
         .route("/login", get(|| async { "ok" }).route_layer(route_layer))

@@ -312,48 +312,52 @@ async fn an_invalid_reload_keeps_the_old_rules_and_each_change_case_keeps_or_res
         StatusCode::TOO_MANY_REQUESTS,
         "never a free reset"
     );
-    // Raised to 3: the 1 unit spent is kept, 2 are left.
+    // Raised to 3: the 2 units spent are kept (a count is not capped at a lower limit, so a
+    // lowered and raised quota admits its limit once), 1 is left.
     let r = rules
         .reload_text(&base("/a", "3/hour", "ip"))
         .unwrap()
         .unwrap();
     assert_eq!(r.converted, ["l"]);
     assert_eq!(get().await.status, StatusCode::OK);
-    assert_eq!(get().await.status, StatusCode::OK);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
-    // Another period: the hour's count is dropped, the minute starts empty.
+    // Another period: the minute starts at the spend of the shortest old period containing it
+    // (the hour's 3), and the hour stays as a ghost until its window ends.
     let r = rules
         .reload_text(&base("/a", "1/minute", "ip"))
         .unwrap()
         .unwrap();
     assert_eq!(r.converted, ["l"]);
-    assert_eq!(get().await.status, StatusCode::OK);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
-    // A quota list matched by period: the minute's spent unit is kept.
+    // A quota list: each new period from the old periods inside it (the minute's 3; the day's:
+    // the minute and the hour's ghost, 3).
     let r = rules
-        .reload_text(&base("/a", "2/minute; 10/day", "ip"))
+        .reload_text(&base("/a", "5/minute; 4/day", "ip"))
         .unwrap()
         .unwrap();
     assert_eq!(r.converted, ["l"]);
     assert_eq!(get().await.status, StatusCode::OK);
-    assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
-    // Strategy changed: fresh.
+    assert_eq!(
+        get().await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the day's 4"
+    );
+    // Strategy changed: converted too (the moving window's log stamped now).
     let moving =
-        base("/a", "2/minute; 10/day", "ip").replace("fixed-window-first-hit", "moving-window");
+        base("/a", "5/minute; 4/day", "ip").replace("fixed-window-first-hit", "moving-window");
     let r = rules.reload_text(&moving).unwrap().unwrap();
-    assert_eq!(r.fresh, ["l"]);
-    assert_eq!(get().await.status, StatusCode::OK);
-    assert_eq!(get().await.status, StatusCode::OK);
+    assert_eq!(r.converted, ["l"]);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
     let r = rules
-        .reload_text(&base("/a", "1/hour", "ip"))
+        .reload_text(&base("/a", "6/hour", "ip"))
         .unwrap()
         .unwrap();
-    assert_eq!(r.fresh, ["l"]);
+    assert_eq!(r.converted, ["l"]);
+    assert_eq!(get().await.status, StatusCode::OK, "4 of 6 in the hour");
     assert_eq!(get().await.status, StatusCode::OK);
     assert_eq!(get().await.status, StatusCode::TOO_MANY_REQUESTS);
 
-    // Key changed: fresh again.
+    // Key changed: fresh.
     let r = rules
         .reload_text(&base("/a", "1/hour", "header:x-k"))
         .unwrap()

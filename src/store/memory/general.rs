@@ -1,9 +1,10 @@
 //! The general per-key entry: any strategy, any number of quotas, with the times eviction needs
 //! kept next to the state. Updated under its shard's write lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::packed::{NOW_LIMIT, PackedRule, check_words};
 use super::sketch::{self, Sketch, Spent};
@@ -11,19 +12,38 @@ use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::{MAX_QUOTAS, Rule};
 use crate::strategy::{
-    self, FixedWindow, Gcra, Op, Params, QuotaState, SharedLog, SlidingWindow, Strategy, Verdict,
+    self, FixedWindow, Gcra, Held, Op, Params, QuotaState, SharedLog, SlidingWindow, Strategy,
+    Verdict,
 };
 
 /// The most rules [`Rules`] remembers; keys of further rules are recorded, when evicted, as having
 /// spent their whole limit until their state would have been fresh (an over-count, never less).
 const MAX_RULES: usize = 4096;
 
-/// The strategy and quotas of the rules general entries were used with, by [`Rule::tag`]: what an
-/// evicted key's states are read with. Written when a key is inserted (not on the hot path), read
-/// at eviction.
+/// The most rules remembered per limiter name (what a returning key's records are looked up under).
+const MAX_RULES_PER_NAME: usize = 16;
+
+/// The strategy and quotas of the rules keys were used with, by scope tag
+/// ([`Scope::tag`](crate::store::Scope::tag)): what an evicted key's states are read with, and what
+/// a state recorded under one rule is converted from. And per limiter name, the rules it was used
+/// with: a key's state is identified by (name, key), so a name seen with a second rule has its
+/// keys converted on access. Written when a scope is first seen (not on the hot path).
 #[derive(Debug, Default)]
 pub(super) struct Rules {
     known: RwLock<HashMap<u64, Shape>>,
+    /// Per name (the part of a scope tag that is not the rule's fingerprint): its scopes' tags.
+    names: RwLock<HashMap<u64, Vec<u64>>>,
+    /// Set once some name was seen with a second rule (until then no lookup by name is made).
+    several: AtomicBool,
+    /// The packed tables claimed: (slot, scope tag).
+    tables: Mutex<Vec<(usize, u64)>>,
+    /// Bit `t`: packed table `t` holds a name seen with several rules. It takes no new key: a key
+    /// still in it is decided there under its own rule (the rule its state records), and taken out
+    /// into a general entry (converted there, under the entry's lock) when its name's other rules
+    /// or a miss reach it.
+    retired: AtomicU8,
+    /// Names whose inexact conversion was logged.
+    warned: Mutex<HashSet<u64>>,
 }
 
 /// A rule's strategy and quotas, and how its quotas are held in one word each.
@@ -32,21 +52,110 @@ struct Shape {
     strategy: Strategy,
     params: Box<[Params]>,
     words: Option<Box<[PackedRule]>>,
+    /// The limiter name's part of the scope tag.
+    name: u64,
 }
 
+/// The name's part of the scope tag `tag` of `rule` (see [`Scope::tag`](crate::store::Scope::tag)).
+#[inline]
+pub(super) fn name_of(rule: &Rule, tag: u64) -> u64 {
+    tag ^ rule.tag()
+}
+
+/// A rule the store saw under one name: its scope tag, strategy and quotas.
+pub(super) type SeenRule = (u64, Strategy, Box<[Params]>);
+
 impl Rules {
-    /// Remembers `rule`.
-    fn register(&self, rule: &Rule, tag: u64) {
+    /// Remembers `rule` in the scope of tag `tag`, and the name's rules.
+    pub(super) fn register(&self, rule: &Rule, tag: u64) {
         if self.known.read().contains_key(&tag) {
             return;
         }
+        let name = name_of(rule, tag);
+        // Held until the name's tables are retired: a decision that finds the rule known finds
+        // its name's rules and retired tables too.
         let mut known = self.known.write();
-        if known.len() < MAX_RULES {
-            known.entry(tag).or_insert_with(|| Shape {
+        if known.len() >= MAX_RULES || known.contains_key(&tag) {
+            return;
+        }
+        known.insert(
+            tag,
+            Shape {
                 strategy: rule.strategy(),
                 params: rule.nanos().into(),
                 words: quota_words(rule).map(Into::into),
-            });
+                name,
+            },
+        );
+        let mut names = self.names.write();
+        let tags = names.entry(name).or_default();
+        if !tags.contains(&tag) {
+            if tags.len() >= MAX_RULES_PER_NAME {
+                tags.remove(0);
+            }
+            tags.push(tag);
+        }
+        if tags.len() > 1 {
+            self.several.store(true, Ordering::Release);
+            let tags = tags.clone();
+            drop(names);
+            self.retire(&tags);
+        }
+        drop(known);
+    }
+
+    /// Remembers that packed table `t` was claimed for `rule` in the scope of tag `tag`.
+    pub(super) fn register_table(&self, t: usize, rule: &Rule, tag: u64) {
+        self.tables.lock().push((t, tag));
+        self.register(rule, tag);
+        let tags = self.names.read().get(&name_of(rule, tag)).cloned();
+        if let Some(tags) = tags.filter(|t| t.len() > 1) {
+            self.retire(&tags);
+        }
+    }
+
+    /// Retires the packed tables of the scopes `tags`.
+    fn retire(&self, tags: &[u64]) {
+        for &(t, tag) in self.tables.lock().iter() {
+            if tags.contains(&tag) {
+                self.retired.fetch_or(1 << t, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether packed table `t` is retired (its keys live in general entries).
+    #[inline(always)]
+    pub(super) fn is_retired(&self, t: usize) -> bool {
+        self.retired.load(Ordering::Acquire) & (1 << t) != 0
+    }
+
+    /// The rules seen under the name of `rule`'s scope `tag`, when there are several (`None`
+    /// otherwise: a name of one rule has nothing to convert).
+    pub(super) fn rules_of_name(&self, rule: &Rule, tag: u64) -> Option<Vec<SeenRule>> {
+        if !self.several.load(Ordering::Acquire) {
+            return None;
+        }
+        let tags = self.names.read().get(&name_of(rule, tag)).cloned()?;
+        if tags.len() < 2 {
+            return None;
+        }
+        let known = self.known.read();
+        Some(
+            tags.iter()
+                .filter_map(|t| known.get(t).map(|s| (*t, s.strategy, s.params.clone())))
+                .collect(),
+        )
+    }
+
+    /// Logs an inexact conversion, once per name.
+    fn warn_inexact(&self, rule: &Rule, tag: u64) {
+        if self.warned.lock().insert(name_of(rule, tag)) {
+            tracing::warn!(
+                strategy = %rule.strategy(),
+                name_hash = format_args!("{:016x}", name_of(rule, tag)),
+                "a key's state converted to a changed rule by an estimate (a moving window's log \
+                 did not cover the new period: entries stamped now); logged once per limit"
+            );
         }
     }
 }
@@ -169,6 +278,79 @@ impl Entry {
         }
     }
 
+    /// A new key's entry under `rule` converted from `old` (its state under other rules of the
+    /// same limiter name, and their records) at `now`.
+    pub(super) fn converted(rules: &Rules, rule: &Rule, tag: u64, old: &[Held], now: u64) -> Self {
+        rules.register(rule, tag);
+        Self {
+            tag,
+            state: KeyState::converted(rules, rule, tag, old, now),
+            ..Self::new()
+        }
+    }
+
+    /// Adds a state under `rule` converted from `old` (the entry holds none of the name's).
+    #[cold]
+    pub(super) fn add_converted(
+        &mut self,
+        rules: &Rules,
+        rule: &Rule,
+        tag: u64,
+        old: &[Held],
+        now: u64,
+    ) {
+        let state = KeyState::converted(rules, rule, tag, old, now);
+        self.put(tag, state, now);
+    }
+
+    /// Puts `state` in a slot of its own: the first if that one is fresh, else among the others.
+    fn put(&mut self, tag: u64, state: KeyState, now: u64) {
+        if self.state.is_fresh(now) {
+            self.tag = tag;
+            self.state = state;
+        } else {
+            self.others
+                .get_or_insert_with(Box::default)
+                .push((tag, state));
+        }
+    }
+
+    /// Before a call under `rule` in the scope of tag `tag`, when the first slot is another
+    /// scope's: a state of the same limiter name under another rule is converted to `rule` (under
+    /// the entry's lock) and from then on recorded under it. Returns whether the entry now holds
+    /// the scope's state (it held it, or converted the name's).
+    #[cold]
+    pub(super) fn convert_to(&mut self, rules: &Rules, rule: &Rule, tag: u64, now: u64) -> bool {
+        if self.holds(tag) {
+            return true;
+        }
+        let name = name_of(rule, tag);
+        let found = {
+            let known = rules.known.read();
+            let others = self.others.iter().flat_map(|v| v.iter());
+            std::iter::once(self.tag)
+                .chain(others.map(|(t, _)| *t))
+                .position(|t| known.get(&t).is_some_and(|s| s.name == name))
+        };
+        let Some(at) = found else {
+            return false;
+        };
+        let slot = match at.checked_sub(1) {
+            None => Some((&mut self.tag, &mut self.state)),
+            Some(i) => self
+                .others
+                .as_deref_mut()
+                .and_then(|o| o.get_mut(i))
+                .map(|(t, s)| (t, s)),
+        };
+        if let Some((slot_tag, state)) = slot {
+            let old = state.held(rules, *slot_tag, now);
+            *state = KeyState::converted(rules, rule, tag, &old, now);
+            *slot_tag = tag;
+        }
+        true
+    }
+
     /// A key's entry holding `states` (one per quota) under `rule`, at `now`.
     pub(super) fn with_states(
         rules: &Rules,
@@ -190,6 +372,7 @@ impl Entry {
                 quotas: States::new(rule, states, now),
                 fresh_at,
                 blocked_until: 0,
+                ghosts: None,
             },
             ..Self::new()
         }
@@ -326,6 +509,10 @@ struct KeyState {
     fresh_at: u64,
     /// Until this time the key is blocked (no room for a request of cost 1): never evicted.
     blocked_until: u64,
+    /// Quotas of periods a rule change removed, until their windows end: charged every admitted
+    /// unit, read by a later conversion (see [`strategy::convert`]). Most states have none.
+    #[allow(clippy::box_collection)]
+    ghosts: Option<Box<Vec<Held>>>,
 }
 
 enum States {
@@ -414,10 +601,39 @@ fn recall(
     tag: u64,
     now: u64,
 ) -> Option<Vec<QuotaState>> {
-    let strategy = rule.strategy();
+    recall_quotas(sketch, key_hash, rule.strategy(), rule.nanos(), tag, now)
+}
+
+/// What `sketch` recalls of the key routed by `key_hash` under the quotas `params` of `strategy`
+/// in the scope of tag `tag`, as held quotas (empty when nothing is recorded).
+pub(super) fn recall_held(
+    sketch: &Sketch,
+    key_hash: u64,
+    (tag, strategy, params): &SeenRule,
+    now: u64,
+) -> Vec<Held> {
+    recall_quotas(sketch, key_hash, *strategy, params, *tag, now)
+        .into_iter()
+        .flatten()
+        .zip(params.iter())
+        .map(|(state, p)| Held {
+            strategy: *strategy,
+            params: *p,
+            state,
+        })
+        .collect()
+}
+
+fn recall_quotas(
+    sketch: &Sketch,
+    key_hash: u64,
+    strategy: Strategy,
+    params: &[Params],
+    tag: u64,
+    now: u64,
+) -> Option<Vec<QuotaState>> {
     let mut recalled = false;
-    let states = rule
-        .nanos()
+    let states = params
         .iter()
         .enumerate()
         .map(
@@ -629,6 +845,79 @@ impl KeyState {
             quotas: States::Empty,
             fresh_at: 0,
             blocked_until: 0,
+            ghosts: None,
+        }
+    }
+
+    /// The state under `rule` (scope `tag`) converted from `old` at `now`.
+    fn converted(rules: &Rules, rule: &Rule, tag: u64, old: &[Held], now: u64) -> Self {
+        let c = strategy::convert(old, rule.strategy(), rule.nanos(), now);
+        if !c.exact {
+            rules.warn_inexact(rule, tag);
+        }
+        let ghosts_fresh_at = c
+            .ghosts
+            .iter()
+            .map(|g| g.state.fresh_at(&g.params))
+            .max()
+            .unwrap_or(0);
+        let fresh_at = fresh_at_of(&c.states, rule.nanos()).max(ghosts_fresh_at);
+        Self {
+            quotas: States::new(rule, c.states, now),
+            fresh_at,
+            blocked_until: 0,
+            ghosts: (!c.ghosts.is_empty()).then(|| Box::new(c.ghosts)),
+        }
+    }
+
+    /// This state (recorded under scope `tag`) as held quotas, its ghosts included; a state of a
+    /// rule not remembered reads as spent in full until it would be fresh.
+    fn held(&self, rules: &Rules, tag: u64, now: u64) -> Vec<Held> {
+        let known = rules.known.read();
+        let shape = known.get(&tag);
+        let mut held = self.with_quotas_ref(shape, now, |quotas| match shape {
+            Some(shape) if shape.params.len() == quotas.len() => quotas
+                .iter()
+                .zip(shape.params.iter())
+                .map(|(q, p)| Held {
+                    strategy: shape.strategy,
+                    params: *p,
+                    state: q.clone(),
+                })
+                .collect(),
+            _ if self.is_fresh(now) => Vec::new(),
+            _ => {
+                let limit = u64::from(u32::MAX);
+                let window = self.fresh_at.saturating_sub(now).max(1);
+                vec![Held {
+                    strategy: Strategy::FixedWindowFirstHit,
+                    params: Params::bucket(limit, window, limit),
+                    state: QuotaState::Fixed(FixedWindow::from_parts(now, limit)),
+                }]
+            }
+        });
+        held.extend(self.ghosts.iter().flat_map(|g| g.iter().cloned()));
+        held
+    }
+
+    /// Charges the ghosts what `op` admitted (`v`), and drops those that ended.
+    #[cold]
+    fn charge_ghosts(&mut self, op: Op, v: &Verdict, now: u64) {
+        let Some(ghosts) = self.ghosts.as_deref_mut() else {
+            return;
+        };
+        if let Op::Check(cost) = op {
+            if v.outcome == Outcome::Allowed && cost > 0 {
+                for g in ghosts.iter_mut() {
+                    g.charge(now, u64::from(cost));
+                }
+            }
+        }
+        ghosts.retain(|g| !g.is_fresh(now));
+        let until = ghosts.iter().map(|g| g.state.fresh_at(&g.params)).max();
+        match until {
+            Some(until) => self.fresh_at = self.fresh_at.max(until),
+            None => self.ghosts = None,
         }
     }
 
@@ -668,6 +957,9 @@ impl KeyState {
                 }
                 self.fresh_at = s.fresh_at(p);
                 self.set_blocked(&v, now);
+                if self.ghosts.is_some() {
+                    self.charge_ghosts(op, &v, now);
+                }
                 return (0, v);
             }
         }
@@ -688,6 +980,9 @@ impl KeyState {
                 if let Some(checked) = checked {
                     self.fresh_at = checked.2;
                     self.set_blocked(&checked.1, now);
+                    if self.ghosts.is_some() {
+                        self.charge_ghosts(op, &checked.1, now);
+                    }
                     return (checked.0, checked.1);
                 }
                 let n = params.len();
@@ -757,6 +1052,9 @@ impl KeyState {
         };
         self.fresh_at = fresh_at;
         self.set_blocked(&v, now);
+        if self.ghosts.is_some() {
+            self.charge_ghosts(op, &v, now);
+        }
         (index, v)
     }
 

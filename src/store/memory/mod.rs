@@ -94,8 +94,13 @@ const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
 ///   new keys share one overflow state with the same quotas (counted in
 ///   [`Stats::overflow_hits`], warned about at most every 10 s).
 ///
-/// A key's state belongs to the rule it was used with: the same key under another rule (a tier
-/// change) starts afresh there. A key held under two packable rules counts twice against the cap.
+/// A key's state is identified by the limiter's name and the key: under another rule of that name
+/// (a tier change, a reload, a quota changed in code) it is converted on access under the key's lock
+/// (see [the guide](crate::guide::changing_limits)). A name of one rule keeps its keys in a packed
+/// table when the rule packs; once a name is seen with a second rule, its packed tables take no new
+/// key, and a key still held there moves to a general entry with its state when another rule of
+/// its name reaches it (decisions under the recorded rule stay on the packed path: no extra lookup).
+/// A key held by several limiters counts once per limiter against the cap.
 /// Concurrent inserts may overshoot the cap by at most the number of inserting threads (with a cap
 /// of 2^20 keys or more, by at most 64 keys per inserting thread: the count is gathered per thread).
 pub struct MemoryStore<K> {
@@ -340,7 +345,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if let Some((t, table)) = table {
             // The key's fingerprint in the blocked cache: its hash, told apart per table.
             let fingerprint = hash ^ ((t as u64) << 58);
-            return self.decide_packed(table, hash, fingerprint, key, rule, tag, op, now);
+            return self.decide_packed(t, table, hash, fingerprint, key, rule, tag, op, now);
         }
         self.decide_general(hash, key, rule, tag, op, now)
     }
@@ -354,7 +359,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         for (t, slot) in self.packed.iter().enumerate() {
             let table = match slot.get() {
                 Some(table) => table,
-                None => match self.claim(slot, rule, tag) {
+                None => match self.claim(t, slot, rule, tag) {
                     Some(table) => table,
                     None => break,
                 },
@@ -370,19 +375,101 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     #[cold]
     fn claim<'a>(
         &self,
+        t: usize,
         slot: &'a OnceLock<Table<K, AtomicU64>>,
         rule: &Rule,
         tag: u64,
     ) -> Option<&'a Table<K, AtomicU64>> {
         let packed = PackedRule::for_rule(rule)?.scoped(tag);
         // Another rule may win the race for this slot: the caller then looks at the next one.
-        Some(slot.get_or_init(|| Table::new(packed, self.route)))
+        // Registered before the table is seen by any decision: a name's second rule retires it
+        // before a key can be inserted there.
+        Some(slot.get_or_init(|| {
+            self.general.ctx.register_table(t, rule, tag);
+            Table::new(packed, self.route)
+        }))
+    }
+
+    /// What the key `key` (hash `hash`, segment `i`) holds or left under the other rules of the
+    /// limiter name of `rule`'s scope `tag`, when that name was seen with several rules: its
+    /// states in retired packed tables (taken out of them when `take`), and the records eviction
+    /// left under each of the name's rules. `None` for a name of one rule.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn adopt(
+        &self,
+        i: usize,
+        key: &K,
+        hash: u64,
+        rule: &Rule,
+        tag: u64,
+        now: u64,
+        take: bool,
+    ) -> Option<Vec<crate::strategy::Held>> {
+        let rules = &self.general.ctx;
+        rules.register(rule, tag);
+        let seen = rules.rules_of_name(rule, tag)?;
+        let mut held = Vec::new();
+        for (t, slot) in self.packed.iter().enumerate() {
+            let Some(table) = slot.get() else { continue };
+            let tag = table.ctx.tag();
+            if !rules.is_retired(t) || !seen.iter().any(|s| s.0 == tag) {
+                continue;
+            }
+            let word = if take {
+                let word = table.segment(i).remove(key).map(|(_, c)| c.into_inner());
+                if word.is_some() {
+                    self.keys.remove(1);
+                }
+                word
+            } else {
+                table.segment(i).get(key).map(|c| c.load(Ordering::Relaxed))
+            };
+            if let Some(word) = word {
+                held.push(table.ctx.held(word, now));
+                if take {
+                    // A rejection cached for the key in that table is no longer its state's.
+                    self.blocked.invalidate();
+                }
+            }
+        }
+        for s in &seen {
+            held.extend(general::recall_held(&self.sketch, hash, s, now));
+        }
+        Some(held)
+    }
+
+    /// Before a call under `rule` (scope `tag`) on a held key whose first slot is another
+    /// scope's: the scope's state is found, or converted from the name's state under another
+    /// rule, or adopted from a retired packed table or the sketch, or recalled as before.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn reconcile(
+        &self,
+        entry: &mut Entry,
+        i: usize,
+        key: &K,
+        hash: u64,
+        rule: &Rule,
+        tag: u64,
+        now: u64,
+    ) {
+        let rules = &self.general.ctx;
+        rules.register(rule, tag);
+        if entry.convert_to(rules, rule, tag, now) {
+            return;
+        }
+        match self.adopt(i, key, hash, rule, tag, now, true) {
+            Some(old) if !old.is_empty() => entry.add_converted(rules, rule, tag, &old, now),
+            _ => entry.recall_other(rules, &self.sketch, hash, rule, tag, now),
+        }
     }
 
     #[inline]
     #[allow(clippy::too_many_arguments)]
     fn decide_packed(
         &self,
+        t: usize,
         table: &Table<K, AtomicU64>,
         hash: u64,
         fingerprint: u64,
@@ -435,6 +522,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if self.handed.load(Ordering::Relaxed) && self.general_holds(i, key, tag) {
             return self.decide_general(hash, key, rule, tag, op, now);
         }
+        // Not held here, and the table retired (its name was seen with several rules): the key's
+        // state, if any, is in a general entry or still in another retired table; a hit above
+        // needs no such check, since a key is taken out of a retired table before any other
+        // decision of its name uses its state (see `adopt`).
+        if self.general.ctx.is_retired(t) {
+            return self.decide_moved(hash, key, rule, tag, op, now);
+        }
         if !creates_state(op) {
             // Peeking at or refunding a key that is not held changes nothing: answered from what
             // its record says it spent (an evicted key is not new to a peek: a rules-file reload
@@ -450,12 +544,55 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let Some((cell, published)) = self.insert(table, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
+        // Retired since the check above: the general entry decides (and takes this cell, which
+        // holds nothing spent by this call). Read under the cell's lock, which `adopt` takes after
+        // the table was retired: a key is never held in a retired table and elsewhere at once.
+        if self.general.ctx.is_retired(t) {
+            drop(cell);
+            return self.decide_moved(hash, key, rule, tag, op, now);
+        }
         let v = table.ctx.apply(&*cell, op, now);
         drop(cell);
         if published > 0 {
             self.after_insert(published, now);
         }
         self.finish(0, v, now, op)
+    }
+
+    /// [`decide_general`](Self::decide_general) for a key of a name seen with several rules,
+    /// kept out of the packed path's code.
+    #[cold]
+    #[inline(never)]
+    fn decide_moved(
+        &self,
+        hash: u64,
+        key: &K,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+    ) -> Decision {
+        self.decide_general(hash, key, rule, tag, op, now)
+    }
+
+    /// Before a reset: drops what the sketch recalls of the key under the scope (and, for a name
+    /// of several rules, under each of its rules), and its state in a retired packed table.
+    #[cold]
+    fn forget_everywhere(&self, i: usize, key: &K, hash: u64, rule: &Rule, tag: u64, now: u64) {
+        // A name of several rules: its state in a retired packed table goes too.
+        let _ = self.adopt(i, key, hash, rule, tag, now, true);
+        general::clear_records(&self.sketch, hash, rule, tag, now);
+        // A name of several rules: its records under each of them too.
+        for (t, _, params) in self
+            .general
+            .ctx
+            .rules_of_name(rule, tag)
+            .unwrap_or_default()
+        {
+            for q in 0..params.len() {
+                self.sketch.clear(sketch::quota_hash(hash, t, q), now);
+            }
+        }
     }
 
     fn decide_general(
@@ -470,11 +607,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let i = segment_of(hash);
         let segment = self.general.segment(i);
         if matches!(op, Op::Reset) {
-            general::clear_records(&self.sketch, hash, rule, tag, now);
+            self.forget_everywhere(i, key, hash, rule, tag, now);
         }
         if let Some(mut entry) = segment.get_mut(key) {
             if !entry.first_is(tag) {
-                entry.recall_other(&self.general.ctx, &self.sketch, hash, rule, tag, now);
+                self.reconcile(&mut entry, i, key, hash, rule, tag, now);
             }
             return self.run(&mut entry, rule, tag, op, now);
         }
@@ -485,9 +622,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 .flatten()
             {
                 Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state], now),
-                // A key that is not held: what its record says it spent (see decide_packed).
+                // A key that is not held: what its record says it spent (see decide_packed), or
+                // its state under the name's other rules.
                 None if !matches!(op, Op::Reset) => {
-                    Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now)
+                    match self.adopt(i, key, hash, rule, tag, now, false) {
+                        Some(old) if !old.is_empty() => {
+                            Entry::converted(&self.general.ctx, rule, tag, &old, now)
+                        }
+                        _ => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now),
+                    }
                 }
                 None => Entry::new(),
             };
@@ -499,13 +642,24 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let handed = (now >= NOW_LIMIT)
             .then(|| self.packed_state(i, key, rule, tag, now, true))
             .flatten();
+        // Run under the new entry's lock: a state taken from a retired packed table moves once.
         let new = || match handed {
             Some(state) => Entry::with_states(&self.general.ctx, rule, tag, vec![state], now),
-            None => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now),
+            None => match self.adopt(i, key, hash, rule, tag, now, true) {
+                Some(old) if !old.is_empty() => {
+                    Entry::converted(&self.general.ctx, rule, tag, &old, now)
+                }
+                _ => Entry::recalled(&self.general.ctx, &self.sketch, hash, rule, tag, now),
+            },
         };
         let Some((mut entry, published)) = self.insert(&self.general, i, key, new, now) else {
             return self.run_overflow(rule, tag, op, now);
         };
+        // Inserted meanwhile by a decision of another scope (another rule of the name, or
+        // another limiter): found, converted or recalled as for an entry found at once.
+        if !entry.first_is(tag) {
+            self.reconcile(&mut entry, i, key, hash, rule, tag, now);
+        }
         let decision = self.run(&mut entry, rule, tag, op, now);
         drop(entry);
         if published > 0 {
@@ -592,7 +746,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 "rate-limit memory store is full of blocked keys; new keys share one overflow quota"
             );
         }
-        let (index, v) = self.overflow.lock().run(rule, tag, op, now);
+        let mut overflow = self.overflow.lock();
+        if !overflow.first_is(tag) {
+            overflow.convert_to(&self.general.ctx, rule, tag, now);
+        }
+        let (index, v) = overflow.run(rule, tag, op, now);
+        drop(overflow);
         self.finish(index, v, now, op)
     }
 
@@ -1063,17 +1222,27 @@ mod tests {
             let a = Rule::parse(strategy, "10/hour").unwrap();
             let b = Rule::parse(strategy, "10/2hours").unwrap();
             let store = MemoryStore::<u64>::builder().max_keys(1).build();
+            // Two limiters (names "a" and "b") on one key.
+            let (ta, tb) = (Scope::new("a", &a).tag(), Scope::new("b", &b).tag());
             let now = 3_600 * S;
-            assert!(store.decide(&1, &a, Op::Check(1), now).is_allowed());
-            assert!(store.decide(&1, &b, Op::Check(9), now).is_allowed());
+            assert!(store.decide_in(&1, &a, ta, Op::Check(1), now).is_allowed());
+            assert!(store.decide_in(&1, &b, tb, Op::Check(9), now).is_allowed());
             // Key 2 evicts key 1 (the cap is 1), which comes back under rule a, then under b.
-            assert!(store.decide(&2, &a, Op::Check(1), now + S).is_allowed());
+            assert!(
+                store
+                    .decide_in(&2, &a, ta, Op::Check(1), now + S)
+                    .is_allowed()
+            );
             assert!(store.stats().evictions >= 1, "{strategy}");
-            let d = store.decide(&1, &a, Op::Check(1), now + 2 * S);
+            let d = store.decide_in(&1, &a, ta, Op::Check(1), now + 2 * S);
             assert_eq!((d.is_allowed(), d.remaining()), (true, 8), "{strategy}");
-            let d = store.decide(&1, &b, Op::Check(1), now + 3 * S);
+            let d = store.decide_in(&1, &b, tb, Op::Check(1), now + 3 * S);
             assert_eq!((d.is_allowed(), d.remaining()), (true, 0), "{strategy}");
-            assert!(!store.decide(&1, &b, Op::Check(1), now + 4 * S).is_allowed());
+            assert!(
+                !store
+                    .decide_in(&1, &b, tb, Op::Check(1), now + 4 * S)
+                    .is_allowed()
+            );
         }
     }
 
@@ -1187,15 +1356,19 @@ mod tests {
         let a = Rule::parse(Strategy::MovingWindow, "100/s").unwrap();
         let b = Rule::parse(Strategy::MovingWindow, "5/hour").unwrap();
         let store = MemoryStore::<u64>::new();
-        assert!(store.decide(&1, &a, Op::Check(1), 100 * S).is_allowed());
+        // Two limiters (names "a" and "b") on one key.
+        let at = |rule: &Rule, name: &str, t: u64| {
+            store.decide_in(&1, rule, Scope::new(name, rule).tag(), Op::Check(1), t)
+        };
+        assert!(at(&a, "a", 100 * S).is_allowed());
         for _ in 0..5 {
-            assert!(store.decide(&1, &b, Op::Check(1), 100 * S).is_allowed());
+            assert!(at(&b, "b", 100 * S).is_allowed());
         }
-        assert!(!store.decide(&1, &b, Op::Check(1), 100 * S).is_allowed());
+        assert!(!at(&b, "b", 100 * S).is_allowed());
         // Rule a's state is fresh from 101 s on; rule b's key stays blocked.
-        assert!(!store.decide(&1, &b, Op::Check(1), 102 * S).is_allowed());
-        assert!(store.decide(&1, &a, Op::Check(1), 102 * S).is_allowed());
-        assert!(!store.decide(&1, &b, Op::Check(1), 103 * S).is_allowed());
+        assert!(!at(&b, "b", 102 * S).is_allowed());
+        assert!(at(&a, "a", 102 * S).is_allowed());
+        assert!(!at(&b, "b", 103 * S).is_allowed());
     }
 
     #[test]

@@ -366,6 +366,20 @@ impl PackedRule {
         }
     }
 
+    /// The scope's tag.
+    pub(super) fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// The rule's one quota as held: its strategy, quota and the state in `word` at `now`.
+    pub(super) fn held(&self, word: u64, now: u64) -> crate::strategy::Held {
+        crate::strategy::Held {
+            strategy: self.strategy,
+            params: self.params,
+            state: self.unpack(word, now),
+        }
+    }
+
     /// This packed rule for the scope of tag `tag`.
     pub(crate) fn scoped(mut self, tag: u64) -> Self {
         self.tag = tag;
