@@ -920,7 +920,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 tier,
                 key_tag: default.key_tag,
                 rule,
-                previous: None,
                 missing_global: default.missing_global,
                 metrics: LimitMetrics::new(&spec.name),
                 settle_from: default.settle_from.clone(),

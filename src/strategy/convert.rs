@@ -9,12 +9,14 @@
 //!   the current window (a first-hit window starts at the oldest old start still inside it);
 //! - moving window: the entries of the old log that covers the new period (exact), topped up to
 //!   the window figure above with entries stamped `now`;
-//! - buckets: that many units of deficit (not capped at a smaller burst: the bucket may start
-//!   over-full), and never before the old queue's last scheduled departure.
+//! - buckets: the deficit at the new interval (a unit's fraction too, so that two versions
+//!   alternating round nothing up), capped at the new depth (a key is never shut for longer than
+//!   the new bucket holds), and never before the old queue's last scheduled departure.
 //!
-//! Counts are not capped at a lower new limit: `100/hour -> 50/hour -> 100/hour` must not forget the
-//! 100 spent (an over-full window only rejects until it ends). Old quotas whose period is not in
-//! the new rule stay as ghosts until their state would be fresh, charged every admitted unit.
+//! Window counts are not capped at a lower new limit: `100/hour -> 50/hour -> 100/hour` must not
+//! forget the 100 spent (an over-full window only rejects until it ends). Old quotas whose period
+//! is not in the new rule stay as ghosts until their state would be fresh, charged every admitted
+//! unit; so does an old bucket whose deficit the new depth cut, so that converting back finds it.
 
 use std::collections::VecDeque;
 
@@ -58,6 +60,8 @@ struct Spend {
     log: Option<VecDeque<u64>>,
     /// A bucket's last scheduled departure (its TAT minus one emission interval).
     departure: Option<u64>,
+    /// A bucket's deficit: how far its TAT is ahead of `now`, and its emission interval.
+    ahead: Option<(u64, u64)>,
 }
 
 /// The spend `held` proves at `now`.
@@ -70,6 +74,7 @@ fn spend_of(held: &Held, now: u64) -> Spend {
         start: None,
         log: None,
         departure: None,
+        ahead: None,
     };
     match &mut state {
         QuotaState::Fixed(f) => {
@@ -100,6 +105,7 @@ fn spend_of(held: &Held, now: u64) -> Spend {
             let tat = g.tat();
             if tat > now {
                 spend.units = (tat - now).div_ceil(p.emission);
+                spend.ahead = Some((tat - now, p.emission));
                 if held.strategy == Strategy::LeakyBucket {
                     spend.departure = Some(tat.saturating_sub(p.emission));
                 }
@@ -112,18 +118,41 @@ fn spend_of(held: &Held, now: u64) -> Spend {
 /// The window figure for a new quota of period `period`: the largest spend among old quotas of
 /// a period inside it, or else the spend of the shortest old quota containing it.
 fn window_units(spends: &[Spend], period: u64) -> u64 {
+    window_value(spends, period, |s| s.units)
+}
+
+/// [`window_units`] measured by `value`.
+fn window_value(spends: &[Spend], period: u64, value: impl Fn(&Spend) -> u64) -> u64 {
     let inside = spends
         .iter()
         .filter(|s| s.period <= period)
-        .map(|s| s.units)
+        .map(&value)
         .max();
     inside.unwrap_or_else(|| {
         spends
             .iter()
             .filter(|s| s.period > period)
             .min_by_key(|s| s.period)
-            .map_or(0, |s| s.units)
+            .map_or(0, &value)
     })
+}
+
+/// A spend as a bucket deficit in time at emission interval `t`: a bucket's exactly (a unit's
+/// fraction too, so that two versions alternating round nothing up), a window's in whole units.
+fn deficit_at(s: &Spend, t: u64) -> u64 {
+    match s.ahead {
+        Some((ahead, old)) => {
+            let scaled = u128::from(ahead) * u128::from(t);
+            u64::try_from(scaled.div_ceil(u128::from(old.max(1)))).unwrap_or(u64::MAX)
+        }
+        None => s.units.saturating_mul(t),
+    }
+}
+
+/// Whether a bucket spend carried into the bucket quota `p` is cut by its depth: the old bucket
+/// then stays as a ghost, so that converting back does not hand the cut units back.
+fn cut_by(s: &Spend, p: &Params) -> bool {
+    s.ahead.is_some() && s.period == p.window && deficit_at(s, p.emission) > p.tau()
 }
 
 /// The result of a conversion: the new rule's per-quota states, the ghosts to keep, and whether
@@ -153,7 +182,8 @@ pub(crate) fn convert(old: &[Held], strategy: Strategy, params: &[Params], now: 
         .iter()
         .zip(&spends)
         .filter(|(h, s)| {
-            !params.iter().any(|p| p.window == s.period) && s.units > 0 && !h.is_fresh(now)
+            let cut = strategy.is_bucket() && params.iter().any(|p| cut_by(s, p));
+            (cut || !params.iter().any(|p| p.window == s.period)) && s.units > 0 && !h.is_fresh(now)
         })
         .map(|(h, s)| (s.units, h.clone()))
         .collect();
@@ -251,10 +281,11 @@ fn new_state(
         }
         Strategy::TokenBucket | Strategy::LeakyBucket => {
             let tau = p.tau();
-            // Not capped at a smaller new burst: two versions alternating (10 and 12 an hour)
-            // would each hand back the difference. An over-full bucket rejects until it drains:
-            // the spend at the new rate.
-            let carried = now.saturating_add(units.saturating_mul(p.emission));
+            // The deficit carries at the new interval, capped at the new depth (a key is never
+            // shut for longer than the new bucket holds); what the cap cuts stays counted in a
+            // ghost of the old bucket, so two versions alternating hand nothing back.
+            let ahead = window_value(spends, p.window, |s| deficit_at(s, p.emission));
+            let carried = now.saturating_add(ahead.min(tau));
             // A leaky bucket's queue keeps the departures it already handed out.
             let scheduled = spends
                 .iter()
@@ -262,7 +293,7 @@ fn new_state(
                 .filter_map(|s| s.departure)
                 .max()
                 .map_or(0, |d| d.min(now.saturating_add(tau)));
-            let tat = if units == 0 && scheduled <= now {
+            let tat = if ahead == 0 && scheduled <= now {
                 0
             } else {
                 carried.max(scheduled)
@@ -335,15 +366,17 @@ mod tests {
             let half = Params::bucket(50, 3_600 * S, 50);
             let c = convert(&[old], s, &[half], T0 + S);
             assert_eq!(room(s, &half, &c.states[0], T0 + S), 0, "{s}");
-            // And back to 100: still nothing left in the hour (a bucket: its 100 units carried
-            // through the 50/hour bucket, over-full there, one unit drained meanwhile).
+            // And back to 100: still nothing left in the hour (a bucket: the 50/hour bucket is
+            // full, and the old bucket's 100 units stay in a ghost; one unit drained meanwhile).
             let back = Held {
                 strategy: s,
                 params: half,
                 state: c.states[0].clone(),
             };
+            let mut old = vec![back];
+            old.extend(c.ghosts);
             let full = Params::bucket(100, 3_600 * S, 100);
-            let c = convert(&[back], s, &[full], T0 + 2 * S);
+            let c = convert(&old, s, &[full], T0 + 2 * S);
             let most = if s.is_bucket() { 1 } else { 0 };
             assert!(
                 room(s, &full, &c.states[0], T0 + 2 * S) <= most,
@@ -479,12 +512,19 @@ mod tests {
     }
 
     #[test]
-    fn buckets_carry_the_deficit_in_units_and_keep_scheduled_departures() {
+    fn buckets_carry_the_deficit_capped_at_the_new_depth_and_keep_scheduled_departures() {
         let g = spent(held(Strategy::LeakyBucket, 10, 10 * S), 8, T0);
-        // 8 units of 1 s ahead; the new bucket 4/10s (T = 2.5 s), burst 4: over-full by 4 units.
+        // 8 units of 1 s ahead; the new bucket 4/10s (T = 2.5 s), burst 4: 8 units would be 20 s,
+        // capped at its depth (10 s); the old bucket stays as a ghost for the cut 4.
         let p = Params::bucket(4, 10 * S, 4);
         let c = convert(std::slice::from_ref(&g), Strategy::LeakyBucket, &[p], T0);
-        assert_eq!(c.states[0], QuotaState::Gcra(Gcra::from_tat(T0 + 20 * S)));
+        assert_eq!(c.states[0], QuotaState::Gcra(Gcra::from_tat(T0 + 10 * S)));
+        assert_eq!(c.ghosts, vec![g.clone()]);
+        // Not cut: 2 units of 1 s at 2.5 s each, no ghost.
+        let two = spent(held(Strategy::LeakyBucket, 10, 10 * S), 2, T0);
+        let c = convert(&[two], Strategy::LeakyBucket, &[p], T0);
+        assert_eq!(c.states[0], QuotaState::Gcra(Gcra::from_tat(T0 + 5 * S)));
+        assert!(c.ghosts.is_empty());
         // A faster bucket (100/10s): 8 units of 0.1 s, but the last departure handed out (7 s
         // ahead) stays where it was.
         let p = Params::bucket(100, 10 * S, 100);

@@ -903,6 +903,11 @@ impl KeyState {
     /// Charges the ghosts what `op` admitted (`v`), and drops those that ended.
     #[cold]
     fn charge_ghosts(&mut self, op: Op, v: &Verdict, now: u64) {
+        if matches!(op, Op::Reset) {
+            // A reset forgets what the key spent under every rule, removed periods included.
+            self.ghosts = None;
+            return;
+        }
         let Some(ghosts) = self.ghosts.as_deref_mut() else {
             return;
         };

@@ -237,14 +237,29 @@ local function CV()
       if #E > 0 then redis.call('PEXPIRE', key, ttl_ms) end
     end
 
-    -- The ghosts after a change to quotas Qn: every old quota or ghost whose period Qn lacks, still
-    -- alive and with spend; one per period (the largest spend, the latest end), at most MAX_GHOSTS.
-    local function cv_ghosts(spends, Qn, now)
+    -- Whether the new bucket quota of the same period cuts old bucket spend r at its depth.
+    local function cv_cut(code, r, Qn)
+      if not r.ahead or (code ~= 4 and code ~= 5) then return false end
+      for _, q in ipairs(Qn) do
+        if q.w == r.w then
+          local u, rest = divmod(r.ahead, r.T)
+          local f, fr = muldivmod(q.T, rest, r.T)
+          if fr > 0 then f = f + 1 end
+          if u * q.T + f > q.B * q.T then return true end
+        end
+      end
+      return false
+    end
+
+    -- The ghosts after a change to quotas Qn: every old quota or ghost whose period Qn lacks, and
+    -- every old bucket whose deficit the new depth cut (converting back must find it), still alive
+    -- and with spend; one per period (the largest spend, the latest end), at most MAX_GHOSTS.
+    local function cv_ghosts(spends, code, Qn, now)
       local periods = {}
       for _, q in ipairs(Qn) do periods[q.w] = true end
       local by_w, G = {}, {}
       for _, r in ipairs(spends) do
-        if not periods[r.w] and r.fin > now and r.spent > 0 then
+        if (not periods[r.w] or cv_cut(code, r, Qn)) and r.fin > now and r.spent > 0 then
           local g = by_w[r.w]
           if g then
             g.spent = max(g.spent, r.spent)
@@ -292,7 +307,7 @@ local function CV()
           S[j] = cv_state(code, q, s, first, now, spends)
         end
       end
-      return S, cv_ghosts(spends, Q, now)
+      return S, cv_ghosts(spends, code, Q, now)
     end
     return {convert = convert, parse = cv_parse, ghosts_string = ghosts_string,
             ghosts_charge = ghosts_charge}
