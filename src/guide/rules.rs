@@ -132,15 +132,14 @@
 //!   in atomically when its content hash changes; requests in flight finish on the rules they started
 //!   with. A file that does not parse, vanished, or was caught half-written is refused with a log line
 //!   (`rules reload refused`) and `tollgate_rules_reloads_total{result="error"}`; the old rules keep
-//!   serving. Each reload logs the limits added, removed, changed and started fresh. A limit whose
-//!   name, strategy, quotas and key are unchanged keeps every key's state (a changed path, method list,
-//!   cost or shadow flag keeps it too). Changed quotas convert each key's state when the key is next
-//!   seen (within the old rule's horizon): the units spent under the old rule are charged to the new
-//!   one, capped at its smallest limit, if the new list has a quota of the same period (a removed
-//!   period's count is dropped, a new one starts empty; rounding toward the stricter state; the same
-//!   on Redis). A changed strategy or key starts that limit fresh with a warning; a rename is a new
-//!   limit. Instances polling one file may run the old and the new
-//!   rules side by side for up to one interval.
+//!   serving. Each reload logs the limits added, removed, changed, converted and started fresh. A
+//!   key's state belongs to its limit's name and the key: a changed quota, strategy or window offset
+//!   converts each key's state in the store when the key is next seen, strictly (it never hands back
+//!   what the old state proves was spent; [changing limits](super::changing_limits) gives the bounds),
+//!   in memory and on Redis alike, and instances still on the old file count the key once with the
+//!   new ones. A changed key starts that limit fresh with a warning; a rename is a new limit.
+//!   Instances polling one file may run the old and the new rules side by side for up to one
+//!   interval.
 //! - **Shadow limits** (`shadow = true`) are decided and counted after the enforced limits admitted the
 //!   request; they never reject and never roll anything back, so a tighter limit can be rolled out next
 //!   to the one enforced on the same key and watched in `tollgate_requests_total{outcome="shadow_rejected"}`.

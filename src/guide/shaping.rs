@@ -48,14 +48,15 @@
 //! half past every UTC hour; `Retry-After`, `x-ratelimit-reset` and `t` point at the shifted edge. Set it
 //! per limiter (`Builder::window_offset`, `server --window-offset OFFSET`) or per request (a rule per
 //! request: `rule.with_window_offset(offset)` through the layer's `select_rule` or `RateLimiter::apply`),
-//! in memory and on Redis. The offset is part of the rule's identity: a key's state under one offset is
-//! not its state under another. Other strategies have no clock-aligned edges: they warn and ignore it.
+//! in memory and on Redis. A key's state is its limiter's whatever the offset: a changed offset
+//! converts it (the spend carried into the window under the new offset). Other strategies have no clock-aligned edges: they warn and ignore it.
 //! Fixed offsets only: daylight-saving rules and zone names are out of scope (a zone that changes its
 //! offset twice a year gets a window an hour longer or shorter only if you change the offset you pass).
 //!
-//! The abuse case: a user who spends a daily quota and then changes time zone starts a fresh window
-//! under the new offset: up to one window more. Avoid it by fixing the offset per key: take it from the
-//! account's stored settings (changed rarely, and not by a request header or query parameter).
+//! A user who spends a daily quota and then changes time zone keeps what they spent: the spend moves
+//! into the window under the new offset, which may reject for up to one window more, never admit
+//! more. Take the offset from the account's stored settings all the same (not from a request header
+//! or query parameter), so that a client cannot shift its window edges at will.
 //!
 //! ```
 //! use std::time::Duration;

@@ -1,9 +1,10 @@
 //! Stores and Redis in production: where the state lives, and what happens when the store is slow
 //! or gone.
 //!
-//! A key's state belongs to the rule it is used with, in every store: a route layer with its own
-//! rule counts only the requests it sees, and a key moved to another rule (another tier, a per-request
-//! rule) starts afresh there while its old state expires by itself ([changing limits](super::changing_limits)).
+//! A key's state belongs to its limiter's name and the key, in every store: a route layer with a
+//! limiter of its own counts only the requests it sees, and a key moved to another rule of the same
+//! limiter (another tier, a per-request rule, a reload, a rolling deploy) keeps its state, converted
+//! strictly ([changing limits](super::changing_limits)).
 //!
 //! - **In memory** ([`MemoryStore`](crate::store::MemoryStore), the default): for one process, or
 //!   when every instance may count on its own. Decisions are atomic per key (no lost updates under

@@ -661,7 +661,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                 for name in &report.fresh {
                     tracing::warn!(
                         limit = %name,
-                        "rules reload: strategy or key changed: the limit starts fresh"
+                        "rules reload: the key changed: the limit starts fresh"
                     );
                 }
                 Ok((Some(report), Some(old)))
