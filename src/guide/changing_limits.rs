@@ -26,7 +26,7 @@
 //! bucket: a change may reject for up to one period, but never hands back spent quota. Per old
 //! quota, its proven spend now: a fixed window's count in its current window; a sliding window's
 //! `limit - remaining` (rounded up); a first-hit window's count and start; a moving window's log; a
-//! bucket's deficit in units, `ceil((TAT - now) / T)`. Per new quota of period `W'`:
+//! bucket's deficit, `TAT - now`. Per new quota of period `W'`:
 //!
 //! - **fixed, sliding and first-hit windows**: the largest spend among old quotas whose period lies
 //!   inside `W'`, or, if none does, the spend of the shortest old quota containing it, placed in the
@@ -36,13 +36,16 @@
 //! - **moving window**: exact from an old moving-window log that covers `W'` (its entries of the last
 //!   `W'`); otherwise topped up to the window figure above with entries stamped now (an estimate,
 //!   logged once per limit).
-//! - **token and leaky bucket**: that many units of deficit, not capped at a smaller new burst (so
-//!   two versions alternating, say 10 and 12 an hour, cannot each hand back the difference): the
-//!   bucket may start over-full and rejects until it has drained them at its own rate. A leaky
-//!   bucket's queue keeps the departures it already handed out.
+//! - **token and leaky bucket**: the deficit carries exactly at the new emission interval (a unit's
+//!   fraction too, so two versions alternating round nothing up), capped at the new bucket's depth
+//!   (a key is never shut for longer than the new bucket holds); when the cap cuts an old bucket's
+//!   deficit, the old bucket stays as a ghost (below), so converting back finds what was cut and
+//!   two versions alternating (say 100 and 50 an hour) hand nothing back. A leaky bucket's queue
+//!   keeps the departures it already handed out.
 //! - **a strategy change** goes through the same spends.
 //!
-//! **Removed periods become ghosts**: an old quota whose period is not in the new rule stays with
+//! **Removed periods become ghosts**, and so do old buckets the new depth cut: an old quota whose
+//! period is not in the new rule (or whose deficit was cut) stays with
 //! the state until its window ends, charged every admitted unit (not checked: the new rule decides),
 //! and a later conversion back to a rule with that period reads it. So two rule versions alternating
 //! (a rollout, a reload racing an instance on the old file) count one key once. At most 8 ghosts
@@ -60,9 +63,10 @@
 //!   `5/second; 20/minute -> 10/second; 20/minute`: at most 20 in the minute;
 //!   `10/minute; 100/hour -> 20/minute; 100/hour`: at most 100 in the hour (a bucket: burst plus
 //!   rate, 200).
-//! - a bucket's deficit carries in units: `100/hour -> 50/hour -> 100/hour` on a bucket admits 100
-//!   plus what it refills meanwhile (its own bound: burst plus rate); lowered a lot, a bucket stays
-//!   shut for the units spent at its new rate (`1000/hour` spent, then `10/hour`: 100 hours).
+//! - a bucket: `100/hour -> 50/hour -> 100/hour` admits 100 plus what it refills meanwhile (its own
+//!   bound: burst plus rate; the cut deficit comes back from the ghost); lowered a lot, a bucket is
+//!   shut for at most its new depth (`1000/hour` spent, then `10/hour`: one hour, the old bucket
+//!   counted in a ghost until its own deficit has drained).
 //! - in general, per quota `(L', W')` of the current rule: at most the largest own bound of the
 //!   rules active in that window (for its quota of period `W'`, or the shortest one above) plus
 //!   `L'`, and exactly `max L` when every rule in it is a moving window with a quota of period `W'`.
