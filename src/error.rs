@@ -27,7 +27,7 @@ pub enum ConfigError {
         tick: Duration,
     },
     /// The moving window keeps one timestamp per unit: its limit is capped at
-    /// [`MAX_MOVING_WINDOW_LIMIT`](crate::MAX_MOVING_WINDOW_LIMIT).
+    /// [`Rule::MAX_MOVING_WINDOW_LIMIT`](crate::Rule::MAX_MOVING_WINDOW_LIMIT).
     MovingWindowLimitTooLarge(Quota),
     /// `burst * period / limit` exceeds the longest period a quota may have.
     BurstTooLarge(Quota),
@@ -86,7 +86,7 @@ impl fmt::Display for ConfigError {
             Self::MovingWindowLimitTooLarge(q) => write!(
                 f,
                 "quota {q}: the moving window keeps one timestamp per request, so its limit is capped at {}",
-                crate::MAX_MOVING_WINDOW_LIMIT
+                crate::strategy::MAX_MOVING_WINDOW_LIMIT
             ),
             Self::BurstTooLarge(q) => write!(
                 f,

@@ -117,9 +117,9 @@ pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
 pub use offset::{OffsetError, WindowOffset};
 pub use quota::{ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas};
-pub use rule::{MAX_QUOTAS, Rule};
+pub use rule::Rule;
 pub use stats::Stats;
-pub use strategy::{MAX_MOVING_WINDOW_LIMIT, Op, Strategy, UnknownStrategy};
+pub use strategy::{Op, Strategy, UnknownStrategy};
 
 /// The README's code blocks, compiled and run as doctests (`cargo test --doc`).
 #[cfg(doctest)]

@@ -9,8 +9,8 @@ use crate::offset::WindowOffset;
 use crate::quota::{MAX_PERIOD, Quota, parse_quotas};
 use crate::strategy::{MAX_MOVING_WINDOW_LIMIT, Params, Strategy};
 
-/// The most quotas one rule may have.
-pub const MAX_QUOTAS: usize = 16;
+/// The most quotas one rule may have ([`Rule::MAX_QUOTAS`]).
+pub(crate) const MAX_QUOTAS: usize = 16;
 
 /// One strategy and one or more quotas, all of which must admit a request.
 ///
@@ -37,10 +37,17 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The most quotas one rule may have.
+    pub const MAX_QUOTAS: usize = MAX_QUOTAS;
+
+    /// The largest limit a moving-window quota accepts: each admitted unit costs 8 bytes of log,
+    /// so one key can hold at most 8 MiB.
+    pub const MAX_MOVING_WINDOW_LIMIT: u32 = MAX_MOVING_WINDOW_LIMIT;
+
     /// A rule from a strategy and its quotas.
     ///
     /// # Errors
-    /// [`ConfigError`] when there is no quota, more than [`MAX_QUOTAS`], or a quota the strategy
+    /// [`ConfigError`] when there is no quota, more than [`Rule::MAX_QUOTAS`], or a quota the strategy
     /// cannot represent in nanoseconds (see [`ConfigError`]).
     pub fn new(
         strategy: Strategy,

@@ -48,7 +48,7 @@
 //!   from are those where a millisecond step would admit less ([`SystemClock`](crate::SystemClock)). Pass
 //!   `.clock(SystemClock::new())` for the precise clock always. Expired keys are evicted incrementally as traffic
 //!   flows (no call needed) and memory is returned, moving-window logs included as their entries expire.
-//! - The memory store is bounded by default: at most 8 x 10^6 keys (`DEFAULT_MAX_KEYS`, about 430 MiB of
+//! - The memory store is bounded by default: at most 8 x 10^6 keys (`MemoryStoreBuilder::DEFAULT_MAX_KEYS`, about 430 MiB of
 //!   one-quota `u64` keys at 56 B each), more than a single service holds by accident and a ceiling an attacker's key
 //!   flood cannot pass. Change it with `.max_keys(n)` on the limiter's builder (or
 //!   `MemoryStore::builder().max_keys(n)`); `.max_keys(usize::MAX)` lifts it. At the cap a new key makes
@@ -96,7 +96,7 @@
 //!   a flood holds more keys than it can tell apart; this design keeps the constant bound. Set the
 //!   cap well above the legitimate key count, so that eviction is rare.
 //! - **Memory bound.** 4 slots of 16 bytes per capped key, rounded up to a power of two between
-//!   2^14 and 2^22 slots: 256 KiB (the minimum, up to a cap of 4096) to 64 MiB (`MAX_SKETCH_BYTES`,
+//!   2^14 and 2^22 slots: 256 KiB (the minimum, up to a cap of 4096) to 64 MiB (`MemoryStoreBuilder::MAX_SKETCH_BYTES`,
 //!   reached at a cap of 2^20 and kept above it, the default cap included).
 //! - A peek (or a refund) of an evicted key answers from its record, as its next check would, so a
 //!   rules-file reload converts what it spent; a reset forgets its record, held or not. A key held under a rule the store has not seen a key inserted with (a

@@ -23,7 +23,7 @@
 //!
 //! # Several quotas and costs
 //!
-//! Several quotas (`"5/second; 100/minute"`, at most [`MAX_QUOTAS`](crate::MAX_QUOTAS)) form one
+//! Several quotas (`"5/second; 100/minute"`, at most [`Rule::MAX_QUOTAS`](crate::Rule::MAX_QUOTAS)) form one
 //! [`Rule`](crate::Rule): a request is admitted only when every quota admits it, and a request that
 //! one quota rejects consumes nothing from the others.
 //!
@@ -93,8 +93,8 @@
 //! Limits on the configuration, each a typed error, never a panic:
 //!
 //! - a period is non-zero and at most [`Quota::MAX_PERIOD`](crate::Quota::MAX_PERIOD) (3660 days);
-//! - at most [`MAX_QUOTAS`](crate::MAX_QUOTAS) quotas in one rule;
-//! - the moving window's `N` is at most [`MAX_MOVING_WINDOW_LIMIT`](crate::MAX_MOVING_WINDOW_LIMIT)
+//! - at most [`Rule::MAX_QUOTAS`](crate::Rule::MAX_QUOTAS) quotas in one rule;
+//! - the moving window's `N` is at most [`Rule::MAX_MOVING_WINDOW_LIMIT`](crate::Rule::MAX_MOVING_WINDOW_LIMIT)
 //!   (2^20; its log is one entry per unit);
 //! - the buckets need `T = W / N` of at least one unit of the store (1 ns in memory, 1 µs on Redis);
 //!   the window strategies accept any rate.

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 
 pub use key::StoreKey;
 pub(crate) use memory::TableHint;
-pub use memory::{DEFAULT_MAX_KEYS, MAX_SKETCH_BYTES, MemoryStore, MemoryStoreBuilder};
+pub use memory::{MemoryStore, MemoryStoreBuilder};
 
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};

@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use crate::decision::Outcome;
 
-pub use moving_window::MAX_MOVING_WINDOW_LIMIT;
+pub(crate) use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
 pub(crate) use convert::{Held, convert};
 pub(crate) use fixed_window::{

@@ -7,9 +7,8 @@ use std::collections::VecDeque;
 use super::{Op, Params, Verdict};
 use crate::decision::Outcome;
 
-/// The largest limit the moving window accepts: each admitted unit costs 8 bytes of log, so one key
-/// can hold at most 8 MiB.
-pub const MAX_MOVING_WINDOW_LIMIT: u32 = 1 << 20;
+/// The largest limit the moving window accepts ([`Rule::MAX_MOVING_WINDOW_LIMIT`](crate::Rule)).
+pub(crate) const MAX_MOVING_WINDOW_LIMIT: u32 = 1 << 20;
 
 /// The verdict on `cost` of a quota whose log is `log[from..]` at time `t` (at or after its newest
 /// entry), its expired entries dropped.

@@ -17,7 +17,10 @@
 use crate::oracle;
 
 use oracle::{Limiter, S};
-use tollgate::store::{DEFAULT_MAX_KEYS, MAX_SKETCH_BYTES, MemoryStore};
+use tollgate::store::{MemoryStore, MemoryStoreBuilder};
+
+const DEFAULT_MAX_KEYS: usize = MemoryStoreBuilder::DEFAULT_MAX_KEYS;
+const MAX_SKETCH_BYTES: usize = MemoryStoreBuilder::MAX_SKETCH_BYTES;
 use tollgate::{ManualClock, RateLimiter, Strategy};
 
 const DAY: u64 = 19_675 * 86_400 * S;

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use oracle::{Limiter, S, build, q, scale};
-use tollgate::{ConfigError, MAX_MOVING_WINDOW_LIMIT, ManualClock, Quota, RateLimiter, Strategy};
+use tollgate::{ConfigError, ManualClock, Quota, RateLimiter, Rule, Strategy};
+
+const MAX_MOVING_WINDOW_LIMIT: u32 = Rule::MAX_MOVING_WINDOW_LIMIT;
 
 const DAY: u64 = 19_675 * 86_400 * S;
 

@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use self::blocked::BlockedCache;
 use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
-pub use self::sketch::MAX_SKETCH_BYTES;
+pub(crate) use self::sketch::MAX_SKETCH_BYTES;
 use self::sketch::Sketch;
 use self::table::{Held, RoomScan, SEGMENTS, Segmented, Table, segment_of};
 use super::{Answer, LimiterNames, Scope, Store};
@@ -55,8 +55,8 @@ const ENTRIES_PER_EVICTION: usize = 4096;
 /// From this cap on, the key count is gathered per thread ([`HeldCount`]): the cap may then be
 /// overshot by up to 63 keys per inserting thread (under 0.1 % of it for 15 threads).
 const GATHERED_COUNT_FROM: usize = 1 << 20;
-/// The key cap of a store built without one: 8 x 10^6 keys.
-pub const DEFAULT_MAX_KEYS: usize = 8_000_000;
+/// The key cap of a store built without one ([`MemoryStoreBuilder::DEFAULT_MAX_KEYS`]).
+pub(crate) const DEFAULT_MAX_KEYS: usize = 8_000_000;
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -82,11 +82,11 @@ const _: () = assert!(PACKED_RULES < TableHint::GENERAL as usize);
 /// - Keys whose state has become equivalent to a new key's are removed automatically and
 ///   incrementally, as traffic flows (no call from the user, no long pause), and the maps shrink.
 ///   [`RateLimiter::sweep`](crate::RateLimiter::sweep) forces a full pass.
-/// - A cap on the number of keys bounds memory: [`DEFAULT_MAX_KEYS`] (8 x 10^6) unless changed with
+/// - A cap on the number of keys bounds memory: [`MemoryStoreBuilder::DEFAULT_MAX_KEYS`] (8 x 10^6) unless changed with
 ///   [`MemoryStoreBuilder::max_keys`] (`usize::MAX` lifts it). When it is reached, room is made by
 ///   dropping expired keys, then the keys with room nearest a new key's state (the least spent
 ///   first; among equals, those unused since the last look). What an evicted key had spent is kept
-///   in a bounded table (at most [`MAX_SKETCH_BYTES`], see [`MemoryStore::sketch_bytes`]) under a
+///   in a bounded table (at most [`MemoryStoreBuilder::MAX_SKETCH_BYTES`], see [`MemoryStore::sketch_bytes`]) under a
 ///   fingerprint of the key, and a returning key starts at least as spent as its own record: a
 ///   flood of keys less spent than a key never gives it back quota it spent, and a key is never
 ///   charged what other keys spent (a fingerprint collision aside, under 2 x 10^-9 a lookup), so
@@ -175,8 +175,15 @@ pub struct MemoryStoreBuilder {
 }
 
 impl MemoryStoreBuilder {
+    /// The key cap of a store built without one: 8 x 10^6 keys.
+    pub const DEFAULT_MAX_KEYS: usize = DEFAULT_MAX_KEYS;
+
+    /// The largest number of bytes a store's record of evicted keys (its sketch) can take,
+    /// allocated on the first eviction of a key with spent quota and sized from the key cap.
+    pub const MAX_SKETCH_BYTES: usize = MAX_SKETCH_BYTES;
+
     /// Caps the number of keys held (see [`MemoryStore`] for what happens at the cap); the
-    /// default is [`DEFAULT_MAX_KEYS`], and `usize::MAX` lifts the cap.
+    /// default is [`MemoryStoreBuilder::DEFAULT_MAX_KEYS`], and `usize::MAX` lifts the cap.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys.max(1));
         self
@@ -207,7 +214,7 @@ fn creates_state(op: Op) -> bool {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
-    /// A store with the default cap on the number of keys, [`DEFAULT_MAX_KEYS`].
+    /// A store with the default cap on the number of keys, [`MemoryStoreBuilder::DEFAULT_MAX_KEYS`].
     pub fn new() -> Self {
         Self::with_cap(DEFAULT_MAX_KEYS)
     }
@@ -1032,7 +1039,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     }
 
     /// Bytes taken by the record of evicted keys' spent quota (0 until a key with spent quota was
-    /// evicted; at most [`MAX_SKETCH_BYTES`]).
+    /// evicted; at most [`MemoryStoreBuilder::MAX_SKETCH_BYTES`]).
     pub fn sketch_bytes(&self) -> usize {
         self.sketch.bytes()
     }

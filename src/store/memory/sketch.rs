@@ -57,7 +57,7 @@ const UNITS_MAX: u64 = (1 << UNIT_BITS) - 1;
 
 /// The largest number of bytes a sketch can take (allocated on the first eviction of a key with
 /// spent quota, sized from the key cap).
-pub const MAX_SKETCH_BYTES: usize = MAX_SLOTS * SLOT_BYTES;
+pub(crate) const MAX_SKETCH_BYTES: usize = MAX_SLOTS * SLOT_BYTES;
 
 /// One evicted quota's record: empty (or free again) once `until` has passed.
 #[derive(Clone, Copy, Default)]
