@@ -504,7 +504,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             packed.clear_record(&self.sketch, hash, now);
         }
         // The read lock only keeps the entry in place; the state changes by compare-and-swap.
+        // Retirement is read under that lock: `adopt` takes a key out of a retired table under
+        // the write lock, so a state applied here is either taken with it or never applied (a
+        // cell left in a retired table, by an insert that saw the retirement too late, is never
+        // counted on).
         let found = table.find(hash, key, |cell| {
+            if self.general.ctx.is_retired(t) {
+                return None;
+            }
             self.caught_up(packed, i, cell, now);
             let v = packed.apply(cell, op, now);
             match (miss, v.outcome) {
@@ -519,10 +526,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 (None, _) if !matches!(op, Op::Check(_) | Op::Peek) => self.blocked.invalidate(),
                 _ => {}
             }
-            v
+            Some(v)
         });
-        if let Some(v) = found {
-            return self.finish(0, v, now, op);
+        match found {
+            Some(Some(v)) => return self.finish(0, v, now, op),
+            Some(None) => return self.decide_moved(hash, key, rule, tag, op, now),
+            None => {}
         }
         // A key handed to a general entry at NOW_LIMIT, asked again after the clock stepped back:
         // its general entry answers (a fresh packed state would forget what it spent).
