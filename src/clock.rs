@@ -28,7 +28,8 @@ pub trait Clock: Send + Sync + 'static {
 ///
 /// The builder's default is [`SystemClock::suited_to`] the limiter's rule: when no quota of the rule
 /// needs finer than a millisecond, a read is one load of a process-wide time refreshed every
-/// millisecond (the same as [`CoarseClock`]'s, shared by every limiter), about 1 ns. Why that is
+/// millisecond (the same as [`CoarseClock`]'s, shared by every limiter, asleep while nothing reads
+/// it), about 1 ns. Why that is
 /// safe, and what it costs:
 ///
 /// - **It never admits more.** The time read lags real time by at most the refresh interval plus
@@ -136,7 +137,7 @@ impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> u64 {
         if let Some(coarse) = self.coarse {
-            return coarse.nanos.load(Ordering::Relaxed);
+            return coarse.read();
         }
         let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.base.saturating_add(elapsed)
@@ -242,6 +243,10 @@ impl Clock for ManualClock {
 /// current time. Clones share one cached time and one updater thread, which ends soon after the last
 /// clone is dropped. If the thread cannot be started the clock reads [`SystemClock`] directly.
 ///
+/// An idle process spends nothing on it: after 100 refreshes with no read the updater sleeps, and
+/// the next read takes the time from [`SystemClock`] itself and wakes it. The first read after each
+/// refresh marks it read (one atomic write per refresh, not per read).
+///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Clock, CoarseClock};
@@ -259,16 +264,86 @@ pub struct CoarseClock {
 
 #[derive(Debug)]
 struct CoarseInner {
+    /// The cached time, its two low bits flags (see [`UNREAD`], [`ASLEEP`]): a nanosecond or three
+    /// less, whatever the resolution.
     nanos: AtomicU64,
     source: SystemClock,
     resolution: Duration,
     /// `false` when the updater thread could not be started: read `source` instead.
     cached: bool,
+    /// The updater thread, to wake it when a read finds it asleep or the clock is dropped.
+    ticker: OnceLock<std::thread::Thread>,
 }
 
+/// Flag of the cached time: no read has seen it since the updater refreshed it. Set by the updater,
+/// cleared by the first read, so that a read of a time already read (nearly all) finds both flags
+/// clear and returns the time as it is.
+const UNREAD: u64 = 1;
+/// Flag of the cached time: the updater has gone to sleep (no read for [`IDLE_TICKS`] refreshes),
+/// the time is stale; the next read refreshes it and wakes the updater.
+const ASLEEP: u64 = 2;
+const FLAGS: u64 = UNREAD | ASLEEP;
+/// Refreshes in a row with no read after which the updater sleeps until the next read: an idle
+/// process spends no CPU on its clock (a wake-up every millisecond costs some 2 % of a core on a VM).
+const IDLE_TICKS: u32 = 100;
+
 impl CoarseInner {
-    fn refresh(&self) {
-        self.nanos.fetch_max(self.source.now(), Ordering::Relaxed);
+    /// The cached time. The first read after a refresh marks it read (one write per refresh, not
+    /// per read); a read that finds the updater asleep reads the source and wakes it.
+    #[inline]
+    fn read(&self) -> u64 {
+        let n = self.nanos.load(Ordering::Relaxed);
+        if n & FLAGS == 0 {
+            return n;
+        }
+        self.read_cold(n)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_cold(&self, n: u64) -> u64 {
+        if n & ASLEEP == 0 {
+            return self.nanos.fetch_and(!UNREAD, Ordering::Relaxed) & !FLAGS;
+        }
+        // Never behind what any read returned before: the source is monotonic and the stored
+        // time only grows.
+        let fresh = self.source.now() & !FLAGS;
+        let now = self.nanos.fetch_max(fresh, Ordering::Relaxed).max(fresh);
+        if let Some(t) = self.ticker.get() {
+            t.unpark();
+        }
+        now & !FLAGS
+    }
+
+    /// One refresh by the updater; `false` when it went to sleep instead (no read for
+    /// [`IDLE_TICKS`] refreshes), to be woken by a read or by the clock's drop.
+    fn refresh(&self, idle: &mut u32) -> bool {
+        let prev = self.nanos.load(Ordering::Relaxed);
+        *idle = if prev & UNREAD != 0 { *idle + 1 } else { 0 };
+        if *idle >= IDLE_TICKS {
+            *idle = 0;
+            // Fails when a read marked the time meanwhile: stay awake.
+            return self
+                .nanos
+                .compare_exchange(prev, prev | ASLEEP, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err();
+        }
+        self.nanos
+            .fetch_max((self.source.now() & !FLAGS) | UNREAD, Ordering::Relaxed);
+        true
+    }
+
+    fn asleep(&self) -> bool {
+        self.nanos.load(Ordering::Relaxed) & ASLEEP != 0
+    }
+}
+
+impl Drop for CoarseInner {
+    fn drop(&mut self) {
+        // A sleeping updater would never see the clock gone.
+        if let Some(t) = self.ticker.get() {
+            t.unpark();
+        }
     }
 }
 
@@ -284,10 +359,11 @@ impl CoarseClock {
         let source = SystemClock::new();
         let make = |cached| {
             Arc::new(CoarseInner {
-                nanos: AtomicU64::new(source.now()),
+                nanos: AtomicU64::new(source.now() & !FLAGS),
                 source,
                 resolution,
                 cached,
+                ticker: OnceLock::new(),
             })
         };
         let inner = make(true);
@@ -295,13 +371,28 @@ impl CoarseClock {
         let spawned = std::thread::Builder::new()
             .name("tollgate-clock".into())
             .spawn(move || {
+                let mut idle = 0;
                 loop {
                     std::thread::sleep(resolution);
                     let Some(inner) = weak.upgrade() else { break };
-                    inner.refresh();
+                    if inner.refresh(&mut idle) {
+                        continue;
+                    }
+                    drop(inner);
+                    // Asleep until a read (or the clock's drop) wakes it; a spurious wake-up
+                    // looks again.
+                    while weak.upgrade().is_some_and(|i| i.asleep()) {
+                        std::thread::park();
+                    }
                 }
             });
-        let inner = if spawned.is_ok() { inner } else { make(false) };
+        let inner = match spawned {
+            Ok(handle) => {
+                let _ = inner.ticker.set(handle.thread().clone());
+                inner
+            }
+            Err(_) => make(false),
+        };
         Self { inner }
     }
 
@@ -321,7 +412,7 @@ impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> u64 {
         if self.inner.cached {
-            self.inner.nanos.load(Ordering::Relaxed)
+            self.inner.read()
         } else {
             self.inner.source.now()
         }
@@ -382,6 +473,69 @@ mod tests {
         drop(d);
         std::thread::sleep(Duration::from_millis(20));
         assert!(weak.upgrade().is_none());
+    }
+
+    #[test]
+    fn an_unread_coarse_clock_sleeps_and_the_next_read_is_fresh() {
+        let c = CoarseClock::with_resolution(Duration::from_millis(1));
+        let before = c.now();
+        // No read for well over IDLE_TICKS refreshes: the updater goes to sleep.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !c.inner.asleep() {
+            assert!(Instant::now() < deadline, "the updater never went to sleep");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stale = c.inner.nanos.load(Ordering::Relaxed) & !FLAGS;
+        std::thread::sleep(Duration::from_millis(30));
+        // The read after the sleep is the source's time, not the stale one, and wakes it.
+        let wall = SystemClock::new().now();
+        let woken = c.now();
+        assert!(
+            woken >= before && woken > stale + 25_000_000,
+            "fresh after sleep"
+        );
+        assert!(woken.abs_diff(wall) < 5_000_000);
+        assert!(!c.inner.asleep());
+        // Awake again: the updater refreshes without further cold reads.
+        let mut last = woken;
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(3));
+            let n = c.now();
+            assert!(n >= last, "monotonic");
+            last = n;
+        }
+        assert!(last >= woken + 30_000_000, "refreshed by the woken updater");
+        // An asleep updater still ends with the clock.
+        let weak = Arc::downgrade(&c.inner);
+        drop(c);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(weak.upgrade().is_none());
+    }
+
+    #[test]
+    fn coarse_reads_racing_the_updater_never_go_back() {
+        let c = CoarseClock::with_resolution(Duration::from_micros(50));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    let end = Instant::now() + Duration::from_millis(300);
+                    while Instant::now() < end {
+                        let n = c.now();
+                        assert!(n >= last, "monotonic");
+                        last = n;
+                        // Gaps long enough for the updater to fall asleep now and then.
+                        if n % 7 == 0 {
+                            std::thread::sleep(Duration::from_millis(8));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
     }
 
     #[test]
