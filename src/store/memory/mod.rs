@@ -52,6 +52,16 @@ const PACKED_RULES: usize = 4;
 const GATHERED_COUNT_FROM: usize = 1 << 20;
 /// The key cap of a store built without one ([`MemoryStoreBuilder::DEFAULT_MAX_KEYS`]).
 pub(crate) const DEFAULT_MAX_KEYS: usize = 8_000_000;
+/// What a hit on a retired table's cell answers in place of a verdict (never used as one: the
+/// general entry decides).
+const RETIRED: Verdict = Verdict {
+    outcome: Outcome::Rejected,
+    // No quota has this limit (limits are `u32`).
+    limit: u64::MAX,
+    remaining: 0,
+    reset_after: 0,
+    retry_after: 0,
+};
 /// How often the overflow warning may repeat.
 const OVERFLOW_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -464,7 +474,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         // counted on).
         let found = table.find(hash, key, |cell| {
             if self.general.ctx.is_retired(t) {
-                return None;
+                return RETIRED;
             }
             self.caught_up(packed, i, cell, now);
             let v = packed.apply(cell, op, now);
@@ -480,12 +490,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 (None, _) if !matches!(op, Op::Check(_) | Op::Peek) => self.blocked.invalidate(),
                 _ => {}
             }
-            Some(v)
+            v
         });
-        match found {
-            Some(Some(v)) => return self.finish(0, v, now, op),
-            Some(None) => return self.decide_moved(hash, key, rule, tag, op, now),
-            None => {}
+        if let Some(v) = found {
+            if v.limit == RETIRED.limit {
+                return self.decide_moved(hash, key, rule, tag, op, now);
+            }
+            return self.finish(0, v, now, op);
         }
         // A key handed to a general entry at NOW_LIMIT, asked again after the clock stepped back:
         // its general entry answers (a fresh packed state would forget what it spent).
