@@ -281,6 +281,8 @@ pub(super) fn lone_enforced<'a>(specs: impl Iterator<Item = &'a LimitSpec>) -> b
 
 /// Whether `St` is shared by several instances (the Redis store), where a count kept in this
 /// process would not be the cluster's.
+// Without the `redis` feature no store is shared, and `St` goes unread.
+#[cfg_attr(not(feature = "redis"), allow(clippy::extra_unused_type_parameters))]
 pub(super) fn shared_store<St: 'static>() -> bool {
     #[cfg(feature = "redis")]
     {
