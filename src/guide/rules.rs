@@ -14,7 +14,7 @@
 //!                             # non-empty segment; raw path, case-sensitive, no trailing-slash folding
 //! methods = ["POST"]          # default all; case-insensitive; HEAD is not GET
 //! key = "ip"                  # default "ip"; ip | global | header:NAME | A+B composite ("ip+header:x-user")
-//! on_missing_key = "reject"   # reject (400) | global; default from --on-missing-key
+//! on_missing_key = "reject"   # reject (400) | global; default from RulesOptions (--on-missing-key)
 //! strategy = "moving-window"  # the --strategy names; default sliding-window
 //! quotas = "5/minute; 20/hour"
 //! burst = 10                  # bucket strategies only; an error elsewhere
@@ -53,7 +53,10 @@
 //! - **Every matching limit applies, all or nothing.** The enforced limits that match a request are
 //!   decided together in one `Store::apply_all` call, in the file's order: either every one of them
 //!   spends the request's cost, or (one rejects) none does, so a rejected request spends nothing
-//!   anywhere and the `429` is the first rejecting limit's. It never over-admits. In memory the keys'
+//!   anywhere. The `429` is the rejecting limit's with the longest `Retry-After` (a cost that can
+//!   never be admitted before any wait; on the memory store every limit is checked, so the longest
+//!   wait is known, and a store that ends its answer at the first rejection names that one). It
+//!   never over-admits. In memory the keys'
 //!   lock stripes are taken in one fixed order (no global lock) and no other request ever sees a
 //!   reservation that is then rolled back: a request that fits every limit is admitted. On Redis, one
 //!   script call decides all the limits when their keys are in one slot (single node and Sentinel:
@@ -77,12 +80,20 @@
 //!   a Cluster comes from its URL, never from a connection still being made.
 //! - **A failing store blocks no other limit.** Every answer is read before acting: under
 //!   `FailurePolicy::FailClosed` the limits that admitted are given back once and the request is
-//!   answered `503`; under `FailOpen` the failed limit is skipped. A limit left unanswered counts
+//!   answered `503` (after a rejection the store has given them back itself); under `FailOpen` the failed limit is skipped. A limit left unanswered counts
 //!   as failed. A request without a key for one of its limits is answered `400` before anything is
 //!   spent.
 //! - **Settlement**: a handler's `Settle` marker (`Settle::refund()` on a successful login: only
-//!   failures count) settles the request's reservation with every enforced limit of the file, or
-//!   only with the limit it names (`Settle::for_limiter`); see [settlement](super::settlement).
+//!   failures count) settles the request's reservation with the limit it names
+//!   (`Settle::for_limiter`: every limit takes a marker named for it), and an unnamed one with
+//!   every matching limit whose `settle` is `marker`; a file with no such limit leaves an unnamed
+//!   marker to the layer around it (never a global limit's count by accident). `settle =
+//!   "header:NAME"` settles to the response header `NAME` (a decimal count; missing, unusable or
+//!   repeated: the estimate stands, warned once per limit) before the response leaves; `settle =
+//!   "trailer:NAME"` to the trailer `NAME` once the body has ended (a body dropped before its
+//!   trailers leaves the estimate). A value above what was left is charged in full (the key's debt
+//!   carries, as with `SettleFrom`). Shadow limits settle like enforced ones. See
+//!   [settlement](super::settlement).
 //! - **Headers** follow the stacked-limiter rule: a `429` carries the rejecting limit's fields; a
 //!   success the `x-ratelimit-*` of the limit with the fewest remaining, and one IETF item per limit,
 //!   named after it, counting the limits of `RateLimitLayer`s inside and around the rules layer too.
@@ -104,7 +115,8 @@
 //! - **Shaping queues** (`queue_ms`) work as `RateLimitLayer::queue`: each request gets its departure
 //!   when it arrives (FIFO, one interval apart, the queue's depth `queue_ms / interval + 1`), waits for
 //!   it on tokio's timer, and is forwarded with the headers of its departure. They are checked after
-//!   every other enforced limit of the request admitted it, and their slots are never given back (a
+//!   every other enforced limit of the request admitted it (a queue's rejection settles those to 0),
+//!   and their slots are never given back (a
 //!   rejection by a later queue, or a refund, leaves a gap: under-admission, never two waiters in one
 //!   slot). A request waits in one queue at most: two `queue_ms` limits whose methods and
 //!   path patterns some request matches both of (`/api/*` and `/api/{v}/upload`, `/a` and `/{x}`)

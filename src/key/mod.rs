@@ -10,37 +10,11 @@
 //! | a closure `Fn(&Parts) -> Option<K>` | anything | anything in the request head |
 //! | a tuple `(A, B)` / `(A, B, C)` | every part (e.g. IP + username) | what each part reads |
 //!
-//! Extractors see the request head ([`http::request::Parts`]), never the body.
-//!
-//! # Missing keys
-//! An extractor that finds no usable key returns a [`KeyError`]. The layer then answers
-//! `400 Bad Request` (text/plain) by default, or counts the request under one shared fallback key
-//! ([`RateLimitLayer::fallback_key`](crate::layer::RateLimitLayer::fallback_key)); it never passes
-//! the request through unlimited and never panics.
-//!
-//! # Trust
-//! - [`PeerIp`] never reads a header. If requests arrive with forwarded headers while it is in use
-//!   (you are probably behind a proxy, and every client shares the proxy's bucket), a warning is
-//!   logged once.
-//! - [`ForwardedIp`] reads exactly one header, only when the peer is a trusted proxy, and takes the
-//!   right-most untrusted address. See its docs.
-//! - [`HeaderKey`] on a header that anyone can set (an unauthenticated API key) gives an attacker a
-//!   new bucket per request: put the layer after authentication, or combine the key with the IP
-//!   (`(PeerIp::default(), HeaderKey::new(..))`).
-//!
-//! ```
-//! use std::net::SocketAddr;
-//! use http::Request;
-//! use tollgate::key::{HeaderKey, KeyExtractor, PeerAddr, PeerIp};
-//!
-//! let ip_and_key = (PeerIp::default(), HeaderKey::new("x-api-key"));
-//! let mut req = Request::builder().header("x-api-key", "k1").body(()).unwrap();
-//! let peer: SocketAddr = "[2001:db8:0:1::5]:443".parse().unwrap();
-//! req.extensions_mut().insert(PeerAddr(peer));
-//! let (ip, key) = ip_and_key.extract(&req.into_parts().0).unwrap();
-//! assert_eq!(ip.to_string(), "2001:db8::", "IPv6 keyed by its /56");
-//! assert_eq!(key.as_bytes(), b"\0k1");
-//! ```
+//! Extractors see the request head ([`http::request::Parts`]), never the body. An extractor that
+//! finds no usable key returns a [`KeyError`]: the layer answers `400` or counts the request under
+//! a shared fallback key, never passes it unlimited. Which key to trust behind proxies, IPv6
+//! prefixes, and keys a client can choose freely: the guide's [keys and
+//! proxies](crate::guide::keys) chapter.
 
 mod forwarded;
 mod ip;
@@ -233,6 +207,23 @@ fn checked_prefix(prefix: u8) -> u8 {
 /// Reads [`PeerAddr`], then axum's `ConnectInfo<SocketAddr>` (feature `axum`), then tonic's
 /// `TcpConnectInfo` (feature `tonic`, set by `tonic::transport::Server`). Without any the request
 /// has no key (logged once).
+///
+/// It never reads a header: if requests arrive with forwarded headers while it is in use (behind a
+/// proxy, every client would share the proxy's bucket), a warning is logged once.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use http::Request;
+/// use tollgate::key::{HeaderKey, KeyExtractor, PeerAddr, PeerIp};
+///
+/// let ip_and_key = (PeerIp::default(), HeaderKey::new("x-api-key"));
+/// let mut req = Request::builder().header("x-api-key", "k1").body(()).unwrap();
+/// let peer: SocketAddr = "[2001:db8:0:1::5]:443".parse().unwrap();
+/// req.extensions_mut().insert(PeerAddr(peer));
+/// let (ip, key) = ip_and_key.extract(&req.into_parts().0).unwrap();
+/// assert_eq!(ip.to_string(), "2001:db8::", "IPv6 keyed by its /56");
+/// assert_eq!(key.as_bytes(), b"\0k1");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerIp {
     v6_prefix: u8,

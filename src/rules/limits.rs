@@ -12,18 +12,16 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{Response, StatusCode};
 
-use super::{
-    Compiled, Held, PENDING, Rules, RulesOptions, SettleSpec, enforce_all, enforce_keyed,
-    write_success_headers,
-};
+use super::enforce::{Held, PENDING, enforce_all, enforce_keyed, rollback};
+use super::slots::{Slots, take_slots};
+use super::{Compiled, Rules, RulesOptions, SettleSpec, write_success_headers};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
     AtEnd, BodySettle, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
-    Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Slot,
-    Source, Tail,
+    Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -70,49 +68,6 @@ struct Extra {
     wait: Duration,
     /// The concurrency slots it holds until its response body ends (or it is dropped).
     slots: Option<Arc<Slots>>,
-}
-
-/// The concurrency slots of a request, given back when the last holder drops them.
-struct Slots {
-    /// Held for their drop, which gives them back.
-    _held: Vec<Slot<Vec<u8>>>,
-}
-
-impl Tail for Arc<Slots> {}
-
-/// The decision of a concurrency cap full for the request's key: `Retry-After: 1`.
-fn over_cap(cap: u32) -> Decision {
-    const SECOND: u64 = 1_000_000_000;
-    Decision {
-        limit: cap,
-        reset_after: SECOND,
-        retry_after: SECOND,
-        ..PENDING
-    }
-}
-
-/// Takes a slot of every capped limit among `capped` for the request (once every quota
-/// admitted it): the slots, or the first full cap (the slots taken before it given back).
-fn take_slots<St: Store<Vec<u8>>, C: Clock>(
-    compiled: &Compiled<St, C>,
-    capped: &[(usize, Vec<u8>)],
-) -> Result<Option<Arc<Slots>>, (usize, Decision)> {
-    if capped.is_empty() {
-        return Ok(None);
-    }
-    let mut slots = Vec::with_capacity(capped.len());
-    for (index, key) in capped {
-        let Some(cap) = compiled.limits.get(*index).and_then(|l| l.cap.as_ref()) else {
-            continue;
-        };
-        // A rules file's caps count in this process (a shared store is refused at load).
-        match cap.take_now(key) {
-            Some(Ok(slot)) => slots.push(slot),
-            Some(Err(())) => return Err((*index, over_cap(cap.cap()))),
-            None => {}
-        }
-    }
-    Ok(Some(Arc::new(Slots { _held: slots })))
 }
 
 /// The decision of a request no enforced limit counted (none matched with a key, or its store
@@ -359,7 +314,7 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
     let slots = match take_slots(compiled, &capped) {
         Ok(slots) => slots,
         Err((index, d)) => {
-            super::rollback(compiled, &held).await;
+            rollback(compiled, &held).await;
             return Err(Stop::Rejected(index, d));
         }
     };

@@ -55,8 +55,8 @@ fn catch_up_keeps_a_state_written_after_due_by_another_thread() {
             if d.is_allowed() {
                 failures.push(format!(
                     "{strategy:?} {quotas}: a key spent in full at `later` by another thread \
-                     was dropped by the catch-up's {what} and admitted {limit} more {at} ms \
-                     later (keys held: {})",
+                         was dropped by the catch-up's {what} and admitted {limit} more {at} ms \
+                         later (keys held: {})",
                     store.len()
                 ));
             }
@@ -205,7 +205,7 @@ fn catch_up_races_with_decisions_in_other_threads() {
     assert!(
         readmitted.is_empty(),
         "{} of {} keys spent in full by thread B at `later` during thread A's catch-up were \
-         dropped and admitted another 10^7 1 ms later (first: {:?})",
+             dropped and admitted another 10^7 1 ms later (first: {:?})",
         readmitted.len(),
         spent.len(),
         &readmitted[..readmitted.len().min(4)]

@@ -485,7 +485,7 @@ fn keys_back_after_a_forward_jump_past_seven_eighths_of_a_ring_are_not_locked_ou
         if !locked.is_empty() {
             failures.push(format!(
                 "{quotas}: {} of 64 keys rejected 70 h later (key, retry after s): {:?}; key \
-                 0 admitted again after {minutes} min",
+                     0 admitted again after {minutes} min",
                 locked.len(),
                 &locked[..locked.len().min(4)]
             ));

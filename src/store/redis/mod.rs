@@ -70,6 +70,7 @@ use super::{LimiterNames, Scope, StoreKey};
 use crate::decision::Decision;
 use crate::error::{BuildError, StoreError, StoreErrorKind};
 use crate::stats::{Counter, Stats};
+#[cfg(any(test, feature = "test-util"))]
 use crate::strategy::Strategy;
 
 /// Nanoseconds per tick of the Redis store (one microsecond).

@@ -24,161 +24,31 @@
 //!   fetch, scaled to the horizon), at most four times the previous lease, at most `limit /
 //!   max_share`; in Redis also at most `room / shrink`, so leases shrink as the key nears its limit.
 
+mod fetch;
+mod settings;
+
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use ::redis::Value;
 use dashmap::DashMap;
 use tokio::sync::watch;
 
+pub use self::settings::{LeaseCounters, Leasing};
 use super::scripts::{FIXED, GCRA, PRELUDE, SLIDING};
-use super::send::{NoReply, Script, Shed};
+use super::send::Shed;
 use super::{
-    Inner, LATE_GRACE, RedisFuture, RedisStore, SILENCE, TICK_NANOS, decode, keys, limit_of, nanos,
-    redis_keys, script_args,
+    Inner, RedisFuture, RedisStore, SILENCE, TICK_NANOS, keys, limit_of, nanos, redis_keys,
+    script_args,
 };
 use crate::decision::{Decision, Outcome};
 use crate::error::{ConfigError, StoreError, StoreErrorKind};
 use crate::rule::Rule;
 use crate::stats::Counter;
 use crate::store::{Answer, Scope, StoreKey, name_hash};
-use crate::strategy::{Op, Params, Strategy};
+use crate::strategy::{Op, Strategy};
 
 /// The lease script's driver, after the prelude and a strategy's script.
 const LEASE_DRIVER: &str = include_str!("lua/lease_driver.lua");
-
-/// How leases are sized and given back ([`RedisStoreBuilder::leases`](super::RedisStoreBuilder::leases)).
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::store::redis::{Leasing, RedisStore};
-///
-/// let builder = RedisStore::builder("redis://127.0.0.1:6379").leases(
-///     Leasing::default()
-///         .max_share(50) // a lease never holds more than 2% of a limit
-///         .idle_return(Duration::from_millis(100)),
-/// );
-/// # let _ = builder;
-/// ```
-///
-/// # Bounds
-///
-/// With `I` instances and leases of at most `L = limit / max_share` units:
-/// - **Fixed window** (clock-aligned) and **sliding window counter**: never more than the
-///   strategy's own bound across all instances. A lease is counted in Redis when it is drawn, in
-///   the window (or bucket) it is used in, and dies at that window's end.
-/// - **Token bucket**: a lease of `g` units dies `g x T` after it was drawn, so a unit is used at
-///   most `L x T` after Redis counted it: over any span of time `d`, at most `B + L + d / T`
-///   (the bucket's `B + d / T`, plus one lease).
-/// - **Under-admission**: units leased by other instances and not yet used: at most
-///   `(I - 1) x L` at once (and at most `room / shrink` per lease near the limit). They come back
-///   when their instance returns them (after `idle_return` without use, at the latest, and a dead
-///   token-bucket lease when it is replaced or swept) or, for the windows, when the window ends; a
-///   dead instance's lease is lost until its window ends (`L x T` for the bucket).
-/// - **Reset**: a `Reset` reaches only the resetting instance's lease. Each other instance's lease
-///   keeps admitting until it is spent or dies, and its later return lowers the count Redis
-///   started afresh: each unit it held at the reset is either admitted unseen or given back and
-///   subtracted, so at most the units held (under `2 x L`: leases of one window merge) more than
-///   the limit per other instance in the window of the reset.
-/// - **Clock**: a lease dies at its life on the limiter's clock or on the process's monotonic
-///   clock, whichever comes first: a limiter clock that lags real time (a frozen
-///   [`ManualClock`](crate::ManualClock), a coarse clock) cannot stretch it past Redis's window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Leasing {
-    max_share: u32,
-    horizon: Duration,
-    shrink: u32,
-    idle: Duration,
-}
-
-impl Default for Leasing {
-    fn default() -> Self {
-        Self {
-            max_share: 20,
-            horizon: Duration::from_millis(100),
-            shrink: 4,
-            idle: Duration::from_millis(250),
-        }
-    }
-}
-
-impl Leasing {
-    /// The defaults: leases of at most 5% of a limit (`max_share(20)`), sized to 100 ms of the
-    /// key's demand, at most a quarter of the room left, returned after 250 ms without use.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A lease holds at most `limit / n` units (at least 1; for the token bucket the limit is the
-    /// burst). The bound on what other instances' leases can hold back. Default 20.
-    pub fn max_share(mut self, n: u32) -> Self {
-        self.max_share = n.max(1);
-        self
-    }
-
-    /// A lease aims at the key's demand on this instance over this span (default 100 ms): small
-    /// for cold keys (1 unit: a call per request, as without leasing), larger for hot ones.
-    pub fn horizon(mut self, span: Duration) -> Self {
-        self.horizon = span;
-        self
-    }
-
-    /// A lease takes at most `1 / n` of the room left in Redis (default 4): leases shrink as a
-    /// key nears its limit, so its last units are not stranded on an idle instance.
-    pub fn shrink(mut self, n: u32) -> Self {
-        self.shrink = n.max(1);
-        self
-    }
-
-    /// A lease unused for this long gives its units back (default 250 ms).
-    pub fn idle_return(mut self, idle: Duration) -> Self {
-        self.idle = idle;
-        self
-    }
-
-    /// The largest lease for `params` (at least 1).
-    fn cap(&self, strategy: Strategy, params: &[Params]) -> u64 {
-        params
-            .iter()
-            .map(|p| {
-                let limit = if strategy.is_bucket() {
-                    p.burst
-                } else {
-                    p.limit
-                };
-                limit / u64::from(self.max_share)
-            })
-            .min()
-            .unwrap_or(0)
-            .max(1)
-    }
-}
-
-/// What the leases of a [`RedisStore`](super::RedisStore) did ([`RedisStore::lease_counters`]).
-///
-/// Every granted unit is used, given back, dead or held: `granted = leased + returned + expired +
-/// units_held` (while no fetch or return is in flight).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseCounters {
-    /// Lease calls made (sent to Redis, or answered by the breaker or the overload policy).
-    pub fetches: u64,
-    /// Units granted by them.
-    pub granted: u64,
-    /// Units admitted from leases (each admitted check's cost, the check that fetched the lease
-    /// included).
-    pub leased: u64,
-    /// Unused units given back to Redis (idle, replaced, dead token-bucket leases, and
-    /// [`RedisStore::return_leases`]).
-    pub returned: u64,
-    /// Unused units that were never given back: window leases that died with their window, leases
-    /// dropped by a `Reset` of their key, and returns that failed.
-    pub expired: u64,
-    /// Leases held now.
-    pub held: u64,
-    /// Unused units in the leases held now.
-    pub units_held: u64,
-}
 
 /// The leases of one store.
 pub(super) struct Leases {
@@ -754,138 +624,6 @@ impl RedisStore {
             }
         }
     }
-
-    /// Runs one lease call and records its result in the key's slot; the slot's waiters wake when
-    /// `done` is dropped.
-    async fn fetch(self, call: Call, cost: u32, done: watch::Sender<()>, cache_key: Option<u64>) {
-        let fetched = self.fetch_call(&call, cost, cache_key).await;
-        let Some(leases) = &self.inner.leases else {
-            return;
-        };
-        let mut replaced = None;
-        let slot = leases.slots.get_mut(&call.id);
-        if slot.is_none() {
-            // No slot to hold the grant (the key was dropped meanwhile): its units die unused.
-            if let Ok(lease) = &fetched {
-                leases.expired.add(lease.left);
-            }
-        }
-        if let Some(mut slot) = slot {
-            slot.fetching = None;
-            slot.done += 1;
-            slot.last = match fetched {
-                Ok(lease) => {
-                    match slot.lease.take() {
-                        // One window's leases end together: they merge.
-                        Some(mut old) if !old.bucket && old.end == lease.end => {
-                            old.left += lease.left;
-                            old.granted += lease.granted;
-                            old.remaining = lease.remaining;
-                            slot.lease = Some(old);
-                        }
-                        old => {
-                            // A live lease's units, and a dead bucket lease's (still counted in
-                            // the bucket), go back; a dead window lease's died with its window.
-                            let now_i = Instant::now();
-                            match old.filter(|o| o.left > 0) {
-                                Some(o) if o.bucket || o.alive(call.now, now_i) => {
-                                    replaced = Some((Arc::clone(&slot.back), o));
-                                }
-                                Some(o) => leases.expired.add(o.left),
-                                None => {}
-                            }
-                            slot.lease = Some(lease);
-                        }
-                    }
-                    Fetched::Granted
-                }
-                Err(f) => f,
-            };
-        }
-        drop(done);
-        if let Some((key, old)) = replaced {
-            if let Err(e) = self.give_back(&key, &old, call.now).await {
-                tracing::debug!(error = %e, "returning a replaced lease");
-            }
-        }
-    }
-
-    /// The lease call itself, under the store's overload and outage policies
-    /// ([`RedisStore::send_script`], shared with calls without a lease). It waits the timeout and
-    /// the connection's grace: the checks waiting for it give up at the timeout, and a late grant
-    /// still becomes this instance's lease.
-    async fn fetch_call(
-        &self,
-        call: &Call,
-        cost: u32,
-        cache_key: Option<u64>,
-    ) -> Result<Lease, Fetched> {
-        let inner = &self.inner;
-        if let Some(l) = &inner.leases {
-            l.fetches.add(1);
-        }
-        let script = Script {
-            keys: call.redis_keys.clone(),
-            args: call.args.clone(),
-            sha: call.sha.clone(),
-            src: Arc::clone(&call.src),
-        };
-        let deadline = tokio::time::Instant::now() + inner.timeout.saturating_add(LATE_GRACE);
-        let sent_i = Instant::now();
-        let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
-        let v = match self.send_script(script, deadline, true, None, None).await {
-            Ok(v) => v,
-            Err(NoReply::Overload(_)) => return Err(Fetched::Shed),
-            Err(NoReply::Outage(e) | NoReply::Late(e)) => return Err(Fetched::Failed(e)),
-        };
-        let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
-        if grant == 0 {
-            let d = d.answering(Op::Check(cost));
-            if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
-                if cost == 1 && d.outcome() == Outcome::Rejected {
-                    cache.insert_unless_removed(ck, d, Instant::now(), removals);
-                }
-            }
-            return Err(Fetched::Rejected(d, cost));
-        }
-        if let Some(l) = &inner.leases {
-            l.granted.add(grant);
-        }
-        Ok(Lease {
-            left: grant,
-            granted: grant,
-            at: d.time,
-            sent: call.now,
-            until: call.now.saturating_add(life),
-            until_i: sent_i
-                .checked_add(Duration::from_nanos(life))
-                .unwrap_or(sent_i),
-            end: d.time.saturating_add(life),
-            bucket: call.bucket,
-            limit: d.limit,
-            remaining: u64::from(d.remaining),
-            reset_after: d.reset_after,
-            quota: d.quota,
-        })
-    }
-}
-
-/// Decodes a lease reply: the grant, the life in ns, and the decision of the verdicts.
-fn decode_lease(v: &Value, quotas: usize) -> Result<(u64, u64, Decision), StoreError> {
-    let bad = |m: &str| StoreError::new(StoreErrorKind::BadReply, format!("lease reply: {m}"));
-    let Value::Array(items) = v else {
-        return Err(bad("not an array"));
-    };
-    let int = |i: usize| match items.get(i) {
-        Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| bad("a negative value")),
-        _ => Err(bad("a value that is not an integer")),
-    };
-    let (grant, life) = (int(1)?, int(2)?);
-    let mut rest = Vec::with_capacity(items.len().saturating_sub(2));
-    rest.extend(items.first().cloned());
-    rest.extend(items.iter().skip(3).cloned());
-    let d = decode(&Value::Array(rest), quotas)?;
-    Ok((grant, life.saturating_mul(TICK_NANOS), d))
 }
 
 /// Returns idle leases every half idle time, until the store is dropped.
@@ -915,117 +653,4 @@ pub(super) fn sweep_in_background(inner: Weak<Inner>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lease_cap_is_a_share_of_the_smallest_limit_and_at_least_one() {
-        let rule = Rule::parse(Strategy::SlidingWindow, "1000/minute; 100/second").unwrap();
-        let params = rule.params_in(TICK_NANOS).unwrap();
-        assert_eq!(Leasing::default().cap(Strategy::SlidingWindow, &params), 5);
-        assert_eq!(
-            Leasing::default()
-                .max_share(1000)
-                .cap(Strategy::SlidingWindow, &params),
-            1
-        );
-    }
-
-    #[test]
-    fn lease_sizes_follow_demand_grow_at_most_fourfold_and_stay_under_the_cap() {
-        let cfg = Leasing::default().horizon(Duration::from_millis(100));
-        let mut slot = Slot {
-            lease: None,
-            fetching: None,
-            done: 0,
-            last: Fetched::Nothing,
-            size: 0,
-            asked: 0,
-            since: 0,
-            cap: 500,
-            used_at: Instant::now(),
-            now_seen: 0,
-            back: Arc::new(Back {
-                base: String::new(),
-                rule: Rule::parse(Strategy::FixedWindow, "10000/minute").unwrap(),
-                tag: 0,
-            }),
-        };
-        let ms = 1_000_000;
-        assert_eq!(
-            slot.next_size(&cfg, 1000 * ms, 1),
-            1,
-            "a new key gets one unit"
-        );
-        slot.asked = 1000;
-        assert_eq!(
-            slot.next_size(&cfg, 1010 * ms, 1),
-            4,
-            "growth is at most 4x"
-        );
-        slot.asked = 1000;
-        assert_eq!(slot.next_size(&cfg, 1020 * ms, 1), 16);
-        slot.asked = 1;
-        assert_eq!(
-            slot.next_size(&cfg, 2020 * ms, 3),
-            3,
-            "a cold key's lease falls to the cost"
-        );
-        slot.size = 400;
-        slot.asked = 1_000_000;
-        assert_eq!(slot.next_size(&cfg, 2030 * ms, 1), 500, "the cap");
-    }
-
-    #[test]
-    fn a_lease_admits_until_it_is_empty_or_dead_and_returns_the_rest() {
-        let mut lease = Lease {
-            left: 3,
-            granted: 5,
-            at: 7_000,
-            sent: 100,
-            until: 1_100,
-            until_i: Instant::now() + Duration::from_secs(60),
-            end: 8_000,
-            bucket: false,
-            limit: 10,
-            remaining: 5,
-            reset_after: 1_000,
-            quota: 0,
-        };
-        let i = Instant::now();
-        let d = lease.take(2, 600, i).unwrap();
-        assert!(d.is_allowed());
-        assert_eq!(d.remaining(), 6);
-        assert_eq!(d.time, 7_500, "the time inside the lease's window");
-        assert!(lease.take(2, 700, i).is_none(), "one unit left");
-        assert!(lease.take(1, 1_100, i).is_none(), "dead at its end");
-        let mut stale = lease;
-        stale.until_i = i;
-        assert!(
-            stale.take(1, 700, i).is_none(),
-            "dead at its monotonic end, whatever the limiter's clock says"
-        );
-        assert_eq!(
-            lease.give_back(),
-            Some(Op::Settle {
-                reserved: 5,
-                actual: 4,
-                at: 7_000,
-                bound: 0
-            })
-        );
-        lease.left = 0;
-        assert_eq!(lease.give_back(), None);
-    }
-
-    #[test]
-    fn leasing_is_refused_for_the_moving_window_first_hit_window_and_leaky_bucket() {
-        for s in Strategy::ALL {
-            let leasable = matches!(
-                s,
-                Strategy::FixedWindow | Strategy::SlidingWindow | Strategy::TokenBucket
-            );
-            assert_eq!(refusal(s).is_none(), leasable, "{s}");
-        }
-    }
-}
+mod tests;

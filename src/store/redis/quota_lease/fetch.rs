@@ -1,0 +1,155 @@
+//! Fetching a lease: one script call under the store's overload and outage policies, its grant
+//! recorded in the key's slot.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::redis::Value;
+use tokio::sync::watch;
+
+use super::{Call, Fetched, Lease};
+use crate::decision::{Decision, Outcome};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::store::redis::send::{NoReply, Script};
+use crate::store::redis::{LATE_GRACE, RedisStore, TICK_NANOS, decode};
+use crate::strategy::Op;
+
+impl RedisStore {
+    /// Runs one lease call and records its result in the key's slot; the slot's waiters wake when
+    /// `done` is dropped.
+    pub(super) async fn fetch(
+        self,
+        call: Call,
+        cost: u32,
+        done: watch::Sender<()>,
+        cache_key: Option<u64>,
+    ) {
+        let fetched = self.fetch_call(&call, cost, cache_key).await;
+        let Some(leases) = &self.inner.leases else {
+            return;
+        };
+        let mut replaced = None;
+        let slot = leases.slots.get_mut(&call.id);
+        if slot.is_none() {
+            // No slot to hold the grant (the key was dropped meanwhile): its units die unused.
+            if let Ok(lease) = &fetched {
+                leases.expired.add(lease.left);
+            }
+        }
+        if let Some(mut slot) = slot {
+            slot.fetching = None;
+            slot.done += 1;
+            slot.last = match fetched {
+                Ok(lease) => {
+                    match slot.lease.take() {
+                        // One window's leases end together: they merge.
+                        Some(mut old) if !old.bucket && old.end == lease.end => {
+                            old.left += lease.left;
+                            old.granted += lease.granted;
+                            old.remaining = lease.remaining;
+                            slot.lease = Some(old);
+                        }
+                        old => {
+                            // A live lease's units, and a dead bucket lease's (still counted in
+                            // the bucket), go back; a dead window lease's died with its window.
+                            let now_i = Instant::now();
+                            match old.filter(|o| o.left > 0) {
+                                Some(o) if o.bucket || o.alive(call.now, now_i) => {
+                                    replaced = Some((Arc::clone(&slot.back), o));
+                                }
+                                Some(o) => leases.expired.add(o.left),
+                                None => {}
+                            }
+                            slot.lease = Some(lease);
+                        }
+                    }
+                    Fetched::Granted
+                }
+                Err(f) => f,
+            };
+        }
+        drop(done);
+        if let Some((key, old)) = replaced {
+            if let Err(e) = self.give_back(&key, &old, call.now).await {
+                tracing::debug!(error = %e, "returning a replaced lease");
+            }
+        }
+    }
+
+    /// The lease call itself, under the store's overload and outage policies
+    /// ([`RedisStore::send_script`], shared with calls without a lease). It waits the timeout and
+    /// the connection's grace: the checks waiting for it give up at the timeout, and a late grant
+    /// still becomes this instance's lease.
+    pub(super) async fn fetch_call(
+        &self,
+        call: &Call,
+        cost: u32,
+        cache_key: Option<u64>,
+    ) -> Result<Lease, Fetched> {
+        let inner = &self.inner;
+        if let Some(l) = &inner.leases {
+            l.fetches.add(1);
+        }
+        let script = Script {
+            keys: call.redis_keys.clone(),
+            args: call.args.clone(),
+            sha: call.sha.clone(),
+            src: Arc::clone(&call.src),
+        };
+        let deadline = tokio::time::Instant::now() + inner.timeout.saturating_add(LATE_GRACE);
+        let sent_i = Instant::now();
+        let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
+        let v = match self.send_script(script, deadline, true, None, None).await {
+            Ok(v) => v,
+            Err(NoReply::Overload(_)) => return Err(Fetched::Shed),
+            Err(NoReply::Outage(e) | NoReply::Late(e)) => return Err(Fetched::Failed(e)),
+        };
+        let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
+        if grant == 0 {
+            let d = d.answering(Op::Check(cost));
+            if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
+                if cost == 1 && d.outcome() == Outcome::Rejected {
+                    cache.insert_unless_removed(ck, d, Instant::now(), removals);
+                }
+            }
+            return Err(Fetched::Rejected(d, cost));
+        }
+        if let Some(l) = &inner.leases {
+            l.granted.add(grant);
+        }
+        Ok(Lease {
+            left: grant,
+            granted: grant,
+            at: d.time,
+            sent: call.now,
+            until: call.now.saturating_add(life),
+            until_i: sent_i
+                .checked_add(Duration::from_nanos(life))
+                .unwrap_or(sent_i),
+            end: d.time.saturating_add(life),
+            bucket: call.bucket,
+            limit: d.limit,
+            remaining: u64::from(d.remaining),
+            reset_after: d.reset_after,
+            quota: d.quota,
+        })
+    }
+}
+
+/// Decodes a lease reply: the grant, the life in ns, and the decision of the verdicts.
+pub(super) fn decode_lease(v: &Value, quotas: usize) -> Result<(u64, u64, Decision), StoreError> {
+    let bad = |m: &str| StoreError::new(StoreErrorKind::BadReply, format!("lease reply: {m}"));
+    let Value::Array(items) = v else {
+        return Err(bad("not an array"));
+    };
+    let int = |i: usize| match items.get(i) {
+        Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| bad("a negative value")),
+        _ => Err(bad("a value that is not an integer")),
+    };
+    let (grant, life) = (int(1)?, int(2)?);
+    let mut rest = Vec::with_capacity(items.len().saturating_sub(2));
+    rest.extend(items.first().cloned());
+    rest.extend(items.iter().skip(3).cloned());
+    let d = decode(&Value::Array(rest), quotas)?;
+    Ok((grant, life.saturating_mul(TICK_NANOS), d))
+}
