@@ -152,14 +152,24 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
             return Prepared::Pass;
         }
         let (mut enforced, mut queues, mut shadows) = (Vec::new(), Vec::new(), Vec::new());
+        // The tier value of the limit whose tiers are being looked at: read once per limit, not
+        // once per tier (a limit's tiers are consecutive).
+        let mut tier_value = None;
         for (index, limit) in compiled.limits.iter().enumerate() {
-            if !limit.spec.matches(&parts.method, path)
-                || limit
-                    .tier
-                    .as_ref()
-                    .is_some_and(|t| !t.matches(parts, options))
-            {
+            if !limit.spec.matches(&parts.method, path) {
                 continue;
+            }
+            if let Some(t) = &limit.tier {
+                if tier_value
+                    .as_ref()
+                    .is_none_or(|(id, _)| *id != t.limit_id())
+                {
+                    tier_value = Some((t.limit_id(), t.value(parts, options)));
+                }
+                let value = tier_value.as_ref().and_then(|(_, v)| v.as_deref());
+                if !t.takes(value) {
+                    continue;
+                }
             }
             let key = match limit.key_or_global(parts, options) {
                 Ok(key) => key,

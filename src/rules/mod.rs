@@ -176,7 +176,16 @@ struct TierMatch {
 impl TierMatch {
     /// Whether the request `parts` is of this tier (the first value of a repeated header).
     fn matches(&self, parts: &Parts, options: &RulesOptions) -> bool {
-        let value: Option<std::borrow::Cow<'_, [u8]>> = match &self.from {
+        self.takes(self.value(parts, options).as_deref())
+    }
+
+    /// The request's tier value: the header's first value, or the registered key's bytes.
+    fn value<'a>(
+        &self,
+        parts: &'a Parts,
+        options: &RulesOptions,
+    ) -> Option<std::borrow::Cow<'a, [u8]>> {
+        match &self.from {
             file::KeyPart::Header(h) => parts
                 .headers
                 .get(h)
@@ -187,11 +196,20 @@ impl TierMatch {
                 .ok()
                 .map(std::borrow::Cow::Owned),
             file::KeyPart::Ip | file::KeyPart::Global => None,
-        };
+        }
+    }
+
+    /// Whether a request of tier value `value` is this tier's.
+    fn takes(&self, value: Option<&[u8]>) -> bool {
         match &self.want {
-            Some(want) => value.as_deref() == Some(&**want),
+            Some(want) => value == Some(&**want),
             None => value.is_none_or(|v| !self.listed.iter().any(|l| **l == *v)),
         }
+    }
+
+    /// The tiers of one limit share `listed`: what tells a limit's tiers from another's.
+    fn limit_id(&self) -> *const () {
+        Arc::as_ptr(&self.listed).cast()
     }
 
     /// Whether this is the limit's default tier (or the limit has none).

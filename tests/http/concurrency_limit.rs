@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::key::HeaderKey;
 use tollgate::layer::{ConcurrencyLayer, ConcurrencyLimit};
 
-use crate::support::{TestClient, TestServer};
+use crate::support::{TestClient, TestServer, metric};
 
 /// Requests in flight in the handler now, and the most seen at once.
 #[derive(Clone, Default)]
@@ -316,14 +316,6 @@ async fn with_pacing_requests_over_the_cap_wait_for_a_slot_then_are_refused_nami
     );
     assert_eq!(first.await.unwrap(), StatusCode::OK);
     server.stop().await;
-}
-
-/// The value of the series `series` (its name and labels, exactly) in a Prometheus text page.
-fn metric(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find(|l| l.starts_with(series) && l.as_bytes().get(series.len()) == Some(&b' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]

@@ -4,15 +4,7 @@
 use http::StatusCode;
 
 use crate::server_cli::Running;
-use crate::support::TestClient;
-
-/// The value of the series `series` (its name and labels, exactly) in a Prometheus text page.
-fn value(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find(|l| l.starts_with(series) && l.as_bytes().get(series.len()) == Some(&b' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .map(|v| v.parse().unwrap())
-}
+use crate::support::{TestClient, metric as value};
 
 #[tokio::test]
 async fn the_layer_counts_its_outcomes_under_its_limiters_name_never_the_key() {

@@ -17,7 +17,7 @@ use tollgate::layer::{RateLimitLayer, SettleFrom, UsedUnits};
 use tollgate::store::MemoryStore;
 use tollgate::{RateLimiter, Strategy};
 
-use crate::support::{TestClient, TestServer};
+use crate::support::{TestClient, TestServer, WithTrailers};
 
 fn limiter(name: &str, quota: &str) -> RateLimiter<(), MemoryStore<()>> {
     RateLimiter::builder()
@@ -266,28 +266,6 @@ async fn a_client_that_goes_away_pays_for_what_it_was_sent() {
         "nothing more once the stream is gone"
     );
     server.stop().await;
-}
-
-/// A body of one data frame, then trailers.
-struct WithTrailers {
-    data: Option<bytes::Bytes>,
-    trailers: Option<http::HeaderMap>,
-}
-
-impl http_body::Body for WithTrailers {
-    type Data = bytes::Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        let frame = match self.data.take() {
-            Some(d) => Some(http_body::Frame::data(d)),
-            None => self.trailers.take().map(http_body::Frame::trailers),
-        };
-        std::task::Poll::Ready(frame.map(Ok))
-    }
 }
 
 #[tokio::test]

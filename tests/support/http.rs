@@ -143,3 +143,33 @@ impl TestClient {
 pub fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
+
+/// The value of the series `series` (its name and labels, exactly) in a Prometheus text page.
+pub fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find(|l| l.starts_with(series) && l.as_bytes().get(series.len()) == Some(&b' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A body of one data frame, then trailers.
+pub struct WithTrailers {
+    pub data: Option<Bytes>,
+    pub trailers: Option<HeaderMap>,
+}
+
+impl http_body::Body for WithTrailers {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let frame = match self.data.take() {
+            Some(d) => Some(http_body::Frame::data(d)),
+            None => self.trailers.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+}

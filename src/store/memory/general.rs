@@ -268,14 +268,7 @@ impl Entry {
             return;
         };
         let state = Self::with_states(rules, rule, tag, states, now).state;
-        if self.state.is_fresh(now) {
-            self.tag = tag;
-            self.state = state;
-        } else {
-            self.others
-                .get_or_insert_with(Box::default)
-                .push((tag, state));
-        }
+        self.put(tag, state, now);
     }
 
     /// A new key's entry under `rule` converted from `old` (its state under other rules of the
