@@ -16,6 +16,7 @@
 //! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
 //! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; set by `publish_stats` |
 //! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
+//! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`; the store's count), set by `publish_stats` |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
 //!
 //! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
@@ -24,7 +25,7 @@
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 /// The metric names this crate records (pinned: dashboards rely on them).
-pub const METRIC_NAMES: [&str; 10] = [
+pub const METRIC_NAMES: [&str; 11] = [
     "tollgate_requests_total",
     "tollgate_units_total",
     "tollgate_store_errors_total",
@@ -35,6 +36,7 @@ pub const METRIC_NAMES: [&str; 10] = [
     "tollgate_rules_reloads_total",
     "tollgate_store_up",
     "tollgate_in_flight",
+    "tollgate_settle_dropped_units_total",
 ];
 
 /// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's
@@ -66,6 +68,8 @@ pub(crate) struct LimitMetrics {
     /// Memory store only (published by `publish_stats`).
     pub(crate) keys: Gauge,
     pub(crate) evictions: Counter,
+    /// Settled units a full moving-window log dropped (published by `publish_stats`).
+    pub(crate) settle_dropped: Counter,
     /// 1 while the store's circuit breaker is open (published by `publish_stats`).
     pub(crate) breaker_open: Gauge,
     /// 0 while the store cannot be used (published by `publish_stats`).
@@ -90,6 +94,7 @@ impl LimitMetrics {
             store_latency: histogram!("tollgate_store_latency_seconds", "limit" => limit.to_owned()),
             keys: gauge!("tollgate_keys", "limit" => limit.to_owned()),
             evictions: counter!("tollgate_evictions_total", "limit" => limit.to_owned()),
+            settle_dropped: counter!("tollgate_settle_dropped_units_total", "limit" => limit.to_owned()),
             breaker_open: gauge!("tollgate_breaker_open", "limit" => limit.to_owned()),
             store_up: gauge!("tollgate_store_up", "limit" => limit.to_owned()),
         }
@@ -116,6 +121,7 @@ impl LimitMetrics {
     pub(crate) fn publish(&self, stats: &crate::Stats) {
         self.keys.set(stats.keys as f64);
         self.evictions.absolute(stats.evictions);
+        self.settle_dropped.absolute(stats.settle_dropped_units);
         self.publish_health(stats);
     }
 

@@ -240,6 +240,10 @@ pub struct Stats {
     /// Settlements refused because their reservation was made by another limiter, rule or key
     /// ([`StoreErrorKind::ForeignReservation`](crate::StoreErrorKind::ForeignReservation)).
     pub settle_refused: u64,
+    /// Units settled above a reservation that a moving window could not record, its log already
+    /// holding its limit (the log keeps one entry per unit, at most the limit: the rest of a debt
+    /// beyond a full window is forgiven, and counted here).
+    pub settle_dropped_units: u64,
     /// Whether the store cannot be used now: the Redis store before its first connection (Redis
     /// not answering yet, or a host name that does not resolve) and while its circuit breaker is
     /// open; `false` for in-process stores. `tollgate_store_up` is its negation.

@@ -428,6 +428,20 @@ pub(crate) fn apply(
     now: u64,
     op: Op,
 ) -> (usize, Verdict) {
+    let (index, v, _) = apply_settling(states, strategy, params, now, op);
+    (index, v)
+}
+
+/// [`apply`], with the units of a settlement that could not be recorded: a charge beyond a full
+/// moving-window log (the most any quota dropped; 0 for every other operation and strategy).
+pub(crate) fn apply_settling(
+    states: &mut [QuotaState],
+    strategy: Strategy,
+    params: &[Params],
+    now: u64,
+    op: Op,
+) -> (usize, Verdict, u64) {
+    let mut dropped = 0;
     let cost = match op {
         Op::Check(c) => u64::from(c),
         Op::Peek => 0,
@@ -438,7 +452,8 @@ pub(crate) fn apply(
             ..
         } => {
             for (s, p) in states.iter_mut().zip(params) {
-                s.settle(strategy, p, now, at, u64::from(reserved), u64::from(actual));
+                let lost = s.settle(strategy, p, now, at, u64::from(reserved), u64::from(actual));
+                dropped = dropped.max(lost);
             }
             0
         }
@@ -471,7 +486,8 @@ pub(crate) fn apply(
             s.commit(strategy, p, now, cost);
         }
     }
-    reported.unwrap_or((0, Verdict::allowed(0, 0, 0)))
+    let (index, v) = reported.unwrap_or((0, Verdict::allowed(0, 0, 0)));
+    (index, v, dropped)
 }
 
 /// The reported quota among per-quota verdicts (index, verdict), by the same rule as [`apply`]: for

@@ -191,15 +191,15 @@ pub(crate) struct SharedLog {
 }
 
 impl SharedLog {
-    /// Runs `op` on the quotas `params` at `now`, as [`apply`](super::apply) on per-quota logs
-    /// would: the reported quota and its verdict; `None` (nothing changed) when the result could
-    /// differ.
+    /// Runs `op` on the quotas `params` at `now`, as [`apply_settling`](super::apply_settling) on
+    /// per-quota logs would: the reported quota, its verdict and the settled units the log could
+    /// not hold; `None` (nothing changed) when the result could differ.
     pub(crate) fn apply(
         &mut self,
         params: &[Params],
         now: u64,
         op: Op,
-    ) -> Option<(usize, Verdict)> {
+    ) -> Option<(usize, Verdict, u64)> {
         let longest = params
             .iter()
             .enumerate()
@@ -241,6 +241,7 @@ impl SharedLog {
         }
         // Every entry is at or before `last`: the time of each quota's log is `now`.
         let _ = self.log.check(long, now, 0);
+        let mut dropped = 0;
         let cost = match op {
             Op::Check(c) => u64::from(c),
             Op::Peek | Op::StepBack { .. } => 0,
@@ -255,7 +256,7 @@ impl SharedLog {
                 ..
             } => {
                 // Checked above: the same in every quota that counts it, or counted by none.
-                let _ = self
+                dropped = self
                     .log
                     .settle(long, now, at, reserved.into(), actual.into());
                 0
@@ -274,7 +275,7 @@ impl SharedLog {
             push(&mut self.log.log, most, now, cost);
         }
         self.last = now;
-        Some(reported)
+        Some((reported.0, reported.1, dropped))
     }
 
     /// The per-quota logs.

@@ -188,3 +188,31 @@ fn ready_now<F: std::future::Future>(f: F) -> F::Output {
         std::task::Poll::Pending => panic!("the memory store answers at once"),
     }
 }
+
+#[test]
+fn a_charge_beyond_a_full_moving_window_log_is_dropped_and_counted() {
+    // One quota, then two whose logs fill unequally (the shared log splits): the units no log has
+    // room for are counted once, as the most any quota dropped.
+    for (quotas, dropped) in [("5/minute", 4), ("5/minute; 10/hour", 4), ("20/minute", 0)] {
+        let limiter = RateLimiter::builder()
+            .strategy(Strategy::MovingWindow)
+            .quotas(quotas)
+            .unwrap()
+            .clock(ManualClock::new(START))
+            .build()
+            .unwrap();
+        let r = limiter.check_now(&"k", 3).reservation().expect("admitted");
+        // Reserved 3, used 9: the minute's log has room for 2 more.
+        let d = limiter.settle_now(&"k", r, 9);
+        let full = quotas.starts_with("5/");
+        assert_eq!(d.remaining(), if full { 0 } else { 11 }, "{quotas}");
+        assert_eq!(limiter.stats().settle_dropped_units, dropped, "{quotas}");
+        // A settlement within the reservation drops nothing.
+        let r = limiter
+            .check_now(&"other", 2)
+            .reservation()
+            .expect("admitted");
+        limiter.settle_now(&"other", r, 1);
+        assert_eq!(limiter.stats().settle_dropped_units, dropped, "{quotas}");
+    }
+}

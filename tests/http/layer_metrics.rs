@@ -76,3 +76,40 @@ async fn the_layer_counts_its_outcomes_under_its_limiters_name_never_the_key() {
         "the key is never a label: {page}"
     );
 }
+
+#[tokio::test]
+async fn units_settled_beyond_a_full_moving_window_are_counted_under_the_limiters_name() {
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--strategy",
+        "moving-window",
+        "--quota",
+        "5/minute",
+        "--key",
+        "global",
+        "--cost",
+        "3",
+        "--settle-header",
+        "x-used",
+    ])
+    .await;
+    let c = TestClient::new();
+    // Reserved 3, used 9: the log has room for 2 more, 4 are dropped; then a request within its
+    // reservation drops nothing (and is rejected: the log is full).
+    assert_eq!(c.get(&server.url("/?used=9")).await.status, StatusCode::OK);
+    assert_eq!(
+        c.get(&server.url("/?used=1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let page = c.get(&server.url("/metrics")).await.body;
+    server.stop().await;
+    assert_eq!(
+        value(
+            &page,
+            "tollgate_settle_dropped_units_total{limit=\"default\"}"
+        ),
+        Some(4.0),
+        "{page}"
+    );
+}

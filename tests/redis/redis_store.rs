@@ -691,6 +691,41 @@ fn peek_refund_reset_and_stats() {
 }
 
 #[test]
+fn a_charge_beyond_a_full_moving_window_log_is_dropped_and_counted() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let cases = [("5/minute", 4), ("5/minute; 10/hour", 4), ("20/minute", 0)];
+        for (i, (quotas, dropped)) in cases.into_iter().enumerate() {
+            let limiter = RateLimiter::builder()
+                .name(format!("case{i}"))
+                .strategy(Strategy::MovingWindow)
+                .quotas(quotas)
+                .unwrap()
+                .store(test_store(&server, "dropped").await)
+                .build()
+                .unwrap();
+            let r = limiter.check(&7u64, 3).await.unwrap().reservation();
+            // Reserved 3, used 9: the minute's log has room for 2 more, the rest is counted.
+            let d = limiter
+                .settle(&7u64, r.expect("admitted"), 9)
+                .await
+                .unwrap();
+            let full = quotas.starts_with("5/");
+            assert_eq!(d.remaining(), if full { 0 } else { 11 }, "{quotas}");
+            assert_eq!(limiter.stats().settle_dropped_units, dropped, "{quotas}");
+            let r = limiter.check(&8u64, 2).await.unwrap().reservation();
+            limiter
+                .settle(&8u64, r.expect("admitted"), 1)
+                .await
+                .unwrap();
+            assert_eq!(limiter.stats().settle_dropped_units, dropped, "{quotas}");
+        }
+    });
+}
+
+#[test]
 fn block_cache_answers_locally_until_the_reported_wait() {
     let Some(server) = RedisServer::start() else {
         return;

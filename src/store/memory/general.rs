@@ -372,8 +372,8 @@ impl Entry {
     }
 
     /// Applies `op` to the key's state under `rule` in the scope of tag `tag`: the index of the
-    /// reported quota and its verdict.
-    pub(super) fn run(&mut self, rule: &Rule, tag: u64, op: Op, now: u64) -> (usize, Verdict) {
+    /// reported quota, its verdict, and the settled units a full moving-window log dropped.
+    pub(super) fn run(&mut self, rule: &Rule, tag: u64, op: Op, now: u64) -> (usize, Verdict, u64) {
         self.used = true;
         self.state_for(tag, now).run(rule, op, now)
     }
@@ -939,9 +939,10 @@ impl KeyState {
         }
     }
 
-    /// Applies `op` under `rule`: the index of the reported quota and its verdict.
+    /// Applies `op` under `rule`: the index of the reported quota, its verdict, and the settled
+    /// units a full moving-window log could not hold (0 for anything but such a settlement).
     #[inline]
-    fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict) {
+    fn run(&mut self, rule: &Rule, op: Op, now: u64) -> (usize, Verdict, u64) {
         let params = rule.nanos();
         let strategy = rule.strategy();
         // A check under a one-quota rule without the general loop over quotas: what
@@ -958,11 +959,11 @@ impl KeyState {
                 if self.ghosts.is_some() {
                     self.charge_ghosts(op, &v, now);
                 }
-                return (0, v);
+                return (0, v, 0);
             }
         }
         self.fit(rule, now);
-        let (index, v, fresh_at) = match &mut self.quotas {
+        let (index, v, fresh_at, dropped) = match &mut self.quotas {
             States::Packed(strategy, words) => {
                 let strategy = *strategy;
                 // Some: `fit` kept the words only then.
@@ -981,7 +982,7 @@ impl KeyState {
                     if self.ghosts.is_some() {
                         self.charge_ghosts(op, &checked.1, now);
                     }
-                    return (checked.0, checked.1);
+                    return (checked.0, checked.1, 0);
                 }
                 let n = params.len();
                 // On the stack, as for `Words`.
@@ -1007,7 +1008,7 @@ impl KeyState {
                     }
                     self.quotas = States::Words(strategy, two);
                 }
-                (index, v, fresh_at_of(states, params))
+                (index, v, fresh_at_of(states, params), 0)
             }
             States::Words(strategy, words) => {
                 // On the stack: no allocation per check.
@@ -1024,36 +1025,39 @@ impl KeyState {
                 for (i, s) in states.iter().enumerate() {
                     encode(s, words, i);
                 }
-                (index, v, fresh_at_of(states, params))
+                (index, v, fresh_at_of(states, params), 0)
             }
             States::One(s) => {
                 let states = std::slice::from_mut(s);
-                let (index, v) = strategy::apply(states, strategy, params, now, op);
-                (index, v, fresh_at_of(states, params))
+                let (index, v, dropped) =
+                    strategy::apply_settling(states, strategy, params, now, op);
+                (index, v, fresh_at_of(states, params), dropped)
             }
             States::Many(states) => {
-                let (index, v) = strategy::apply(states, strategy, params, now, op);
-                (index, v, fresh_at_of(states, params))
+                let (index, v, dropped) =
+                    strategy::apply_settling(states, strategy, params, now, op);
+                (index, v, fresh_at_of(states, params), dropped)
             }
             States::Shared(log) => match log.apply(params, now, op) {
-                Some((index, v)) => (index, v, log.fresh_at(params)),
+                Some((index, v, dropped)) => (index, v, log.fresh_at(params), dropped),
                 // Not exact on one log: per-quota logs from now on.
                 None => {
                     let mut states = split(log, params);
-                    let (index, v) = strategy::apply(&mut states, strategy, params, now, op);
+                    let (index, v, dropped) =
+                        strategy::apply_settling(&mut states, strategy, params, now, op);
                     let fresh_at = fresh_at_of(&states, params);
                     self.quotas = States::Many(states);
-                    (index, v, fresh_at)
+                    (index, v, fresh_at, dropped)
                 }
             },
-            States::Empty => (0, Verdict::allowed(0, 0, 0), 0),
+            States::Empty => (0, Verdict::allowed(0, 0, 0), 0, 0),
         };
         self.fresh_at = fresh_at;
         self.set_blocked(&v, now);
         if self.ghosts.is_some() {
             self.charge_ghosts(op, &v, now);
         }
-        (index, v)
+        (index, v, dropped)
     }
 
     #[inline]

@@ -145,6 +145,8 @@ pub struct MemoryStore<K> {
     rejected: Counter,
     evictions: Counter,
     overflow_hits: Counter,
+    /// Settled units a full moving-window log could not hold.
+    settle_dropped: Counter,
     names: LimiterNames,
     /// Lock stripes of multi-limit decisions (see [`many`]).
     stripes: many::Stripes,
@@ -219,6 +221,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             rejected: Counter::default(),
             evictions: Counter::default(),
             overflow_hits: Counter::default(),
+            settle_dropped: Counter::default(),
             names: LimiterNames::default(),
             stripes: many::Stripes::default(),
         }
@@ -458,7 +461,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 .blocked
                 .lookup(fingerprint, now, || packed.reported_limit())
             {
-                Ok(v) => return self.finish(0, v, now, op),
+                Ok(v) => return self.finish(0, v, 0, now, op),
                 Err(miss) => Some(miss),
             },
             _ => None,
@@ -496,7 +499,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             if v.limit == RETIRED.limit {
                 return self.decide_moved(hash, key, rule, tag, op, now);
             }
-            return self.finish(0, v, now, op);
+            return self.finish(0, v, 0, now, op);
         }
         // A key handed to a general entry at NOW_LIMIT, asked again after the clock stepped back:
         // its general entry answers (a fresh packed state would forget what it spent).
@@ -519,7 +522,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 _ => packed.recall(&self.sketch, hash, now),
             };
             let v = table.ctx.apply(&AtomicU64::new(start), op, now);
-            return self.finish(0, v, now, op);
+            return self.finish(0, v, 0, now, op);
         }
         let new = || AtomicU64::new(packed.recall(&self.sketch, hash, now));
         let Some((cell, published)) = self.insert(table, i, key, new, now) else {
@@ -537,7 +540,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if published > 0 {
             self.after_insert(published, now);
         }
-        self.finish(0, v, now, op)
+        self.finish(0, v, 0, now, op)
     }
 
     /// [`decide_general`](Self::decide_general) for a key of a name seen with several rules,
@@ -615,8 +618,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 }
                 None => Entry::new(),
             };
-            let (index, v) = entry.run(rule, tag, op, now);
-            return self.finish(index, v, now, op);
+            let (index, v, dropped) = entry.run(rule, tag, op, now);
+            return self.finish(index, v, dropped, now, op);
         }
         // From NOW_LIMIT on, a packable rule's keys live in general entries: a key still held in
         // its packed table moves over with its state (no fresh start across that instant).
@@ -714,8 +717,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     #[inline]
     fn run(&self, entry: &mut Entry, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
-        let (index, v) = entry.run(rule, tag, op, now);
-        self.finish(index, v, now, op)
+        let (index, v, dropped) = entry.run(rule, tag, op, now);
+        self.finish(index, v, dropped, now, op)
     }
 
     fn run_overflow(&self, rule: &Rule, tag: u64, op: Op, now: u64) -> Decision {
@@ -731,13 +734,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if !overflow.first_is(tag) {
             overflow.convert_to(&self.general.ctx, rule, tag, now);
         }
-        let (index, v) = overflow.run(rule, tag, op, now);
+        let (index, v, dropped) = overflow.run(rule, tag, op, now);
         drop(overflow);
-        self.finish(index, v, now, op)
+        self.finish(index, v, dropped, now, op)
     }
 
+    /// The decision of verdict `v` (of quota `index`), counted; `dropped`: the settled units a
+    /// full moving-window log could not hold.
     #[inline]
-    fn finish(&self, index: usize, v: Verdict, now: u64, op: Op) -> Decision {
+    fn finish(&self, index: usize, v: Verdict, dropped: u64, now: u64, op: Op) -> Decision {
         let mut d = to_decision(index, v, now, 1);
         if let Op::Check(cost) = op {
             if v.outcome == Outcome::Allowed {
@@ -747,6 +752,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             } else {
                 self.rejected.add(1);
             }
+        } else if dropped > 0 {
+            self.settle_dropped.add(dropped);
         }
         d
     }
@@ -763,6 +770,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             rejected: self.rejected.get(),
             evictions: self.evictions.get(),
             overflow_hits: self.overflow_hits.get(),
+            settle_dropped_units: self.settle_dropped.get(),
             keys: self.len() as u64,
             ..Stats::default()
         }

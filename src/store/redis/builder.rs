@@ -251,6 +251,7 @@ impl RedisStoreBuilder {
                 epoch: Instant::now(),
                 allowed: Counter::default(),
                 rejected: Counter::default(),
+                settle_dropped: Counter::default(),
                 errors: Counter::default(),
                 shed: Counter::default(),
                 shed_own_key: Counter::default(),

@@ -112,10 +112,17 @@ pub(super) fn bad_reply(what: &str) -> StoreError {
 /// Decodes a script's reply: `now`, then five integers per quota; picks the reported quota as the
 /// memory store does.
 pub(super) fn decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
+    decode_settled(v, quotas).map(|(d, _)| d)
+}
+
+/// [`decode`], with the units a settlement could not record: the reply of a moving-window
+/// settlement ends with one more integer, what its full log dropped.
+pub(super) fn decode_settled(v: &Value, quotas: usize) -> Result<(Decision, u64), StoreError> {
     let Value::Array(items) = v else {
         return Err(bad_reply("not an array"));
     };
-    if items.len() != 1 + 5 * quotas {
+    let settled = items.len() == 2 + 5 * quotas;
+    if items.len() != 1 + 5 * quotas && !settled {
         return Err(bad_reply(&format!(
             "{} values for {quotas} quotas",
             items.len()
@@ -143,8 +150,9 @@ pub(super) fn decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
             retry_after: next()?,
         });
     }
+    let dropped = if settled { next()? } else { 0 };
     let (index, v) = strategy::reported(verdicts).ok_or_else(|| bad_reply("no quota"))?;
-    Ok(to_decision(index, v, now, TICK_NANOS))
+    Ok((to_decision(index, v, now, TICK_NANOS), dropped))
 }
 
 /// [`decode`], for the fuzz targets (`crate::fuzzing`).
@@ -340,8 +348,13 @@ impl RedisStore {
                 // stands), neither an outage nor a local decision.
                 Err(send::NoReply::Late(e)) => return Err(e),
             };
-            let d = match decode(&v, quotas) {
-                Ok(d) => d.answering(op),
+            let d = match decode_settled(&v, quotas) {
+                Ok((d, dropped)) => {
+                    if dropped > 0 {
+                        inner.settle_dropped.add(dropped);
+                    }
+                    d.answering(op)
+                }
                 Err(e) => return outage(e),
             };
             if let Op::Check(c) = op {

@@ -139,6 +139,8 @@ struct Inner {
     epoch: Instant,
     allowed: Counter,
     rejected: Counter,
+    /// Settled units a full moving-window log could not hold (the scripts' replies say).
+    settle_dropped: Counter,
     errors: Counter,
     shed: Counter,
     /// Shed checks by reason: their own key's flood, no room among the calls in flight, no reply
@@ -409,6 +411,7 @@ impl RedisStore {
             allowed: self.inner.allowed.get(),
             rejected: self.inner.rejected.get(),
             store_errors: self.inner.errors.get(),
+            settle_dropped_units: self.inner.settle_dropped.get(),
             breaker_open: self.inner.breaker.is_open(),
             store_down: self.inner.breaker.is_open() || self.inner.conn.read().is_none(),
             ..Stats::default()

@@ -83,7 +83,7 @@ proptest::proptest! {
         quotas in proptest::collection::vec((1u64..8, 1u64..40), 2..6),
         steps in proptest::collection::vec((0u64..600, 0u8..16, 0u64..1000), 1..200),
     ) {
-        use super::super::{QuotaState, Strategy, apply};
+        use super::super::{QuotaState, Strategy, apply_settling as apply};
         let params: Vec<Params> =
             quotas.iter().map(|&(n, w)| Params::window(n, w * 100 * MS)).collect();
         let mut reference = vec![QuotaState::new(Strategy::MovingWindow); params.len()];
@@ -156,7 +156,7 @@ fn checks_and_prompt_settlements_stay_on_one_log() {
     }
     // The longest quota holds what the log holds: at most its limit.
     assert!(log.log.len() <= 160);
-    let (_, v) = log.apply(&params, now, Op::Peek).unwrap();
+    let (_, v, _) = log.apply(&params, now, Op::Peek).unwrap();
     assert_eq!(v.remaining, 0);
 }
 

@@ -61,7 +61,7 @@ fn past_the_end_of_packed_time_a_key_goes_over_to_two_words_with_its_state() {
     for i in 0..60 {
         now += S / 10;
         let got = entry.run(&rule, tag, Op::Check(1), now);
-        let want = strategy::apply(
+        let want = strategy::apply_settling(
             &mut reference,
             rule.strategy(),
             rule.nanos(),
@@ -73,7 +73,7 @@ fn past_the_end_of_packed_time_a_key_goes_over_to_two_words_with_its_state() {
     }
     // A clock back below the end keeps the exact form.
     let got = entry.run(&rule, tag, Op::Peek, NOW_LIMIT - S);
-    let want = strategy::apply(
+    let want = strategy::apply_settling(
         &mut reference,
         rule.strategy(),
         rule.nanos(),
@@ -94,7 +94,7 @@ fn one_word_states_are_looked_at_and_forgotten_as_two_word_ones() {
     let mut reference = vec![QuotaState::new(rule.strategy()); 3];
     let now = 1_000 * S + S / 2;
     entry.run(&rule, tag, Op::Check(2), now);
-    strategy::apply(
+    strategy::apply_settling(
         &mut reference,
         rule.strategy(),
         rule.nanos(),
@@ -111,7 +111,7 @@ fn one_word_states_are_looked_at_and_forgotten_as_two_word_ones() {
     // Forgotten and recalled: at least as spent.
     entry.forget(&rules, 7, now, &sketch);
     let mut back = Entry::recalled(&rules, &sketch, 7, &rule, tag, now + 1);
-    let (_, v) = back.run(&rule, tag, Op::Peek, now + 1);
+    let (_, v, _) = back.run(&rule, tag, Op::Peek, now + 1);
     assert!(v.remaining <= 1, "{v:?}");
 }
 
@@ -170,7 +170,7 @@ proptest::proptest! {
                 _ => Op::Check((x % (least + 2)) as u32),
             };
             let got = entry.run(&rule, tag, op, now);
-            let want = strategy::apply(&mut reference, strategy, params, now, op);
+            let want = strategy::apply_settling(&mut reference, strategy, params, now, op);
             proptest::prop_assert_eq!(got, want, "step {} {:?} at {}", i, op, now);
             if let States::Packed(_, words) = &entry.state.quotas {
                 proptest::prop_assert!(now < NOW_LIMIT);
@@ -210,7 +210,7 @@ proptest::proptest! {
             };
             let got = entry.run(&rule, tag, op, now).1;
             let mut trial = reference.clone();
-            let (_, want) = strategy::apply(&mut trial, strategy, rule.nanos(), now, op);
+            let (_, want, _) = strategy::apply_settling(&mut trial, strategy, rule.nanos(), now, op);
             proptest::prop_assert!(got.remaining <= want.remaining, "step {}", i);
             match (op, got.outcome) {
                 (Op::Settle { .. }, _) => reference = trial,
@@ -240,7 +240,7 @@ fn moving_window_quotas_share_one_log_and_split_when_they_must() {
     let mut now = 1_000 * S;
     let mut step = |entry: &mut Entry, now: u64, op: Op| {
         let got = entry.run(&rule, tag, op, now);
-        let want = strategy::apply(&mut reference, rule.strategy(), rule.nanos(), now, op);
+        let want = strategy::apply_settling(&mut reference, rule.strategy(), rule.nanos(), now, op);
         assert_eq!(got, want, "{op:?} at {now}");
     };
     for i in 0..600u64 {
@@ -286,7 +286,7 @@ fn one_word_ring_quotas_keep_their_count_when_the_clock_steps_back_ten_hours() {
         (t0, Op::Check(u32::MAX)),
     ] {
         let got = entry.run(&rule, tag, op, now);
-        let want = strategy::apply(&mut reference, strategy, rule.nanos(), now, op);
+        let want = strategy::apply_settling(&mut reference, strategy, rule.nanos(), now, op);
         assert_eq!(got.1.outcome, want.1.outcome, "{op:?} at {now}");
     }
 }
@@ -326,7 +326,7 @@ proptest::proptest! {
             let op = Op::Check((x % (least + 2)) as u32);
             let got = entry.run(&rule, tag, op, now).1;
             let mut trial = reference.clone();
-            let (_, want) = strategy::apply(&mut trial, strategy, params, now, op);
+            let (_, want, _) = strategy::apply_settling(&mut trial, strategy, params, now, op);
             if got.outcome == Outcome::Allowed {
                 proptest::prop_assert_eq!(
                     want.outcome,
@@ -404,7 +404,7 @@ proptest::proptest! {
             };
             let got = entry.run(&rule, tag, op, now).1;
             let mut trial = reference.clone();
-            let (_, want) = strategy::apply(&mut trial, strategy, params, now, op);
+            let (_, want, _) = strategy::apply_settling(&mut trial, strategy, params, now, op);
             let what = format!("step {i} {op:?} at {now} ({text}): {got:?} vs {want:?}");
             // (Different reported quotas, after a stricter rejection say, are not compared.)
             if matches!(op, Op::Check(_) | Op::Peek) && got.outcome == want.outcome && got.limit == want.limit {
@@ -419,7 +419,7 @@ proptest::proptest! {
                 Op::Check(_) if want.outcome != Outcome::Allowed => reference = trial,
                 // Rejected by the entry only (stricter): rolled, nothing counted.
                 Op::Check(_) => {
-                    strategy::apply(&mut reference, strategy, params, now, Op::Check(0));
+                    strategy::apply_settling(&mut reference, strategy, params, now, Op::Check(0));
                 }
                 _ => reference = trial,
             }
@@ -461,7 +461,8 @@ fn a_clone_with_another_offset_does_not_reuse_the_cached_layouts() {
         (day + 91 * 60 * S, Op::Check(1)),
     ] {
         let got = entry.run(&shifted, shifted.tag(), op, now);
-        let want = strategy::apply(&mut reference, shifted.strategy(), shifted.nanos(), now, op);
+        let want =
+            strategy::apply_settling(&mut reference, shifted.strategy(), shifted.nanos(), now, op);
         assert_eq!(got, want, "{op:?} at {now}");
     }
     assert!(!one_word(&entry));

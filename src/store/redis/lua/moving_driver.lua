@@ -5,6 +5,7 @@ for i = 1, n do LK[i] = KEYS[i + 1]; ttls[i] = Q[i].ttl end
 local meta = redis.call('HMGET', H, 'd', 'g')
 local G = ghosts_parse(meta[2])
 local write_meta = false
+local dropped
 if meta[1] and meta[1] ~= desc and op ~= 3 then
   -- Written under another rule: converted (the lists rewritten), then recorded.
   local _
@@ -19,6 +20,7 @@ if op == 3 then
   end
   G = {}
 elseif op == 2 then
+  dropped = 0
   -- Settle at the reservation's own timestamp: a refund removes the oldest entries at or after
   -- `at` (the reservation's were written at `at`, or later when the log held a newer entry), as
   -- the memory store does; a charge adds entries at `at`, at most up to N entries in all.
@@ -46,6 +48,7 @@ elseif op == 2 then
         end
       else
         local put = min(actual - arg_cost, max(Q[i].lim - #log, 0))
+        dropped = max(dropped, actual - arg_cost - put)
         local placed = false
         for j = 1, #log do
           if not placed and tonumber(log[j]) > at then
@@ -97,4 +100,6 @@ if op ~= 3 and (write_meta or meta[1]) then
   redis.call('PEXPIRE', H, ghosts_ttl(G, now, ttl))
 end
 for i = 1, n do for j = 1, 5 do out[#out + 1] = V[i][j] end end
+-- A settlement's reply ends with the units a full log could not hold.
+if dropped then out[#out + 1] = dropped end
 return out
