@@ -413,6 +413,38 @@ impl LimiterNames {
     }
 }
 
+/// Says, once per limiter name, that a key's state was converted to a changed rule by an estimate
+/// (a moving window whose old log did not cover the new period: entries stamped now).
+#[derive(Debug, Default)]
+pub(crate) struct EstimateWarnings {
+    /// The name parts of scope tags warned about.
+    warned: parking_lot::Mutex<HashSet<u64>>,
+}
+
+impl EstimateWarnings {
+    /// Warns for the limiter whose name's part of a scope tag ([`Scope::tag`] without the rule's)
+    /// is `part`, unless it was warned about; the name is looked up among the store's `names`.
+    #[cold]
+    pub(crate) fn warn(&self, names: &LimiterNames, strategy: crate::Strategy, part: u64) {
+        if !self.warned.lock().insert(part) {
+            return;
+        }
+        let name = names
+            .taken
+            .lock()
+            .iter()
+            .find(|n| name_hash(n).rotate_left(29) == part)
+            .map(|n| n.to_string());
+        tracing::warn!(
+            limit = name.as_deref().unwrap_or("(dropped)"),
+            %strategy,
+            "a key's state was converted to a changed rule by an estimate (the moving window's \
+             old log did not cover the new period: the units it proves spent are stamped now); \
+             logged once per limit"
+        );
+    }
+}
+
 /// A name taken on a store, given back when the limiter is dropped.
 pub(crate) struct NameClaim {
     names: LimiterNames,

@@ -2,6 +2,8 @@
 //! the memory store, races, accuracy, and the `simulate` example replaying the worked examples from
 //! trace files. (The fuzz corpora are replayed by the lib's unit tests.)
 
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/oracle.rs"]
 mod oracle;
 

@@ -444,3 +444,51 @@ fn threads_alternating_two_rules_on_one_key_count_it_once() {
         }
     }
 }
+
+/// A conversion that has to estimate (a fixed window's count becomes a moving window's log: the
+/// entries are stamped now) is logged once per limit, naming it; an exact one is not logged.
+#[test]
+fn an_estimated_conversion_is_logged_once_per_limit_by_name() {
+    let clock = ManualClock::new(START);
+    let named = |name: &str, strategy: Strategy, quotas: &str| {
+        RateLimiter::builder()
+            .name(name)
+            .strategy(strategy)
+            .quotas(quotas)
+            .unwrap()
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let (paced, exact) = (
+        named("paced", Strategy::FixedWindow, "10/hour"),
+        named("exact", Strategy::MovingWindow, "5/minute"),
+    );
+    let (_, logs) = crate::logs::capturing(|| {
+        let moving = Rule::parse(Strategy::MovingWindow, "10/hour").unwrap();
+        for key in ["a", "b"] {
+            for i in 0..7 {
+                assert!(paced.check_now(&key, 1).is_allowed());
+                assert_eq!(exact.check_now(&key, 1).is_allowed(), i < 5);
+            }
+            // 7 of 10 spent, proved by the count: the log starts with 7 entries stamped now.
+            let d = paced.apply_now(&key, Some(&moving), Op::Check(1));
+            assert_eq!(d.remaining(), 2, "{key}");
+            // The minute's log covers the hour's spend: exact.
+            assert_eq!(
+                exact.apply_now(&key, Some(&moving), Op::Peek).remaining(),
+                5
+            );
+        }
+    });
+    let text = logs.text();
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("by an estimate"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{text}");
+    assert!(
+        warned[0].contains("limit=\"paced\"") || warned[0].contains("limit=paced"),
+        "{text}"
+    );
+}

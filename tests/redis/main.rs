@@ -8,6 +8,8 @@
 mod examples;
 #[path = "../support/login_rules.rs"]
 mod login_rules;
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/redis.rs"]
 mod redis_support;
 #[path = "../support/http.rs"]

@@ -3,6 +3,7 @@
 //! and restarted. Run one at a time (a process-wide lock), each on its own server(s), with the
 //! store's default 50 ms timeout.
 
+use crate::logs::capturing;
 use crate::redis_support;
 
 use std::io::Write;
@@ -349,42 +350,20 @@ fn out_of_memory_and_wrong_types_are_store_errors() {
     });
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn an_allkeys_eviction_policy_is_warned_about() {
     let _g = serial();
     let Some(server) = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]) else {
         return;
     };
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
+    let (_, captured) = capturing(|| {
         rt.block_on(async { RedisStore::connect(&server.url()).await.unwrap() });
     });
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let text = captured.text();
     assert!(text.contains("allkeys-lru"), "{text}");
 }
 
@@ -712,17 +691,11 @@ fn redis_down_five_seconds_over_http() {
     let Some(mut server) = RedisServer::start() else {
         return;
     };
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (open_n, closed_n, stats, took) = tracing::subscriber::with_default(subscriber, || {
+    let ((open_n, closed_n, stats, took), captured) = capturing(|| {
         rt.block_on(async {
             let store = RedisStore::connect(&server.url()).await.unwrap();
             let lim: RateLimiter<(), RedisStore> = RateLimiter::builder()
@@ -790,7 +763,7 @@ fn redis_down_five_seconds_over_http() {
             (open_n, closed_n, stats, took)
         })
     });
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let text = captured.text();
     let store_warnings = text.matches("rate-limit Redis store failed").count();
     let all_warnings = text.lines().filter(|l| l.contains("WARN")).count();
     let open_warnings = text.matches("failing open").count();

@@ -523,3 +523,61 @@ fn a_lease_under_the_old_rule_counts_in_the_new_one() {
         assert_eq!(admitted, 20u64.saturating_sub(granted), "granted {granted}");
     });
 }
+
+/// A conversion that has to estimate (a fixed window's count becomes a moving window's log, its
+/// entries stamped now) is logged once per limit, naming it, by the single-key and the multi-limit
+/// scripts alike; an exact one is not.
+#[test]
+fn an_estimated_conversion_is_logged_once_per_limit_by_name() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let rt = rt();
+    let ((), logs) = crate::logs::capturing(|| {
+        rt.block_on(async {
+            let store = store(&server, "estimate:").await;
+            let clock = ManualClock::new(Duration::from_nanos(BASE));
+            let fixed = rule(Strategy::FixedWindow, "10/hour");
+            let moving = rule(Strategy::MovingWindow, "10/hour");
+            let paced = limiter(store.clone(), "paced", &fixed, &clock);
+            let exact = limiter(store.clone(), "exact", &moving, &clock);
+            for key in ["a", "b"].map(String::from) {
+                for _ in 0..7 {
+                    assert!(paced.check(&key, 1).await.unwrap().is_allowed());
+                    assert!(exact.check(&key, 1).await.unwrap().is_allowed());
+                }
+                let d = paced.apply(&key, Some(&moving), Op::Check(1)).await;
+                assert_eq!(d.unwrap().remaining(), 2, "{key}");
+                // The log covers the new period: exact.
+                let longer = rule(Strategy::MovingWindow, "12/hour");
+                let d = exact.apply(&key, Some(&longer), Op::Peek).await;
+                assert_eq!(d.unwrap().remaining(), 5, "{key}");
+            }
+            // The multi-limit script: limiters m-a and m-b on this store.
+            let (_a, _b) = (
+                limiter(store.clone(), "m-a", &fixed, &clock),
+                limiter(store.clone(), "m-b", &fixed, &clock),
+            );
+            let key = "c".to_owned();
+            for i in 0..3 {
+                assert_eq!(
+                    decide(&store, &key, [&fixed, &fixed], BASE + i * S).await,
+                    [true, true]
+                );
+            }
+            let tokens = rule(Strategy::TokenBucket, "10/hour");
+            assert_eq!(
+                decide(&store, &key, [&moving, &tokens], BASE + 5 * S).await,
+                [true, true]
+            );
+        });
+    });
+    let text = logs.text();
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("by an estimate"))
+        .collect();
+    assert_eq!(warned.len(), 2, "{text}");
+    assert!(warned[0].contains("paced"), "{text}");
+    assert!(warned[1].contains("m-a"), "{text}");
+}

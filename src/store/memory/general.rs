@@ -1,7 +1,7 @@
 //! The general per-key entry: any strategy, any number of quotas, with the times eviction needs
 //! kept next to the state. Updated under its shard's write lock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Mutex, RwLock};
@@ -11,6 +11,7 @@ use super::sketch::{self, Sketch, Spent};
 use super::table::{Look, nearness};
 use crate::decision::Outcome;
 use crate::rule::{MAX_QUOTAS, Rule};
+use crate::store::{EstimateWarnings, LimiterNames};
 use crate::strategy::{
     self, FixedWindow, Gcra, Held, Op, Params, QuotaState, SharedLog, SlidingWindow, Strategy,
     Verdict,
@@ -42,8 +43,10 @@ pub(super) struct Rules {
     /// into a general entry (converted there, under the entry's lock) when its name's other rules
     /// or a miss reach it.
     retired: AtomicU8,
+    /// The store's limiter names, to name a limit in a warning.
+    limiter_names: LimiterNames,
     /// Names whose inexact conversion was logged.
-    warned: Mutex<HashSet<u64>>,
+    estimates: EstimateWarnings,
 }
 
 /// A rule's strategy and quotas, and how its quotas are held in one word each.
@@ -66,6 +69,14 @@ pub(super) fn name_of(rule: &Rule, tag: u64) -> u64 {
 pub(super) type SeenRule = (u64, Strategy, Box<[Params]>);
 
 impl Rules {
+    /// No rule seen yet, on a store whose limiters are `names`.
+    pub(super) fn new(names: LimiterNames) -> Self {
+        Self {
+            limiter_names: names,
+            ..Self::default()
+        }
+    }
+
     /// Remembers `rule` in the scope of tag `tag`, and the name's rules.
     pub(super) fn register(&self, rule: &Rule, tag: u64) {
         if self.known.read().contains_key(&tag) {
@@ -149,14 +160,7 @@ impl Rules {
 
     /// Logs an inexact conversion, once per name.
     fn warn_inexact(&self, rule: &Rule, tag: u64) {
-        if self.warned.lock().insert(name_of(rule, tag)) {
-            tracing::warn!(
-                strategy = %rule.strategy(),
-                name_hash = format_args!("{:016x}", name_of(rule, tag)),
-                "a key's state converted to a changed rule by an estimate (a moving window's log \
-                 did not cover the new period: entries stamped now); logged once per limit"
-            );
-        }
+        (self.estimates).warn(&self.limiter_names, rule.strategy(), name_of(rule, tag));
     }
 }
 

@@ -192,8 +192,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
 
     pub(super) fn with_cap(max_keys: usize) -> Self {
         let route = RandomState::default();
+        let names = LimiterNames::default();
         Self {
-            general: Table::new(Rules::default(), route),
+            general: Table::new(Rules::new(names.clone()), route),
             sketch: Sketch::new(max_keys),
             packed: std::array::from_fn(|_| OnceLock::new()),
             unpackable: AtomicU64::new(0),
@@ -222,7 +223,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             evictions: Counter::default(),
             overflow_hits: Counter::default(),
             settle_dropped: Counter::default(),
-            names: LimiterNames::default(),
+            names,
             stripes: many::Stripes::default(),
         }
     }

@@ -270,6 +270,7 @@ impl RedisStoreBuilder {
                 last_settle_warn: crate::throttle::Throttle::default(),
                 last_warn: crate::throttle::Throttle::default(),
                 names: LimiterNames::default(),
+                estimates: Default::default(),
                 rebuild,
             }),
         };

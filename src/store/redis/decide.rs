@@ -112,17 +112,25 @@ pub(super) fn bad_reply(what: &str) -> StoreError {
 /// Decodes a script's reply: `now`, then five integers per quota; picks the reported quota as the
 /// memory store does.
 pub(super) fn decode(v: &Value, quotas: usize) -> Result<Decision, StoreError> {
-    decode_settled(v, quotas).map(|(d, _)| d)
+    decode_noted(v, quotas).map(|(d, _)| d)
 }
 
-/// [`decode`], with the units a settlement could not record: the reply of a moving-window
-/// settlement ends with one more integer, what its full log dropped.
-pub(super) fn decode_settled(v: &Value, quotas: usize) -> Result<(Decision, u64), StoreError> {
+/// What a moving-window script's reply adds after the verdicts (two integers, when either is set).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Notes {
+    /// Units a settlement could not record: the log was full.
+    pub(super) dropped: u64,
+    /// The state was converted to the rule by an estimate.
+    pub(super) estimated: bool,
+}
+
+/// [`decode`], with the reply's [`Notes`].
+pub(super) fn decode_noted(v: &Value, quotas: usize) -> Result<(Decision, Notes), StoreError> {
     let Value::Array(items) = v else {
         return Err(bad_reply("not an array"));
     };
-    let settled = items.len() == 2 + 5 * quotas;
-    if items.len() != 1 + 5 * quotas && !settled {
+    let noted = items.len() == 3 + 5 * quotas;
+    if items.len() != 1 + 5 * quotas && !noted {
         return Err(bad_reply(&format!(
             "{} values for {quotas} quotas",
             items.len()
@@ -150,9 +158,16 @@ pub(super) fn decode_settled(v: &Value, quotas: usize) -> Result<(Decision, u64)
             retry_after: next()?,
         });
     }
-    let dropped = if settled { next()? } else { 0 };
+    let notes = if noted {
+        Notes {
+            dropped: next()?,
+            estimated: next()? == 1,
+        }
+    } else {
+        Notes::default()
+    };
     let (index, v) = strategy::reported(verdicts).ok_or_else(|| bad_reply("no quota"))?;
-    Ok((to_decision(index, v, now, TICK_NANOS), dropped))
+    Ok((to_decision(index, v, now, TICK_NANOS), notes))
 }
 
 /// [`decode`], for the fuzz targets (`crate::fuzzing`).
@@ -208,6 +223,16 @@ impl<K: StoreKey> Store<K> for RedisStore {
 }
 
 impl RedisStore {
+    /// Counts what a reply's [`Notes`] say, for a limit of `strategy` whose name's part of its
+    /// scope tag is `name_part`.
+    #[cold]
+    pub(super) fn noted(&self, notes: Notes, strategy: Strategy, name_part: u64) {
+        self.inner.settle_dropped.add(notes.dropped);
+        if notes.estimated {
+            (self.inner.estimates).warn(&self.inner.names, strategy, name_part);
+        }
+    }
+
     /// Applies `op` to the state under a key's base name ([`keys::base_key`]: the key and the
     /// limiter's name); `tag` keeps the local fallback's state of other rules apart.
     pub(super) fn apply_base(
@@ -260,6 +285,8 @@ impl RedisStore {
         let quotas = params.len();
         let local = self.inner.local.as_ref().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
+        // What a warning about an estimated conversion names: the strategy and the limiter.
+        let (strategy, name_part) = (rule.strategy(), tag ^ rule.tag());
         // A late reply: counted if Redis admitted the check; admitted by Redis after the check was
         // answered "shed" (a 429): the quota is given back, at the check's own time (windows
         // since moved on are left alone).
@@ -348,10 +375,10 @@ impl RedisStore {
                 // stands), neither an outage nor a local decision.
                 Err(send::NoReply::Late(e)) => return Err(e),
             };
-            let d = match decode_settled(&v, quotas) {
-                Ok((d, dropped)) => {
-                    if dropped > 0 {
-                        inner.settle_dropped.add(dropped);
+            let d = match decode_noted(&v, quotas) {
+                Ok((d, notes)) => {
+                    if notes != Notes::default() {
+                        store.noted(notes, strategy, name_part);
                     }
                     d.answering(op)
                 }

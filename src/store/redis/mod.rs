@@ -163,6 +163,8 @@ struct Inner {
     last_settle_warn: crate::throttle::Throttle,
     last_warn: crate::throttle::Throttle,
     names: LimiterNames,
+    /// Limits whose estimated conversion was logged.
+    estimates: crate::store::EstimateWarnings,
     /// A fresh Cluster connection after a failed probe (`rebuild.rs`).
     rebuild: rebuild::Rebuild,
 }

@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use ::redis::Value;
 
+use super::decide::Notes;
 use super::scripts;
 use super::send::{NoReply, Script};
 use super::{RedisStore, TICK_NANOS, decode, family, keys, limit_of, redis_keys, script_args};
@@ -279,8 +280,24 @@ fn split<K>(
         let d = decode(&Value::Array(one), p.quotas)?.answering(Op::Check(it.cost));
         out.push((i, Ok(d)));
     }
-    if at != values.len() {
-        return Err(bad("too long"));
+    // Then the positions (from 1) of the items whose conversion estimated.
+    for v in values.get(at..).unwrap_or_default() {
+        let it = match v {
+            Value::Int(i) => (i.checked_sub(1))
+                .and_then(|i| usize::try_from(i).ok())
+                .and_then(|i| items.get(i)),
+            _ => None,
+        };
+        let Some(it) = it else {
+            return Err(bad("too long"));
+        };
+        let rule = it.scope.rule();
+        let estimated = Notes {
+            dropped: 0,
+            estimated: true,
+        };
+        it.store
+            .noted(estimated, rule.strategy(), it.scope.tag() ^ rule.tag());
     }
     Ok(out)
 }

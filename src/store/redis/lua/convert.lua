@@ -40,6 +40,9 @@ local function ghosts_ttl(G, now, ttl)
 end
 
 local cv_lib = nil
+-- Set when a conversion had to estimate (a moving window's old log did not reach back far enough):
+-- the reply says so, and the store logs it once per limit.
+local cv_estimated = false
 local function CV()
   if cv_lib then return cv_lib end
   cv_lib = (function()
@@ -221,6 +224,7 @@ local function CV()
           t = max(t, x)
         end
       end
+      if #E < s then cv_estimated = true end
       for _ = #E + 1, s do E[#E + 1] = t end
       return E
     end

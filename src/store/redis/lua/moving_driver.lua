@@ -100,6 +100,10 @@ if op ~= 3 and (write_meta or meta[1]) then
   redis.call('PEXPIRE', H, ghosts_ttl(G, now, ttl))
 end
 for i = 1, n do for j = 1, 5 do out[#out + 1] = V[i][j] end end
--- A settlement's reply ends with the units a full log could not hold.
-if dropped then out[#out + 1] = dropped end
+-- A settlement or an estimated conversion ends the reply with two more integers: the units a full
+-- log could not hold, and 1 if the conversion estimated.
+if dropped or cv_estimated then
+  out[#out + 1] = dropped or 0
+  out[#out + 1] = cv_estimated and 1 or 0
+end
 return out

@@ -41,6 +41,8 @@ local function load(it)
   if raw[1] and raw[1] ~= it.desc then
     it.S, it.G = CV().convert(H, raw[1], it.G, it.code, it.Q, now, it.LK, it.ttls)
     it.converted = true
+    it.estimated = cv_estimated
+    cv_estimated = false
   elseif f then
     it.S = {}
     for j = 1, it.n do
@@ -110,5 +112,9 @@ for i = 1, m do
   elseif it.converted then
     store(it)
   end
+end
+-- Then the positions (from 1) of the items whose conversion estimated.
+for i = 1, m do
+  if items[i].estimated then out[#out + 1] = i end
 end
 return out
