@@ -35,7 +35,7 @@
 //!   not 150.
 //! - **moving window**: exact from an old moving-window log that covers `W'` (its entries of the last
 //!   `W'`); otherwise topped up to the window figure above with entries stamped now (an estimate,
-//!   logged once per limit).
+//!   logged at warn level once per limit and store, naming the limit, on both stores).
 //! - **token and leaky bucket**: the deficit carries exactly at the new emission interval (a unit's
 //!   fraction too, so two versions alternating round nothing up), capped at the new bucket's depth
 //!   (a key is never shut for longer than the new bucket holds); when the cap cuts an old bucket's
