@@ -6,7 +6,6 @@
 use crate::logs::capturing;
 use crate::redis_support;
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 
 /// A `tracing` writer that keeps everything written to it.
 #[derive(Clone, Default)]
-pub struct Captured(pub Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(pub(crate) Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     /// Everything written so far.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
     }
 }
@@ -28,7 +28,7 @@ impl Write for Captured {
 }
 
 /// Runs `f` with a subscriber that writes into the returned capture (plain text, no colours).
-pub fn capturing<T>(f: impl FnOnce() -> T) -> (T, Captured) {
+pub(crate) fn capturing<T>(f: impl FnOnce() -> T) -> (T, Captured) {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
