@@ -62,8 +62,18 @@ pub enum ConfigError {
     InvalidName(String),
     /// A limiter of this name already exists on the store.
     DuplicateName(String),
-    /// A shaping queue cannot be set up as asked (the message says why).
-    Queue(String),
+    /// A shaping queue drains a leaky bucket: the limiter's rule has this other strategy.
+    QueueNeedsLeakyBucket(Strategy),
+    /// A shaping queue drains one quota: the limiter's rule has this many.
+    QueueNeedsOneQuota(usize),
+    /// A shaping queue's longest wait is shorter than one interval of its quota
+    /// (`period / limit`): no request could ever wait for its turn.
+    QueueWaitTooShort {
+        /// The longest wait asked for.
+        max_wait: Duration,
+        /// One interval of the quota.
+        interval: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -120,7 +130,20 @@ impl fmt::Display for ConfigError {
                 path,
                 problem,
             } => write!(f, "Redis TLS {role} {}: {problem}", path.display()),
-            Self::Queue(msg) => write!(f, "queue: {msg}"),
+            Self::QueueNeedsLeakyBucket(s) => write!(
+                f,
+                "queue: a queue needs the {} strategy, not {s}",
+                Strategy::LeakyBucket
+            ),
+            Self::QueueNeedsOneQuota(n) => write!(
+                f,
+                "queue: a queue drains one quota, not {n}: give the limiter exactly one"
+            ),
+            Self::QueueWaitTooShort { max_wait, interval } => write!(
+                f,
+                "queue: the maximum wait {max_wait:?} is shorter than one interval ({interval:?}) \
+                 of the quota"
+            ),
             Self::InvalidName(name) => write!(
                 f,
                 "limiter name {name:?}: use 1 to 64 characters among A-Z a-z 0-9 _ . -"

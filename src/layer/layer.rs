@@ -56,26 +56,24 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
     /// paused time.
     ///
     /// # Errors
-    /// [`ConfigError::Queue`](crate::ConfigError::Queue) when the limiter's rule is not a leaky
-    /// bucket with one quota, or `max_wait` is shorter than `T`.
+    /// [`ConfigError::QueueNeedsLeakyBucket`](crate::ConfigError::QueueNeedsLeakyBucket) or
+    /// [`QueueNeedsOneQuota`](crate::ConfigError::QueueNeedsOneQuota) when the limiter's rule is
+    /// not a leaky bucket with one quota, and
+    /// [`QueueWaitTooShort`](crate::ConfigError::QueueWaitTooShort) when `max_wait` is shorter
+    /// than `T`.
     pub fn queue(mut self, max_wait: Duration) -> Result<Self, crate::ConfigError> {
         let rule = self.core.options.limits.limiter.rule();
-        let err = |why: String| Err(crate::ConfigError::Queue(why));
         if rule.strategy() != crate::Strategy::LeakyBucket {
-            return err(format!(
-                "a queue needs the {} strategy, not {}",
-                crate::Strategy::LeakyBucket,
-                rule.strategy()
-            ));
+            return Err(crate::ConfigError::QueueNeedsLeakyBucket(rule.strategy()));
         }
         let [quota] = rule.quotas() else {
-            return err("a queue drains one quota: give the limiter exactly one".into());
+            return Err(crate::ConfigError::QueueNeedsOneQuota(rule.quotas().len()));
         };
         let (queued, emission) = queue_quota(quota, max_wait).map_err(|emission| {
-            crate::ConfigError::Queue(format!(
-                "the maximum wait {max_wait:?} is shorter than one interval ({:?}) of {quota}",
-                Duration::from_nanos(emission)
-            ))
+            crate::ConfigError::QueueWaitTooShort {
+                max_wait,
+                interval: Duration::from_nanos(emission),
+            }
         })?;
         let queue_rule = Rule::new(crate::Strategy::LeakyBucket, [queued])?;
         let emission = in_ticks(emission, self.core.options.limits.limiter.store().tick());

@@ -173,17 +173,29 @@ fn a_queue_needs_one_leaky_bucket_quota_and_a_wait_of_at_least_one_interval() {
     let e = RateLimitLayer::new(limiter(Strategy::TokenBucket, "10/second"), GlobalKey)
         .queue(Duration::from_secs(1))
         .unwrap_err();
-    assert!(matches!(e, ConfigError::Queue(_)), "{e}");
+    assert_eq!(
+        e,
+        ConfigError::QueueNeedsLeakyBucket(Strategy::TokenBucket),
+        "{e}"
+    );
     let e = RateLimitLayer::new(
         limiter(Strategy::LeakyBucket, "10/second; 100/minute"),
         GlobalKey,
     )
     .queue(Duration::from_secs(1))
     .unwrap_err();
+    assert_eq!(e, ConfigError::QueueNeedsOneQuota(2), "{e}");
     assert!(e.to_string().contains("exactly one"), "{e}");
     let e = RateLimitLayer::new(limiter(Strategy::LeakyBucket, "10/second"), GlobalKey)
         .queue(Duration::from_millis(99))
         .unwrap_err();
+    let interval = Duration::from_millis(100);
+    let max_wait = Duration::from_millis(99);
+    assert_eq!(
+        e,
+        ConfigError::QueueWaitTooShort { max_wait, interval },
+        "{e}"
+    );
     assert!(e.to_string().contains("shorter than one interval"), "{e}");
 }
 
