@@ -1027,3 +1027,83 @@ fn a_lease_drawn_before_a_reset_elsewhere_gives_nothing_back_to_the_fresh_count(
         assert_eq!(40 + drain(&a, &b, &key).await, 1000);
     });
 }
+
+/// `server --rules F --redis-lease`: the limits leasing can bound lease, the others are checked by
+/// a Redis call each and named in one warning at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_with_rules_and_redis_lease_leases_the_limits_it_can_and_names_the_others() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    let dir = std::env::temp_dir().join(format!("tollgate-lease-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules.toml");
+    let limit = |name: &str, strategy: &str, quotas: &str| {
+        format!(
+            "[[limit]]\nname = \"{name}\"\npath = \"/{name}\"\nkey = \"global\"\n\
+             strategy = \"{strategy}\"\nquotas = \"{quotas}\"\n\n"
+        )
+    };
+    let rules = [
+        limit("leased", "fixed-window", "2000/hour"),
+        limit("moving", "moving-window", "10/hour"),
+        limit("dripping", "leaky-bucket", "10/hour"),
+    ]
+    .concat();
+    std::fs::write(&file, rules).unwrap();
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--rules",
+        file.to_str().unwrap(),
+        "--store-timeout",
+        "2000",
+        "--redis-lease",
+    ];
+    let server = crate::examples::start_keeping_stderr("server", &args).await;
+    let client = crate::support::TestClient::new();
+    let admitted = |path: &'static str, n: usize| {
+        let (client, url) = (&client, server.url(path));
+        async move {
+            let mut ok = 0;
+            for _ in 0..n {
+                if client.get(&url).await.status == http::StatusCode::OK {
+                    ok += 1;
+                }
+            }
+            ok
+        }
+    };
+    // The leased limit: 100 admissions on leases of 1, 4, 16, 64 and 100 units.
+    let calls = redis.command_calls("evalsha");
+    assert_eq!(admitted("/leased", 100).await, 100);
+    let leased_calls = redis.command_calls("evalsha") - calls;
+    assert!(
+        leased_calls <= 10,
+        "{leased_calls} Redis calls for 100 leased admissions"
+    );
+    // The others: exactly their limits, a call per admission (no lease; the blocked-key cache
+    // answers the rejections after the first), none refused at start.
+    for path in ["/moving", "/dripping"] {
+        let calls = redis.command_calls("evalsha");
+        assert_eq!(admitted(path, 15).await, 10, "{path}");
+        let calls = redis.command_calls("evalsha") - calls;
+        assert!((10..=15).contains(&calls), "{path}: {calls} calls");
+    }
+    let stderr = server.stop_with("-TERM").await;
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("server: warning: --redis-lease"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("\"moving\" (moving-window)")
+            && warnings[0].contains("\"dripping\" (leaky-bucket)")
+            && !warnings[0].contains("\"leased\""),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -359,10 +359,11 @@ impl RedisStore {
         )))
     }
 
-    /// Refuses leasing for a strategy it cannot bound (called by `Builder::build`).
+    /// Refuses leasing for a strategy it cannot bound (called by `Builder::build`), unless the
+    /// store checks such rules unleased ([`Leasing::skip_unleasable`]).
     pub(super) fn validate_leasing(&self, rule: &Rule) -> Result<(), ConfigError> {
         match (&self.inner.leases, refusal(rule.strategy())) {
-            (Some(_), Some(why)) => Err(ConfigError::Store(format!(
+            (Some(l), Some(why)) if !l.cfg.skip_unleasable => Err(ConfigError::Store(format!(
                 "quota leasing is not offered for the {} strategy: {why}; use fixed-window, \
                  sliding-window or token-bucket, or a Redis store without leases",
                 rule.strategy()

@@ -51,6 +51,7 @@ pub struct Leasing {
     pub(super) shrink: u32,
     pub(super) idle: Duration,
     pub(super) renew: Duration,
+    pub(super) skip_unleasable: bool,
 }
 
 impl Default for Leasing {
@@ -61,6 +62,7 @@ impl Default for Leasing {
             shrink: 4,
             idle: Duration::from_millis(250),
             renew: Duration::from_millis(250),
+            skip_unleasable: false,
         }
     }
 }
@@ -108,6 +110,20 @@ impl Leasing {
     pub fn renew_after(mut self, span: Duration) -> Self {
         self.renew = span;
         self
+    }
+
+    /// A rule whose strategy leasing cannot bound ([`Leasing::unleasable`]) is checked by a call
+    /// per request, as without leasing, instead of refused by `build()`: for a store shared by
+    /// limits of several strategies (a rules file's), leasing the limits it can.
+    pub fn skip_unleasable(mut self) -> Self {
+        self.skip_unleasable = true;
+        self
+    }
+
+    /// Why leasing cannot bound `strategy` (the moving window, the first-hit window, the leaky
+    /// bucket); `None` for the strategies it leases.
+    pub fn unleasable(strategy: Strategy) -> Option<&'static str> {
+        super::refusal(strategy)
     }
 
     /// The largest lease for `params` (at least 1).
