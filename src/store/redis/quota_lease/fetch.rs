@@ -54,8 +54,8 @@ impl RedisStore {
                             old.left += lease.left;
                             old.granted += lease.granted;
                             old.remaining = lease.remaining;
-                            old.fresh = lease.fresh;
-                            old.fresh_i = lease.fresh_i;
+                            old.fresh = lease.fresh.min(old.until);
+                            old.fresh_i = lease.fresh_i.min(old.until_i);
                             slot.lease = Some(old);
                         }
                         old => {
