@@ -43,7 +43,7 @@
 //! | `--redis-ca FILE` | none | PEM CA bundle for `rediss://`; exit 2 with a non-TLS store | the Redis store of every limit; exit 2 with a non-TLS store |
 //! | `--redis-cert FILE`, `--redis-key FILE` | none | client certificate and key for `rediss://` (both or neither); exit 2 with a non-TLS store | the Redis store of every limit; exit 2 with a non-TLS store |
 //! | `--instances N` | 1 | `--fail-mode local` divides the limit by N; warns without it | as without `--rules`: the local limiter of every limit |
-//! | `--redis-lease [on\|off]` | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | leasing on the store of every limit; a limit whose strategy leasing cannot bound exits 2 naming the limit (a reload adding one is refused, the old rules kept) |
+//! | `--redis-lease [on\|off]` | `off` | quota leasing on the Redis store (bare flag = `on`) with the library's default lease sizes; a strategy leasing cannot bound (moving window, first-hit window, leaky bucket) exits 2 saying why; warns with the memory store | leasing on the store of every limit whose strategy leasing can bound; the others (moving window, first-hit window, leaky bucket, shaping queues) are checked by a Redis call each, named in one warning at start (a limit a reload adds is checked the same way, without a warning) |
 //! | `--rules FILE` | none | limits from a TOML rules file (see `examples/rules.toml`), every path and method answered `ok`; a file that cannot be used exits 2 with `line L, column C` | — |
 //! | `--reload-interval MS` | 1000 | how often the rules file is polled; 0 disables, below 50 exits 2; warns without `--rules` | the file is polled at this interval, compiled off the request path and swapped in |
 //! | `--settle-header NAME` | none | the handler answers with header NAME set verbatim to the query parameter `used` (default: the estimate) and the limiter settles to it; a missing, negative, non-numeric or too large value leaves the estimate (warned once) | the handler sets header NAME to `used` on every path (no estimate: without `used` no header); the limits with `settle = "header:NAME"` settle to it, the others keep their estimate |
@@ -76,6 +76,8 @@ use tollgate::layer::{
     ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom,
 };
 use tollgate::rules::{IpSource, MissingKey as FileMissingKey, Rules, RulesOptions};
+#[cfg(feature = "redis")]
+use tollgate::store::redis::Leasing;
 use tollgate::store::{Store, StoreKey};
 use tollgate::{Clock, RateLimiter, Strategy, WindowOffset};
 
@@ -1060,12 +1062,14 @@ async fn main() -> ExitCode {
 
 /// The Redis store every flag asks for (`--store-timeout`, `--fail-mode local --instances N`,
 /// `--redis-lease`, `--redis-ca`, `--redis-cert`/`--redis-key`), for one limiter or a rules
-/// file alike. A store the library refuses as configured is a configuration error (exit 2); one
-/// that cannot be reached or refuses the connection is a run-time failure (exit 1).
+/// file alike (`rules`: leasing skips the limits it cannot bound instead of refusing them). A
+/// store the library refuses as configured is a configuration error (exit 2); one that cannot be
+/// reached or refuses the connection is a run-time failure (exit 1).
 #[cfg(feature = "redis")]
 async fn redis_store(
     url: &RedisUrl,
     o: &Settings,
+    rules: bool,
 ) -> Result<tollgate::store::redis::RedisStore, ExitCode> {
     let store = tollgate::store::redis::RedisStore::builder(url.url.as_str());
     let store = match o.store_timeout {
@@ -1076,10 +1080,10 @@ async fn redis_store(
         Some(n) => store.local_fallback(n),
         None => store,
     };
-    let store = if o.lease {
-        store.leases(tollgate::store::redis::Leasing::default())
-    } else {
-        store
+    let store = match (o.lease, rules) {
+        (true, false) => store.leases(Leasing::default()),
+        (true, true) => store.leases(Leasing::default().skip_unleasable()),
+        (false, _) => store,
     };
     let store = match &o.redis_ca {
         Some(ca) => store.tls_ca_file(ca),
@@ -1112,7 +1116,7 @@ async fn serve_redis(
     url: &RedisUrl,
     o: &Settings,
 ) -> ExitCode {
-    let store = match redis_store(url, o).await {
+    let store = match redis_store(url, o, false).await {
         Ok(store) => store,
         Err(exit) => return exit,
     };
@@ -1133,16 +1137,51 @@ async fn serve_redis(
 }
 
 /// `--rules` on a Redis store: every limit on a clone of one store, built from the same flags as
-/// a single limiter's.
+/// a single limiter's. With `--redis-lease`, the limits leasing cannot bound are checked unleased,
+/// named in one warning.
 #[cfg(feature = "redis")]
 async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCode {
-    let store = match redis_store(url, o).await {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return rules_error(path, &e),
+    };
+    let store = match redis_store(url, o, true).await {
         Ok(store) => store,
         Err(exit) => return exit,
     };
-    match Rules::from_path(path, rules_options(o), move || store.clone()) {
-        Ok(rules) => serve_rules(rules, path, o).await,
+    match Rules::new(&text, rules_options(o), move || store.clone()) {
+        Ok(rules) => {
+            if o.lease {
+                warn_unleased(&text);
+            }
+            serve_rules(rules, path, o).await
+        }
         Err(e) => rules_error(path, &e),
+    }
+}
+
+/// Names the rules file's limits `--redis-lease` does not lease (their strategy leasing cannot
+/// bound), in one warning.
+#[cfg(feature = "redis")]
+fn warn_unleased(text: &str) {
+    let Ok(file) = tollgate::rules::RulesFile::parse(text) else {
+        return;
+    };
+    let unleased: Vec<String> = file
+        .limits
+        .iter()
+        .filter_map(|l| {
+            let strategy = l.rule.strategy();
+            Leasing::unleasable(strategy).map(|_| format!("{:?} ({strategy})", l.name))
+        })
+        .collect();
+    if !unleased.is_empty() {
+        eprintln!(
+            "server: warning: --redis-lease leases no quota of {}: leasing cannot bound their \
+             strategy, so each of their checks is a Redis call (a limit added by a reload is \
+             checked the same way, without a warning)",
+            unleased.join(", ")
+        );
     }
 }
 

@@ -54,11 +54,13 @@
 //!   becomes the lease when its reply comes (its units are not lost). Lease calls go through the same
 //!   path as other calls (in-flight bound, timeout, circuit breaker; on a Cluster, a failed probe
 //!   reconnects).
-//! - **Reset**: a reset drops the resetting instance's lease of the key; other instances' leases are not
-//!   reached. Each keeps admitting until spent or dead and its later return lowers the fresh count
-//!   (each unit held is admitted unseen or subtracted): at most the units held, under `2 x L`, more than
-//!   the limit per other instance in the window of the reset (`L = limit / max_share`). Call
-//!   `return_leases()` on every instance first where that matters.
+//! - **Reset**: a reset drops the resetting instance's lease of the key and bumps the key's reset epoch
+//!   in Redis. A lease admits for at most 250 ms after it was drawn (`Leasing::renew_after`); the next
+//!   check then renews it, and the renewal's reply carries the epoch: a lease drawn before a reset is
+//!   dropped, neither admitted nor merged, and its return is ignored by Redis. So after a reset at `t`,
+//!   each other instance admits unseen at most the units it held or had in flight at `t` (fewer than
+//!   `2 x L`, `L = limit / max_share`), and none after `t + renew_after`: at most `limit + (instances
+//!   - 1) x 2 x L` in the window of the reset, and the fresh count is never lowered by an old lease.
 //! - **When to turn it on**: keys hotter than a Redis call per request can serve (thousands per second
 //!   per key), or a Redis node near its call rate. Leave it off for small limits (a limit below 20 per
 //!   window leases 1 unit: nothing gained) and where exact admission up to the last unit matters more

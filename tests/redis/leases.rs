@@ -897,3 +897,213 @@ fn return_leases_gives_back_a_lease_whose_key_has_a_fetch_in_flight() {
         assert_eq!(redis_count(&server, &a, &key), 6 + 16);
     });
 }
+
+/// Two instances leasing one key (fixed window 1000/minute, leases of at most 100 units, renewed
+/// every 10 s of the test clock: a renewal happens only when the test moves the clock).
+async fn two_instances(server: &RedisServer, clock: &ManualClock) -> (Limiter, Limiter) {
+    let leasing = kept().max_share(10).renew_after(Duration::from_secs(10));
+    let a = limiter(
+        store(server, leasing, false).await,
+        Strategy::FixedWindow,
+        "1000/minute",
+        clock,
+    );
+    let b = limiter(
+        store(server, leasing, false).await,
+        Strategy::FixedWindow,
+        "1000/minute",
+        clock,
+    );
+    (a, b)
+}
+
+/// Checks `key` on `a`, then on `b`, until each rejects, and returns both instances' leases:
+/// the admissions.
+async fn drain(a: &Limiter, b: &Limiter, key: &String) -> u64 {
+    admissions(a, key, 1100).await + admissions(b, key, 1100).await
+}
+
+#[test]
+fn a_reset_on_one_instance_stops_another_instances_lease_at_its_next_renewal() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let (a, b) = two_instances(&server, &clock).await;
+        let key = "reset-elsewhere".to_owned();
+        for _ in 0..10 {
+            assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        // B's leases grow 1, 4, 16, 64: 85 units drawn, 55 still in hand.
+        for _ in 0..30 {
+            assert!(b.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let at_reset = b.store().lease_counters();
+        assert_eq!(
+            (at_reset.granted, at_reset.units_held),
+            (85, 55),
+            "{at_reset:?}"
+        );
+
+        a.reset(&key).await.expect("reset");
+        assert_eq!(redis_count(&server, &a, &key), 0, "Redis forgot the key");
+        // Until its renewal, B's lease admits on its own: Redis is not asked, so B cannot know.
+        for _ in 0..5 {
+            assert!(b.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let before_renewal = b.store().lease_counters();
+        assert_eq!(
+            before_renewal.fetches, at_reset.fetches,
+            "{before_renewal:?}"
+        );
+
+        // The renewal is due: B's next check asks Redis, learns of the reset, and drops the rest
+        // of its old lease (50 units): not admitted, and not merged with the new grant.
+        clock.advance(Duration::from_secs(10));
+        assert!(b.check(&key, 1).await.expect("decision").is_allowed());
+        let renewed = b.store().lease_counters();
+        assert_eq!(renewed.fetches, at_reset.fetches + 1, "{renewed:?}");
+        assert_eq!(
+            renewed.expired,
+            at_reset.expired + 50,
+            "the old lease's rest was dropped: {renewed:?}"
+        );
+        assert_counters_add_up(&b, "after the renewal");
+        let new_grant = renewed.granted - at_reset.granted;
+        assert_eq!(renewed.units_held, new_grant - 1, "{renewed:?}");
+        assert_eq!(
+            redis_count(&server, &b, &key),
+            new_grant,
+            "Redis counts the new lease only"
+        );
+        // From now on B admits only from leases Redis counted since the reset.
+        b.store().return_leases().await.expect("return");
+        assert_eq!(
+            redis_count(&server, &b, &key),
+            1,
+            "the check since the renewal"
+        );
+
+        // Both sides of the bound: after the reset the two instances admit the whole limit
+        // afresh, plus the 5 units B's old lease admitted before its renewal, and no more. That
+        // is within the stated bound: the units B held at the reset (55).
+        let after_reset = 5 + 1 + drain(&a, &b, &key).await;
+        assert_eq!(after_reset, 1000 + 5, "{:?}", b.store().lease_counters());
+        assert!(after_reset <= 1000 + at_reset.units_held);
+        assert_eq!(redis_count(&server, &a, &key), 1000);
+        assert_counters_add_up(&a, "after the window was spent");
+        assert_counters_add_up(&b, "after the window was spent");
+    });
+}
+
+#[test]
+fn a_lease_drawn_before_a_reset_elsewhere_gives_nothing_back_to_the_fresh_count() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let (a, b) = two_instances(&server, &clock).await;
+        let key = "returned-after-reset".to_owned();
+        for _ in 0..30 {
+            assert!(b.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let held = b.store().lease_counters().units_held;
+        assert_eq!(held, 55);
+        a.reset(&key).await.expect("reset");
+        for _ in 0..40 {
+            assert!(a.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        let counted = redis_count(&server, &a, &key);
+        assert!(counted >= 40, "{counted}");
+        // B gives back 55 units drawn before the reset: Redis ignores them (subtracting them from
+        // the fresh count would let 55 more than the limit through).
+        assert_eq!(b.store().return_leases().await.expect("return"), 55);
+        assert_eq!(redis_count(&server, &a, &key), counted);
+        // A return within the key's current epoch still counts.
+        a.store().return_leases().await.expect("return");
+        assert_eq!(redis_count(&server, &a, &key), 40);
+        assert_eq!(40 + drain(&a, &b, &key).await, 1000);
+    });
+}
+
+/// `server --rules F --redis-lease`: the limits leasing can bound lease, the others are checked by
+/// a Redis call each and named in one warning at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_with_rules_and_redis_lease_leases_the_limits_it_can_and_names_the_others() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    let dir = std::env::temp_dir().join(format!("tollgate-lease-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules.toml");
+    let limit = |name: &str, strategy: &str, quotas: &str| {
+        format!(
+            "[[limit]]\nname = \"{name}\"\npath = \"/{name}\"\nkey = \"global\"\n\
+             strategy = \"{strategy}\"\nquotas = \"{quotas}\"\n\n"
+        )
+    };
+    let rules = [
+        limit("leased", "fixed-window", "2000/hour"),
+        limit("moving", "moving-window", "10/hour"),
+        limit("dripping", "leaky-bucket", "10/hour"),
+    ]
+    .concat();
+    std::fs::write(&file, rules).unwrap();
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url.as_str(),
+        "--rules",
+        file.to_str().unwrap(),
+        "--store-timeout",
+        "2000",
+        "--redis-lease",
+    ];
+    let server = crate::examples::start_keeping_stderr("server", &args).await;
+    let client = crate::support::TestClient::new();
+    let admitted = |path: &'static str, n: usize| {
+        let (client, url) = (&client, server.url(path));
+        async move {
+            let mut ok = 0;
+            for _ in 0..n {
+                if client.get(&url).await.status == http::StatusCode::OK {
+                    ok += 1;
+                }
+            }
+            ok
+        }
+    };
+    // The leased limit: 100 admissions on leases of 1, 4, 16, 64 and 100 units.
+    let calls = redis.command_calls("evalsha");
+    assert_eq!(admitted("/leased", 100).await, 100);
+    let leased_calls = redis.command_calls("evalsha") - calls;
+    assert!(
+        leased_calls <= 10,
+        "{leased_calls} Redis calls for 100 leased admissions"
+    );
+    // The others: exactly their limits, a call per admission (no lease; the blocked-key cache
+    // answers the rejections after the first), none refused at start.
+    for path in ["/moving", "/dripping"] {
+        let calls = redis.command_calls("evalsha");
+        assert_eq!(admitted(path, 15).await, 10, "{path}");
+        let calls = redis.command_calls("evalsha") - calls;
+        assert!((10..=15).contains(&calls), "{path}: {calls} calls");
+    }
+    let stderr = server.stop_with("-TERM").await;
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("server: warning: --redis-lease"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("\"moving\" (moving-window)")
+            && warnings[0].contains("\"dripping\" (leaky-bucket)")
+            && !warnings[0].contains("\"leased\""),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -27,17 +27,34 @@ pub struct Running {
     pub child: Child,
     pub base: String,
     pub stdout: BufReader<tokio::process::ChildStdout>,
+    /// Kept by [`start_keeping_stderr`], read by [`Running::stop_with`].
+    pub stderr: Option<tokio::process::ChildStderr>,
 }
 
 /// Starts an example and waits for its `listening on http://ADDR` line.
 pub async fn start(name: &str, args: &[&str]) -> Running {
+    launch(name, args, false).await
+}
+
+/// [`start`], keeping the example's stderr for [`Running::stop_with`] to return (for examples
+/// that write little there: warnings).
+pub async fn start_keeping_stderr(name: &str, args: &[&str]) -> Running {
+    launch(name, args, true).await
+}
+
+async fn launch(name: &str, args: &[&str], keep_stderr: bool) -> Running {
     let mut child = Command::new(example(name))
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(if keep_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let stderr = child.stderr.take();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line))
@@ -57,6 +74,7 @@ pub async fn start(name: &str, args: &[&str]) -> Running {
         child,
         base,
         stdout,
+        stderr,
     }
 }
 
@@ -65,8 +83,9 @@ impl Running {
         format!("{}{}", self.base, path)
     }
 
-    /// Sends `signal` and checks the exit code 0 and that stdout held nothing more.
-    pub async fn stop_with(mut self, signal: &str) {
+    /// Sends `signal` and checks the exit code 0 and that stdout held nothing more; returns
+    /// stderr when it was kept (else "").
+    pub async fn stop_with(mut self, signal: &str) -> String {
         let pid = self.child.id().unwrap().to_string();
         let status = std::process::Command::new("kill")
             .args([signal, &pid])
@@ -81,5 +100,10 @@ impl Running {
         let mut rest = String::new();
         self.stdout.read_to_string(&mut rest).await.unwrap();
         assert_eq!(rest, "", "exactly one line on stdout");
+        let mut err = String::new();
+        if let Some(stderr) = &mut self.stderr {
+            stderr.read_to_string(&mut err).await.unwrap();
+        }
+        err
     }
 }

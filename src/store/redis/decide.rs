@@ -243,6 +243,20 @@ impl RedisStore {
         op: Op,
         now: u64,
     ) -> RedisFuture {
+        self.apply_in_epoch(base, rule, tag, op, now, None)
+    }
+
+    /// [`apply_base`](Self::apply_base); a settlement with an `epoch` (a quota lease's return) is
+    /// ignored by Redis when the key was reset since that epoch (`hash_driver.lua`).
+    pub(super) fn apply_in_epoch(
+        &self,
+        base: String,
+        rule: &Rule,
+        tag: u64,
+        op: Op,
+        now: u64,
+        epoch: Option<u64>,
+    ) -> RedisFuture {
         let params = match rule.params_in(TICK_NANOS) {
             Ok(p) => p,
             Err(e) => return self.fail(StoreError::new(StoreErrorKind::Other, e.to_string())),
@@ -252,10 +266,13 @@ impl RedisStore {
         } else {
             0
         };
-        let args = match script_args(rule, &params, op, now_us) {
+        let mut args = match script_args(rule, &params, op, now_us) {
             Ok(a) => a,
             Err(m) => return self.fail(StoreError::new(StoreErrorKind::Other, m)),
         };
+        if let (Op::Settle { .. }, Some(e)) = (op, epoch) {
+            args.push(e);
+        }
         let redis_keys = redis_keys(&base, rule.strategy(), params.len());
         let fingerprint = Self::fingerprint(&redis_keys, &args, params.len());
         let cache_key = self.inner.cache.as_ref().map(|_| fingerprint);

@@ -17,8 +17,12 @@
 //!   over. A dead token-bucket lease's units are still counted in the bucket, so they go back too
 //!   (when it is replaced or swept; the settlement never moves the bucket below now).
 //! - **Reset**: a `Reset` drops this instance's lease of the key (its units count as expired) and
-//!   keeps the key's slot, so a fetch in flight still lands. Other instances' leases are not
-//!   reached: see the bound under [`Leasing`].
+//!   keeps the key's slot, so a fetch in flight still lands. In Redis it bumps the key's reset
+//!   epoch (`lua/hash_driver.lua`; only a key a lease was drawn from has one). A grant carries the
+//!   epoch it was drawn under, and a lease admits only until its renewal is due
+//!   ([`Leasing::renew_after`]): the renewal's grant of another epoch drops the old lease (its
+//!   units count as expired), and a return carries its lease's epoch, so Redis ignores one from
+//!   before a reset. The bound is under [`Leasing`].
 //! - **Counters**: `granted = leased + returned + expired + units_held` ([`LeaseCounters`]).
 //! - **Size**: the key's demand on this instance over the horizon (units asked since the last
 //!   fetch, scaled to the horizon), at most four times the previous lease, at most `limit /
@@ -204,6 +208,12 @@ struct Lease {
     /// When the lease dies on the process's monotonic clock (the call's sending + its life): a
     /// limiter clock that lags real time cannot stretch a lease past Redis's window.
     until_i: Instant,
+    /// When the lease stops admitting until a renewal finds its key not reset (the call's sending
+    /// + [`Leasing::renew_after`], at most its death), on both clocks.
+    fresh: u64,
+    fresh_i: Instant,
+    /// The key's reset epoch the lease was granted under (Redis's: a reset bumps it).
+    epoch: u64,
     /// Redis's time when the lease dies (ns): leases of one window end together and merge.
     end: u64,
     bucket: bool,
@@ -221,7 +231,7 @@ impl Lease {
     }
 
     fn take(&mut self, cost: u64, now: u64, now_i: Instant) -> Option<Decision> {
-        if !self.alive(now, now_i) || self.left < cost {
+        if now >= self.fresh || now_i >= self.fresh_i || self.left < cost {
             return None;
         }
         self.left -= cost;
@@ -244,7 +254,8 @@ impl Lease {
         })
     }
 
-    /// The settlement giving the unused units back.
+    /// The settlement giving the unused units back (sent with the lease's epoch: after a reset of
+    /// the key Redis ignores it).
     fn give_back(&self) -> Option<Op> {
         (self.left > 0).then(|| Op::Settle {
             reserved: u32::try_from(self.granted).unwrap_or(u32::MAX),
@@ -348,10 +359,11 @@ impl RedisStore {
         )))
     }
 
-    /// Refuses leasing for a strategy it cannot bound (called by `Builder::build`).
+    /// Refuses leasing for a strategy it cannot bound (called by `Builder::build`), unless the
+    /// store checks such rules unleased ([`Leasing::skip_unleasable`]).
     pub(super) fn validate_leasing(&self, rule: &Rule) -> Result<(), ConfigError> {
         match (&self.inner.leases, refusal(rule.strategy())) {
-            (Some(_), Some(why)) => Err(ConfigError::Store(format!(
+            (Some(l), Some(why)) if !l.cfg.skip_unleasable => Err(ConfigError::Store(format!(
                 "quota leasing is not offered for the {} strategy: {why}; use fixed-window, \
                  sliding-window or token-bucket, or a Redis store without leases",
                 rule.strategy()
@@ -436,7 +448,14 @@ impl RedisStore {
             return Ok(0);
         };
         let settled = self
-            .apply_base(key.base.clone(), &key.rule, key.tag, op, now)
+            .apply_in_epoch(
+                key.base.clone(),
+                &key.rule,
+                key.tag,
+                op,
+                now,
+                Some(lease.epoch),
+            )
             .await;
         if let Some(l) = &self.inner.leases {
             match settled {
@@ -558,7 +577,14 @@ impl RedisStore {
                             let (tx, rx) = watch::channel(());
                             slot.fetching = Some(rx.clone());
                             seen = Some(slot.done);
-                            Step::Fetch(tx, rx, slot.next_size(&leases.cfg, now, u64::from(cost)))
+                            let size = slot.next_size(&leases.cfg, now, u64::from(cost));
+                            // A renewal: the rest of a live window lease merges with the grant,
+                            // so only the difference is asked (the lease stays within its size).
+                            let rest = slot
+                                .lease
+                                .filter(|l| !l.bucket && l.alive(now, Instant::now()))
+                                .map_or(0, |l| l.left);
+                            Step::Fetch(tx, rx, size.saturating_sub(rest).max(u64::from(cost)))
                         }
                     }
                 }

@@ -14,7 +14,9 @@
 //!   `ttl_ms`, the strategy's code (`convert.lua`: 1 for the clock-aligned fixed window), `n`, then
 //!   `limit, window, emission, burst, offset` per quota (in µs), then `at_us` (settle: the time of the check whose reservation is settled, so
 //!   only its own window or bucket changes; step back: the reservation's end, which the bucket's
-//!   TAT must still be), then `actual` (settle: the cost to charge; `cost` is the reservation's).
+//!   TAT must still be), then `actual` (settle: the cost to charge; `cost` is the reservation's), then for a quota
+//!   lease's return the key's reset epoch it was drawn under (a settle from another epoch changes
+//!   nothing: `hash_driver.lua`).
 //! - The hash records the rule's descriptor (the strategy's code and the quota arguments): a state
 //!   written under another rule is converted in the script before the decision (`convert.lua`).
 //! - Reply: `now_us`, then `outcome, limit, remaining, reset_after, retry_after` per quota (outcome 0

@@ -3,7 +3,15 @@ local names = {'d', 'g'}
 for i = 1, n do
   for _, f in ipairs(FIELDS) do names[#names + 1] = f .. i end
 end
+-- The key's reset epoch (a quota lease's return carries the epoch it was granted under).
+local E = #names + 1
+names[E] = 'e'
 local raw = redis.call('HMGET', key, unpack(names))
+local epoch = tonumber(raw[E]) or 0
+-- A lease's return (a settle with an epoch) from before the key's last reset: Redis forgot the
+-- units it would give back, so it changes nothing.
+local lease_epoch = tonumber(ARGV[6 + n * 5 + 3])
+if op == 2 and lease_epoch and lease_epoch ~= epoch then op = 1; consuming = false end
 local existed = false
 local S = {}
 local G = ghosts_parse(raw[2])
@@ -32,6 +40,15 @@ if op == 3 then
   existed = false
   G = {}
   for i = 1, n do for _, f in ipairs(FIELDS) do S[i][f] = 0 end end
+  -- A leased key (lease_driver.lua records its epoch) gets a new epoch: above the last and at
+  -- least Redis's time, so a key that expired and was leased and reset again never repeats one;
+  -- kept for the rule's horizon, as long as a lease drawn before the reset can live.
+  if raw[E] then
+    local tm = redis.call('TIME')
+    epoch = max(epoch + 1, tonumber(tm[1]) * 1000000 + tonumber(tm[2]))
+    redis.call('HSET', key, 'e', epoch)
+    redis.call('PEXPIRE', key, ttl)
+  end
 elseif op == 2 then
   for i = 1, n do settle(S[i], Q[i], now, arg_cost, actual) end
 elseif op == 4 and step_back then

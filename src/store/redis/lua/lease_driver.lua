@@ -4,7 +4,8 @@
 -- grant is min(want, room / shrink), at least the cost, charged at once by the strategy's own
 -- check and commit. Otherwise nothing is charged and the verdicts are those of a check of the cost.
 -- Reply: now, grant (0: none), life (µs until the lease must die: the end of the window or bucket
--- it was drawn from, or grant x T for the bucket), then five integers per quota.
+-- it was drawn from, or grant x T for the bucket), the key's reset epoch (hash_driver.lua: bumped
+-- by a reset; 0: never reset), then five integers per quota.
 local want = tonumber(ARGV[6 + n * 5 + 3]) or 0
 local shrink = max(tonumber(ARGV[6 + n * 5 + 4]) or 1, 1)
 local key = KEYS[1]
@@ -12,7 +13,10 @@ local names = {'d', 'g'}
 for i = 1, n do
   for _, f in ipairs(FIELDS) do names[#names + 1] = f .. i end
 end
+local E = #names + 1
+names[E] = 'e'
 local raw = redis.call('HMGET', key, unpack(names))
+local epoch = tonumber(raw[E]) or 0
 local S = {}
 local G = ghosts_parse(raw[2])
 -- Written under another rule: converted (a lease drawn under the old rule was charged there, so
@@ -53,6 +57,8 @@ if grant > 0 or converted then
   end
   local kv = {}
   if raw[1] ~= desc then kv = {'d', desc} end
+  -- A leased key records its epoch, so a reset (through any store) bumps it.
+  if not raw[E] then kv[#kv + 1] = 'e'; kv[#kv + 1] = epoch end
   if #G > 0 then
     kv[#kv + 1] = 'g'; kv[#kv + 1] = CV().ghosts_string(G)
     ttl = ghosts_ttl(G, now, ttl)
@@ -75,6 +81,6 @@ if grant > 0 or converted then
   redis.call('PEXPIRE', key, ttl)
 end
 if grant == 0 then life = 0 end
-local out = {now, grant, max(life, 0)}
+local out = {now, grant, max(life, 0), epoch}
 for i = 1, n do for j = 1, 5 do out[#out + 1] = V[i][j] end end
 return out

@@ -11,7 +11,7 @@ use super::{Call, Fetched, Lease};
 use crate::decision::{Decision, Outcome};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::redis::send::{NoReply, Script};
-use crate::store::redis::{LATE_GRACE, RedisStore, TICK_NANOS, decode};
+use crate::store::redis::{LATE_GRACE, RedisStore, TICK_NANOS, decode, nanos};
 use crate::strategy::Op;
 
 impl RedisStore {
@@ -42,11 +42,20 @@ impl RedisStore {
             slot.last = match fetched {
                 Ok(lease) => {
                     match slot.lease.take() {
-                        // One window's leases end together: they merge.
+                        // A lease from before a reset of the key (elsewhere): Redis forgot its
+                        // units, so they are neither admitted nor given back.
+                        Some(old) if old.epoch != lease.epoch => {
+                            leases.expired.add(old.left);
+                            slot.lease = Some(lease);
+                        }
+                        // One window's leases end together: they merge, and this call found the
+                        // old one's units still counted, so they are as fresh as the new ones.
                         Some(mut old) if !old.bucket && old.end == lease.end => {
                             old.left += lease.left;
                             old.granted += lease.granted;
                             old.remaining = lease.remaining;
+                            old.fresh = lease.fresh.min(old.until);
+                            old.fresh_i = lease.fresh_i.min(old.until_i);
                             slot.lease = Some(old);
                         }
                         old => {
@@ -104,7 +113,12 @@ impl RedisStore {
             Err(NoReply::Overload(_)) => return Err(Fetched::Shed),
             Err(NoReply::Outage(e) | NoReply::Late(e)) => return Err(Fetched::Failed(e)),
         };
-        let (grant, life, d) = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
+        let Reply {
+            grant,
+            life,
+            epoch,
+            decision: d,
+        } = decode_lease(&v, call.quotas).map_err(Fetched::Failed)?;
         if grant == 0 {
             let d = d.answering(Op::Check(cost));
             if let (Some(cache), Some(ck)) = (&inner.cache, cache_key) {
@@ -117,15 +131,24 @@ impl RedisStore {
         if let Some(l) = &inner.leases {
             l.granted.add(grant);
         }
+        let until = call.now.saturating_add(life);
+        let until_i = sent_i
+            .checked_add(Duration::from_nanos(life))
+            .unwrap_or(sent_i);
+        let renew = inner
+            .leases
+            .as_ref()
+            .map_or(Duration::ZERO, |l| l.cfg.renew);
         Ok(Lease {
             left: grant,
             granted: grant,
             at: d.time,
             sent: call.now,
-            until: call.now.saturating_add(life),
-            until_i: sent_i
-                .checked_add(Duration::from_nanos(life))
-                .unwrap_or(sent_i),
+            until,
+            until_i,
+            fresh: until.min(call.now.saturating_add(nanos(renew))),
+            fresh_i: until_i.min(sent_i.checked_add(renew).unwrap_or(sent_i)),
+            epoch,
             end: d.time.saturating_add(life),
             bucket: call.bucket,
             limit: d.limit,
@@ -136,8 +159,19 @@ impl RedisStore {
     }
 }
 
-/// Decodes a lease reply: the grant, the life in ns, and the decision of the verdicts.
-pub(super) fn decode_lease(v: &Value, quotas: usize) -> Result<(u64, u64, Decision), StoreError> {
+/// A lease reply, decoded.
+pub(super) struct Reply {
+    pub(super) grant: u64,
+    /// The lease's life, ns.
+    pub(super) life: u64,
+    /// The key's reset epoch the lease was granted under.
+    pub(super) epoch: u64,
+    /// The decision of the verdicts.
+    pub(super) decision: Decision,
+}
+
+/// Decodes a lease reply: `now, grant, life (µs), epoch`, then the verdicts.
+pub(super) fn decode_lease(v: &Value, quotas: usize) -> Result<Reply, StoreError> {
     let bad = |m: &str| StoreError::new(StoreErrorKind::BadReply, format!("lease reply: {m}"));
     let Value::Array(items) = v else {
         return Err(bad("not an array"));
@@ -146,10 +180,15 @@ pub(super) fn decode_lease(v: &Value, quotas: usize) -> Result<(u64, u64, Decisi
         Some(Value::Int(n)) => u64::try_from(*n).map_err(|_| bad("a negative value")),
         _ => Err(bad("a value that is not an integer")),
     };
-    let (grant, life) = (int(1)?, int(2)?);
-    let mut rest = Vec::with_capacity(items.len().saturating_sub(2));
+    let (grant, life, epoch) = (int(1)?, int(2)?, int(3)?);
+    let mut rest = Vec::with_capacity(items.len().saturating_sub(3));
     rest.extend(items.first().cloned());
-    rest.extend(items.iter().skip(3).cloned());
-    let d = decode(&Value::Array(rest), quotas)?;
-    Ok((grant, life.saturating_mul(TICK_NANOS), d))
+    rest.extend(items.iter().skip(4).cloned());
+    let decision = decode(&Value::Array(rest), quotas)?;
+    Ok(Reply {
+        grant,
+        life: life.saturating_mul(TICK_NANOS),
+        epoch,
+        decision,
+    })
 }

@@ -32,11 +32,15 @@ use crate::strategy::{Params, Strategy};
 ///   when their instance returns them (after `idle_return` without use, at the latest, and a dead
 ///   token-bucket lease when it is replaced or swept) or, for the windows, when the window ends; a
 ///   dead instance's lease is lost until its window ends (`L x T` for the bucket).
-/// - **Reset**: a `Reset` reaches only the resetting instance's lease. Each other instance's lease
-///   keeps admitting until it is spent or dies, and its later return lowers the count Redis
-///   started afresh: each unit it held at the reset is either admitted unseen or given back and
-///   subtracted, so at most the units held (under `2 x L`: leases of one window merge) more than
-///   the limit per other instance in the window of the reset.
+/// - **Reset**: a `Reset` drops the resetting instance's lease and bumps the key's reset epoch in
+///   Redis. A lease admits for at most [`renew_after`](Self::renew_after) after its call was sent;
+///   the next check renews it, and the reply's epoch tells the instance whether the key was reset:
+///   a lease drawn before the reset is dropped (counted as expired), and its return, whenever it
+///   comes, is ignored by Redis. So after a reset at `t`, each other instance admits from leases
+///   drawn before `t` at most the units it held or had in flight at `t` (fewer than `2 x L`: a
+///   renewal asks only for what the lease lacks), and none after `t + renew_after`; the count
+///   Redis started afresh is never lowered by them. In the window of the reset, at most `limit +
+///   (I - 1) x 2 x L` across all instances.
 /// - **Clock**: a lease dies at its life on the limiter's clock or on the process's monotonic
 ///   clock, whichever comes first: a limiter clock that lags real time (a frozen
 ///   [`ManualClock`](crate::ManualClock), a coarse clock) cannot stretch it past Redis's window.
@@ -46,6 +50,8 @@ pub struct Leasing {
     pub(super) horizon: Duration,
     pub(super) shrink: u32,
     pub(super) idle: Duration,
+    pub(super) renew: Duration,
+    pub(super) skip_unleasable: bool,
 }
 
 impl Default for Leasing {
@@ -55,13 +61,16 @@ impl Default for Leasing {
             horizon: Duration::from_millis(100),
             shrink: 4,
             idle: Duration::from_millis(250),
+            renew: Duration::from_millis(250),
+            skip_unleasable: false,
         }
     }
 }
 
 impl Leasing {
     /// The defaults: leases of at most 5% of a limit (`max_share(20)`), sized to 100 ms of the
-    /// key's demand, at most a quarter of the room left, returned after 250 ms without use.
+    /// key's demand, at most a quarter of the room left, returned after 250 ms without use,
+    /// renewed after 250 ms in use.
     pub fn new() -> Self {
         Self::default()
     }
@@ -91,6 +100,30 @@ impl Leasing {
     pub fn idle_return(mut self, idle: Duration) -> Self {
         self.idle = idle;
         self
+    }
+
+    /// A lease admits for at most this long after it was drawn (default 250 ms); the next check
+    /// then renews it with Redis, which tells whether its key was reset meanwhile (a reset on
+    /// another instance): the bound on how long a reset leaves other instances' leases admitting.
+    /// A renewal asks only for what the lease lacks, and its rest merges with the grant (or, for
+    /// the token bucket, goes back).
+    pub fn renew_after(mut self, span: Duration) -> Self {
+        self.renew = span;
+        self
+    }
+
+    /// A rule whose strategy leasing cannot bound ([`Leasing::unleasable`]) is checked by a call
+    /// per request, as without leasing, instead of refused by `build()`: for a store shared by
+    /// limits of several strategies (a rules file's), leasing the limits it can.
+    pub fn skip_unleasable(mut self) -> Self {
+        self.skip_unleasable = true;
+        self
+    }
+
+    /// Why leasing cannot bound `strategy` (the moving window, the first-hit window, the leaky
+    /// bucket); `None` for the strategies it leases.
+    pub fn unleasable(strategy: Strategy) -> Option<&'static str> {
+        super::refusal(strategy)
     }
 
     /// The largest lease for `params` (at least 1).
@@ -129,7 +162,9 @@ pub struct LeaseCounters {
     /// [`RedisStore::return_leases`](crate::store::redis::RedisStore::return_leases)).
     pub returned: u64,
     /// Unused units that were never given back: window leases that died with their window, leases
-    /// dropped by a `Reset` of their key, and returns that failed.
+    /// dropped by a `Reset` of their key (on this instance, or found at a renewal on another), and
+    /// returns that failed. A return that Redis ignores because the key was reset since its lease
+    /// was drawn counts as returned.
     pub expired: u64,
     /// Leases held now.
     pub held: u64,

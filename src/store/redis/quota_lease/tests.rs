@@ -67,6 +67,9 @@ fn a_lease_admits_until_it_is_empty_or_dead_and_returns_the_rest() {
         sent: 100,
         until: 1_100,
         until_i: Instant::now() + Duration::from_secs(60),
+        fresh: 1_000,
+        fresh_i: Instant::now() + Duration::from_secs(30),
+        epoch: 0,
         end: 8_000,
         bucket: false,
         limit: 10,
@@ -80,12 +83,19 @@ fn a_lease_admits_until_it_is_empty_or_dead_and_returns_the_rest() {
     assert_eq!(d.remaining(), 6);
     assert_eq!(d.time, 7_500, "the time inside the lease's window");
     assert!(lease.take(2, 700, i).is_none(), "one unit left");
-    assert!(lease.take(1, 1_100, i).is_none(), "dead at its end");
+    assert!(
+        lease.take(1, 1_000, i).is_none(),
+        "due for renewal before its death at 1_100"
+    );
+    assert!(
+        lease.alive(1_000, i),
+        "a lease due for renewal is still alive"
+    );
     let mut stale = lease;
-    stale.until_i = i;
+    stale.fresh_i = i;
     assert!(
         stale.take(1, 700, i).is_none(),
-        "dead at its monotonic end, whatever the limiter's clock says"
+        "due for renewal on the monotonic clock, whatever the limiter's clock says"
     );
     assert_eq!(
         lease.give_back(),
