@@ -21,10 +21,16 @@
 //! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
 //! or `Rules::publish_stats` (feature `rules`): call it before a scrape.
 
+mod live;
+
+use std::sync::Arc;
+
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
+pub(crate) use live::{Kind, LiveLabel, Refresh, next_owner, refresh_every_second};
+
 /// The metric names this crate records (pinned: dashboards rely on them).
-pub const METRIC_NAMES: [&str; 10] = [
+pub const METRIC_NAMES: [&str; 11] = [
     "tollgate_requests_total",
     "tollgate_units_total",
     "tollgate_store_errors_total",
@@ -35,6 +41,7 @@ pub const METRIC_NAMES: [&str; 10] = [
     "tollgate_rules_reloads_total",
     "tollgate_store_up",
     "tollgate_in_flight",
+    "tollgate_settle_unmatched_total",
 ];
 
 /// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's
@@ -70,10 +77,13 @@ pub(crate) struct LimitMetrics {
     pub(crate) breaker_open: Gauge,
     /// 0 while the store cannot be used (published by `publish_stats`).
     pub(crate) store_up: Gauge,
+    /// The label, held while these handles live (a second limiter of the name warns).
+    _live: LiveLabel,
 }
 
 impl LimitMetrics {
-    pub(crate) fn new(limit: &str) -> Self {
+    /// The handles of the limiter `owner` (its store's address) under the label `limit`.
+    pub(crate) fn new(limit: &str, owner: usize) -> Self {
         let outcome = |o: &'static str| counter!("tollgate_requests_total", "limit" => limit.to_owned(), "outcome" => o);
         Self {
             allowed: outcome("allowed"),
@@ -92,6 +102,7 @@ impl LimitMetrics {
             evictions: counter!("tollgate_evictions_total", "limit" => limit.to_owned()),
             breaker_open: gauge!("tollgate_breaker_open", "limit" => limit.to_owned()),
             store_up: gauge!("tollgate_store_up", "limit" => limit.to_owned()),
+            _live: LiveLabel::new(Kind::Limiter, limit, owner),
         }
     }
 
@@ -131,6 +142,56 @@ impl LimitMetrics {
 impl std::fmt::Debug for LimitMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitMetrics").finish_non_exhaustive()
+    }
+}
+
+/// A layer's limiter and its handles: the refresh thread publishes the limiter's store figures
+/// every second while the layer lives.
+pub(crate) struct LimiterMetrics<K, St, C> {
+    handles: LimitMetrics,
+    limiter: crate::RateLimiter<K, St, C>,
+}
+
+impl<K, St, C> LimiterMetrics<K, St, C>
+where
+    K: crate::store::StoreKey,
+    St: crate::store::Store<K>,
+    C: crate::Clock,
+{
+    /// The handles of `limiter`, its gauges refreshed every second from now on.
+    pub(crate) fn refreshed(limiter: crate::RateLimiter<K, St, C>) -> Arc<Self> {
+        let owner = std::ptr::from_ref(limiter.store()) as usize;
+        let this = Arc::new(Self {
+            handles: LimitMetrics::new(limiter.name(), owner),
+            limiter,
+        });
+        let weak: std::sync::Weak<dyn Refresh> = Arc::downgrade(&this) as _;
+        refresh_every_second(weak);
+        this
+    }
+
+    /// Publishes the limiter's store figures now.
+    pub(crate) fn publish_now(&self) {
+        self.handles.publish(&self.limiter.stats());
+    }
+}
+
+impl<K, St, C> Refresh for LimiterMetrics<K, St, C>
+where
+    K: crate::store::StoreKey,
+    St: crate::store::Store<K>,
+    C: crate::Clock,
+{
+    fn refresh(&self) {
+        self.publish_now();
+    }
+}
+
+impl<K, St, C> std::ops::Deref for LimiterMetrics<K, St, C> {
+    type Target = LimitMetrics;
+
+    fn deref(&self) -> &LimitMetrics {
+        &self.handles
     }
 }
 

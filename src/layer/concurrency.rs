@@ -93,6 +93,8 @@ impl Shared {
 struct CapMetrics {
     in_flight: metrics::Gauge,
     rejected: metrics::Counter,
+    /// The label, held while the cap lives (a second cap of the name warns).
+    _live: crate::metrics::LiveLabel,
 }
 
 #[cfg(feature = "metrics")]
@@ -102,6 +104,11 @@ impl CapMetrics {
             in_flight: metrics::gauge!("tollgate_in_flight", "limit" => name.to_owned()),
             rejected: metrics::counter!(
                 "tollgate_requests_total", "limit" => name.to_owned(), "outcome" => "rejected"
+            ),
+            _live: crate::metrics::LiveLabel::new(
+                crate::metrics::Kind::Cap,
+                name,
+                crate::metrics::next_owner(),
             ),
         }
     }

@@ -223,8 +223,9 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
 /// label).
 pub struct OneLimiter<K, St, C> {
     pub(crate) limiter: RateLimiter<K, St, C>,
+    /// Its handles, and its gauges refreshed every second while the layer lives.
     #[cfg(feature = "metrics")]
-    pub(crate) metrics: Arc<crate::metrics::LimitMetrics>,
+    pub(crate) metrics: Arc<crate::metrics::LimiterMetrics<K, St, C>>,
 }
 
 impl<K, St, C> OneLimiter<K, St, C> {
@@ -236,7 +237,7 @@ impl<K, St, C> OneLimiter<K, St, C> {
     {
         Self {
             #[cfg(feature = "metrics")]
-            metrics: Arc::new(crate::metrics::LimitMetrics::new(limiter.name())),
+            metrics: crate::metrics::LimiterMetrics::refreshed(limiter.clone()),
             limiter,
         }
     }
