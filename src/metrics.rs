@@ -106,10 +106,10 @@ impl LimitMetrics {
         }
     }
 
-    /// Counts a decision of the store: allowed or rejected, by the store or its local fallback,
-    /// and the units an admitted one spends.
+    /// Counts a decision of the store: allowed or rejected, by the store or its local fallback
+    /// (the units an admitted request spends are counted once settled).
     #[inline]
-    pub(crate) fn decided(&self, d: &crate::Decision, units: u32) {
+    pub(crate) fn decided(&self, d: &crate::Decision) {
         match (d.is_allowed(), d.decided_locally()) {
             (true, false) => self.allowed.increment(1),
             (true, true) => self.local_allowed.increment(1),
@@ -117,7 +117,12 @@ impl LimitMetrics {
             (false, false) => self.rejected.increment(1),
             (false, true) => self.local_rejected.increment(1),
         }
-        if d.is_allowed() && units > 0 {
+    }
+
+    /// Counts the units a request was charged once settled (its estimate when nothing settled it).
+    #[inline]
+    pub(crate) fn charged(&self, units: u32) {
+        if units > 0 {
             self.units.increment(u64::from(units));
         }
     }

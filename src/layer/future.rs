@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::core::{Core, Pacing};
-use super::counted::{CountId, mark_counted};
+use super::counted::{CountId, mark_counted, mark_enclosed};
 use super::grpc;
 use super::limits::Limits;
 use super::response::{FailurePolicy, OnRejected, Refusal, text};
@@ -108,9 +108,13 @@ impl<L: Limits, R> Ctx<L, R> {
     }
 
     /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open).
+    /// Limits that count no id (a rules file) still tell the layers inside that one encloses
+    /// them: only the outermost counts a [`Settle`](super::Settle) marker nobody took.
     fn mark(&self, extensions: &mut http::Extensions, d: Option<&L::Decided>) {
-        if let Some(id) = self.id {
-            mark_counted(extensions, id, self.marked, d.map(L::decision));
+        match self.id {
+            Some(id) => mark_counted(extensions, id, self.marked, d.map(L::decision)),
+            None if !self.marked => mark_enclosed(extensions),
+            None => {}
         }
     }
 
@@ -182,7 +186,8 @@ pin_project! {
         },
         Readying { pending: Option<Pending<S, ReqB>>, decision: Option<L::Decided> },
         Forwarding { #[pin] fut: S::Future, decision: Option<L::Decided> },
-        Settling { #[pin] settle: L::Answer, response: Option<Response<ResB>>, decision: Option<L::Decided> },
+        // `units`: what the settlement charges, counted once it succeeds.
+        Settling { #[pin] settle: L::Answer, units: u32, response: Option<Response<ResB>>, decision: Option<L::Decided> },
         Done { response: Option<Response<ResponseBody<ResB>>> },
     }
 }
@@ -382,13 +387,26 @@ where
                     this.state.set(State::Forwarding { fut, decision });
                 }
                 StateProj::Forwarding { fut, decision } => {
-                    let mut res = ready!(fut.poll(cx))?;
+                    let mut res = match ready!(fut.poll(cx)) {
+                        Ok(res) => res,
+                        Err(e) => {
+                            // The inner service failed: the request keeps its estimate.
+                            if let (Some(ctx), Some(_)) = (this.ctx.as_ref(), decision.as_ref()) {
+                                ctx.limits().count_charged(ctx.cost);
+                            }
+                            return Poll::Ready(Err(e));
+                        }
+                    };
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), decision.take()) else {
                         return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
-                    if let Some(settle) = L::settle(&ctx.core.options, &ctx.keys, &d, &mut res) {
+                    let o = &ctx.core.options;
+                    if let Some((settle, units)) =
+                        L::settle(o, &ctx.keys, ctx.cost, ctx.marked, &d, &mut res)
+                    {
                         this.state.set(State::Settling {
                             settle,
+                            units,
                             response: Some(res),
                             decision: Some(d),
                         });
@@ -398,6 +416,7 @@ where
                 }
                 StateProj::Settling {
                     settle,
+                    units,
                     response,
                     decision,
                 } => {
@@ -408,8 +427,12 @@ where
                         return broken("a state without its request, context or answer");
                     };
                     let d = match result {
-                        Ok(d) => d,
+                        Ok(d) => {
+                            ctx.limits().count_charged(*units);
+                            d
+                        }
                         Err(e) => {
+                            ctx.limits().count_charged(ctx.cost);
                             ctx.settle_failed(&e);
                             checked
                         }

@@ -21,6 +21,7 @@ use super::response::{
     HeaderStyle, Reported, item_name, rejected_inside, write_allowed_headers, write_headers,
 };
 use super::settle::{AtEnd, BodySettle, Source as SettleSource, warn_bad_value};
+use super::unmatched::unmatched;
 use super::wait_guard::OnCancel;
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
@@ -68,15 +69,23 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// What a queued request whose client went away undoes.
     #[doc(hidden)]
     fn on_cancel(&self, keys: &Self::Keys, cost: u32, reserved: &Self::Decided) -> OnCancel;
-    /// Settles the reservations of `d` to what `res` says the request cost; `None`: the
-    /// estimate stands (for now).
+    /// Settles the reservations of `d` (a request of `cost`) to what `res` says the request
+    /// cost: the settlement and the units it charges; `None`: the estimate stands (for now).
+    /// `marked`: whether a layer encloses this one (the outermost counts a [`Settle`] marker
+    /// left untaken).
     #[doc(hidden)]
     fn settle<B>(
         o: &Options<Self>,
         keys: &Self::Keys,
+        cost: u32,
+        marked: bool,
         d: &Self::Decided,
         res: &mut Response<B>,
-    ) -> Option<Self::Answer>;
+    ) -> Option<(Self::Answer, u32)>;
+    /// Counts the units a forwarded request was charged, once known (limits that count their
+    /// units per limit do it themselves).
+    #[doc(hidden)]
+    fn count_charged(&self, units: u32);
     /// The response with its body watched for a settlement at its end, when configured.
     #[doc(hidden)]
     fn watch_body<B>(
@@ -354,42 +363,61 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
     /// The units: the response's [`Settle`] marker for this limiter (taken out: an enclosing
     /// limiter never settles this one's reservation), else the configured source's value when
     /// the head has it. Not in queue mode, where a slot given back would put two waiters in one.
+    /// The estimate is counted here when it stands; a body's end counts what it settles.
     fn settle<B>(
         o: &Options<Self>,
         keys: &Keyed<K>,
+        cost: u32,
+        marked: bool,
         d: &Decision,
         res: &mut Response<B>,
-    ) -> Option<Self::Answer> {
+    ) -> Option<(Self::Answer, u32)> {
         let units = if res.extensions().get::<OverCap>().is_some() {
             // Refused by a concurrency cap inside: the request never ran.
-            0
+            Some(0)
         } else {
             let name = o.limits.limiter.name();
-            if res
-                .extensions()
-                .get::<Settle>()
-                .is_some_and(|s| s.is_for(name))
-            {
-                res.extensions_mut().remove::<Settle>()?.charged()
-            } else {
-                match o.settle.as_ref()?.read_head(res) {
-                    Ok(units) => units?,
-                    Err(bad) => {
-                        warn_bad_value(&o.settle_warned, name, bad);
-                        return None;
+            match res.extensions().get::<Settle>() {
+                Some(s) if s.is_for(name) => res.extensions_mut().remove::<Settle>().map(|s| s.charged()),
+                other => {
+                    if let Some(s) = other.filter(|_| !marked) {
+                        unmatched(s);
+                    }
+                    match o.settle.as_ref().map(|from| from.read_head(res)) {
+                        // Read at the body's end, which counts what it settles.
+                        Some(Ok(None)) if d.reservation().is_some() => return None,
+                        Some(Ok(units)) => units,
+                        Some(Err(bad)) => {
+                            warn_bad_value(&o.settle_warned, name, bad);
+                            None
+                        }
+                        None => None,
                     }
                 }
             }
         };
-        if matches!(o.pacing, Some(Pacing::Queue { .. })) {
+        let queued = matches!(o.pacing, Some(Pacing::Queue { .. }));
+        let Some((reservation, units)) = units
+            .filter(|_| !queued)
+            .and_then(|units| Some((d.reservation()?, units)))
+        else {
+            o.limits.count_charged(cost);
             return None;
-        }
-        let reservation = d.reservation()?;
-        Some(o.limits.limiter.apply(
+        };
+        let settle = o.limits.limiter.apply(
             &keys.key,
             keys.rule.as_deref(),
             Op::settle(reservation, units),
-        ))
+        );
+        Some((settle, units))
+    }
+
+    #[inline]
+    fn count_charged(&self, units: u32) {
+        #[cfg(feature = "metrics")]
+        self.metrics.charged(units);
+        #[cfg(not(feature = "metrics"))]
+        let _ = units;
     }
 
     fn watch_body<B>(
@@ -428,16 +456,19 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
             cap,
             units: 0,
             warned: Arc::clone(&o.settle_warned),
+            #[cfg(feature = "metrics")]
+            charged: Some(o.limits.metrics.units.clone()),
         }));
         res
     }
 
+    /// The units of an admitted request are counted once settled ([`count_charged`](Limits::count_charged)).
     #[inline]
-    fn count_decided(&self, _keys: &Keyed<K>, cost: u32, d: &Decision, admitted: bool) {
+    fn count_decided(&self, _keys: &Keyed<K>, _cost: u32, d: &Decision, _admitted: bool) {
         #[cfg(feature = "metrics")]
-        self.metrics.decided(d, if admitted { cost } else { 0 });
+        self.metrics.decided(d);
         #[cfg(not(feature = "metrics"))]
-        let _ = (cost, d, admitted);
+        let _ = d;
     }
 
     fn store_failed(o: &Options<Self>, keys: &Keyed<K>, e: &StoreError, closed: bool) {

@@ -123,10 +123,15 @@ mod pace;
 pub(crate) mod response;
 mod service;
 mod settle;
+mod unmatched;
 mod wait_guard;
 
 #[cfg(feature = "rules")]
 pub(crate) use body::Tail;
+#[cfg(feature = "rules")]
+pub(crate) use counted::Counted;
+#[cfg(feature = "rules")]
+pub(crate) use unmatched::unmatched;
 pub use body::{BoxError, ResponseBody};
 #[cfg(feature = "rules")]
 pub(crate) use concurrency::OverCap;

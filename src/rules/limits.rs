@@ -20,8 +20,9 @@ use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
-    AtEnd, BodySettle, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
-    Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
+    AtEnd, BodySettle, Counted, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options,
+    OverCap, Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle,
+    Source, unmatched,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -216,7 +217,8 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
             },
             cost: 1,
             id: None,
-            marked: false,
+            // Whether a layer encloses this one: only the outermost counts an untaken marker.
+            marked: parts.extensions.get::<Counted>().is_some(),
         }
     }
 }
@@ -535,13 +537,17 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     /// "header:NAME"` limit reads that header (a value it cannot use leaves the estimate, warned
     /// once per limit); a request a concurrency cap inside refused is settled to 0. A shaping
     /// queue's slot is never given back (two waiters would share one departure). The units of
-    /// the limits left on their estimate are counted here, the others' once settled.
+    /// the limits left on their estimate are counted here, the others' once settled (at the
+    /// body's end for `settle = "trailer:NAME"`). A marker no limit took is counted when no
+    /// layer encloses this one.
     fn settle<B>(
         _o: &Options<Self>,
         keys: &RulesKeys<St, C>,
+        _cost: u32,
+        marked: bool,
         d: &RulesDecided,
         res: &mut Response<B>,
-    ) -> Option<RulesAnswer> {
+    ) -> Option<(RulesAnswer, u32)> {
         let compiled = &keys.compiled;
         let over_cap = res.extensions().get::<OverCap>().is_some();
         let marker = res.extensions().get::<Settle>().cloned();
@@ -562,21 +568,25 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     None => limit.settle_value(res),
                 }
             };
-            match units.filter(|_| limit.spec.queue.is_none() && h.decision.reservation().is_some())
-            {
+            let settles = limit.spec.queue.is_none() && h.decision.reservation().is_some();
+            match units.filter(|_| settles) {
                 Some(units) => wanted.push((at, units)),
-                None => limit.metrics.units.increment(u64::from(limit.spec.cost)),
+                // The body's end settles it, and counts what it charges.
+                None if settles && matches!(limit.spec.settle, Some(SettleSpec::Trailer(_))) => {}
+                None => limit.metrics.charged(limit.spec.cost),
             }
         }
         if taken {
             res.extensions_mut().remove::<Settle>();
+        } else if let Some(m) = marker.as_ref().filter(|_| !marked) {
+            unmatched(m);
         }
         if wanted.is_empty() {
             return None;
         }
         let compiled = Arc::clone(compiled);
         let mut d = d.clone();
-        Some(RulesAnswer::Later(Box::pin(async move {
+        let settle = RulesAnswer::Later(Box::pin(async move {
             let enforced = d.held.len();
             for (at, units) in wanted {
                 let h = match at.checked_sub(enforced) {
@@ -600,11 +610,16 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                         limit.spec.cost
                     }
                 };
-                limit.metrics.units.increment(u64::from(charged));
+                limit.metrics.charged(charged);
             }
             Ok(d)
-        })))
+        }));
+        // The units are counted per limit above.
+        Some((settle, 0))
     }
+
+    /// Counted per limit, in [`settle`](Limits::settle) and at the body's end.
+    fn count_charged(&self, _units: u32) {}
 
     /// The concurrency slots of `d` are held until the body ends (or is dropped), and the limits
     /// whose `settle` is `trailer:NAME` settle when the body's trailers have gone by (missing,
@@ -638,6 +653,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                 cap: u64::MAX,
                 units: 0,
                 warned: Arc::clone(&limit.settle_warned),
+                charged: Some(limit.metrics.units.clone()),
             }));
         }
         res
@@ -649,11 +665,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             for h in &d.held {
                 if let Some(limit) = limits.get(h.index) {
                     // Units are counted once settled.
-                    limit.metrics.decided(&h.decision, 0);
+                    limit.metrics.decided(&h.decision);
                 }
             }
         } else if let Some((limit, d)) = d.rejected.and_then(|(i, d)| Some((limits.get(i)?, d))) {
-            limit.metrics.decided(&d, 0);
+            limit.metrics.decided(&d);
         }
     }
 
