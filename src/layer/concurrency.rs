@@ -46,6 +46,8 @@ pub struct ConcurrencyLimit<K> {
 
 /// What a limit's slots share.
 pub(crate) struct Shared {
+    /// The cap's name (`limit` in its log lines and metrics).
+    name: Arc<str>,
     /// Woken when a slot of this process is given back, for requests waiting for one.
     released: tokio::sync::Notify,
     /// `tollgate_in_flight{limit}` and the cap's 429s in `tollgate_requests_total`.
@@ -55,9 +57,8 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn named(name: &str) -> Arc<Self> {
-        #[cfg(not(feature = "metrics"))]
-        let _ = name;
         Arc::new(Self {
+            name: Arc::from(name),
             released: tokio::sync::Notify::new(),
             #[cfg(feature = "metrics")]
             metrics: CapMetrics::new(name),
@@ -247,7 +248,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                     Ok((false, _)) => Err(()),
                     Err(e) => {
                         if self.last_warn.ready(Duration::from_secs(1)) {
-                            tracing::warn!(error = %e, "concurrency limit: Redis failed; passing without a lease");
+                            tracing::warn!(limit = &*self.shared.name, error = %e, "concurrency limit: Redis failed; passing without a lease");
                         }
                         Ok(None)
                     }
@@ -388,6 +389,7 @@ impl<K: StoreKey> Slot<K> {
         shared.taken();
         let renew = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let (store, set, id) = (store.clone(), set.clone(), id.clone());
+            let name = Arc::clone(&shared.name);
             rt.spawn(async move {
                 let every = ttl / 3;
                 loop {
@@ -396,12 +398,13 @@ impl<K: StoreKey> Slot<K> {
                         Ok(true) => {}
                         Ok(false) => {
                             tracing::warn!(
+                                limit = &*name,
                                 "concurrency limit: a lease expired while its request was in flight"
                             );
                             return;
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, "concurrency limit: renewing a lease failed")
+                            tracing::warn!(limit = &*name, error = %e, "concurrency limit: renewing a lease failed")
                         }
                     }
                 }
@@ -455,13 +458,14 @@ impl<K: StoreKey> Drop for Slot<K> {
                             // A timeout is counted and warned about (once a second) by the store.
                             match result {
                                 Err(e) if e.kind() != crate::StoreErrorKind::Timeout => {
-                                    tracing::warn!(error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
+                                    tracing::warn!(limit = &*shared.name, error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
                                 }
                                 _ => {}
                             }
                         });
                     }
                     Err(_) => tracing::warn!(
+                        limit = &*shared.name,
                         "concurrency limit: a lease dropped outside a tokio runtime expires by its TTL"
                     ),
                 }
@@ -628,7 +632,11 @@ where
                 Some(max) => limit.acquire_within(&key, max).await,
             };
             let Ok(slot) = acquired else {
-                tracing::debug!(cap = limit.cap(), "concurrency limit: over the cap");
+                tracing::debug!(
+                    limit = &*limit.shared.name,
+                    cap = limit.cap(),
+                    "concurrency limit: over the cap"
+                );
                 return Ok(limit.over(&*rejection, is_grpc, wait));
             };
             // Dropped with this future if the client goes away before the response.

@@ -61,6 +61,9 @@ pub(crate) struct Ctx<L: Limits, R> {
     /// Whether the request arrived marked as counted by an enclosing layer (the marker is then
     /// extended, not inserted anew).
     marked: bool,
+    /// The decision's span, entered while the future is polled: built only when a subscriber
+    /// wants `trace` events (boxed: the future stays small when it is not).
+    span: Option<Box<tracing::Span>>,
 }
 
 impl<L: Limits, R> Ctx<L, R> {
@@ -80,7 +83,14 @@ impl<L: Limits, R> Ctx<L, R> {
             id,
             asked: None,
             marked,
+            span: None,
         }
+    }
+
+    /// With the decision's span `span` (see [`decision_span`]).
+    pub(crate) fn in_span(mut self, span: Option<Box<tracing::Span>>) -> Self {
+        self.span = span;
+        self
     }
 
     /// Times the decision the store did not give at once.
@@ -332,6 +342,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let span = this.ctx.as_ref().and_then(|c| c.span.clone());
+        let _entered = span.as_deref().map(tracing::Span::enter);
         loop {
             match this.state.as_mut().project() {
                 StateProj::Deciding { check, pending } => {
@@ -450,6 +462,24 @@ where
     }
 }
 
+/// The span of a decision by `limits` on a request of `cost`, when a subscriber wants `trace`
+/// events; `None` costs one check of the level (building a span a subscriber then discards
+/// would cost hundreds of instructions a request).
+#[inline]
+pub(crate) fn decision_span<L: Limits>(limits: &L, cost: u32) -> Option<Box<tracing::Span>> {
+    if !tracing::level_enabled!(tracing::Level::TRACE) {
+        return None;
+    }
+    decision_span_now(limits.name(), cost)
+}
+
+#[cold]
+#[inline(never)]
+fn decision_span_now(limit: &str, cost: u32) -> Option<Box<tracing::Span>> {
+    let span = tracing::trace_span!("tollgate.decide", limit, cost);
+    (!span.is_disabled()).then(|| Box::new(span))
+}
+
 /// A broken invariant of the response future (a state without what it needs, a poll after
 /// completion): loud in debug builds and tests, a clean `500` otherwise, never a future that stays
 /// pending forever.
@@ -482,7 +512,11 @@ where
             Ok(_) => reserved,
             Err(e) => {
                 ctx.limits().count_store_error();
-                tracing::debug!(error = %e, "queue: the state at departure could not be read");
+                tracing::debug!(
+                    limit = ctx.limits().name(),
+                    error = %e,
+                    "queue: the state at departure could not be read"
+                );
                 reserved
             }
         };
@@ -498,7 +532,7 @@ where
             let closed = ctx.core.options.failure == FailurePolicy::FailClosed
                 || L::STORE_ERRORS_CLOSE
                 || e.kind() == crate::StoreErrorKind::InvalidRule;
-            L::store_failed(&ctx.core.options, &ctx.keys, &e, closed);
+            let e = L::store_failed(&ctx.core.options, &ctx.keys, e, closed);
             if closed {
                 let mut res = if grpc::is_grpc(p.request.headers()) {
                     grpc::refused(Refusal::StoreFailed(&e))

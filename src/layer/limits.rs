@@ -97,9 +97,11 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// Counts a decision in the metrics: `admitted` with its units (once settled for a file).
     #[doc(hidden)]
     fn count_decided(&self, keys: &Self::Keys, cost: u32, d: &Self::Decided, admitted: bool);
-    /// A store failure answered by the failure policy (logged, counted, `fail_open` recorded).
+    /// A store failure answered by the failure policy (logged, counted, `fail_open` recorded):
+    /// the error, naming the limiter that failed.
     #[doc(hidden)]
-    fn store_failed(o: &Options<Self>, keys: &Self::Keys, e: &StoreError, closed: bool);
+    fn store_failed(o: &Options<Self>, keys: &Self::Keys, e: StoreError, closed: bool)
+    -> StoreError;
     /// A store failure on a settlement or a departure (the estimate or reservation stands).
     #[doc(hidden)]
     fn count_store_error(&self);
@@ -192,11 +194,19 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
             Ok(key) => key,
             Err(e) => match &hooks.missing {
                 MissingKey::Fallback(key) => {
-                    tracing::debug!(reason = e.reason(), "rate limit: fallback key");
+                    tracing::debug!(
+                        limit = o.limits.limiter.name(),
+                        reason = e.reason(),
+                        "rate limit: fallback key"
+                    );
                     key.clone()
                 }
                 MissingKey::Reject(status) => {
-                    tracing::debug!(reason = e.reason(), "rate limit: request without a key");
+                    tracing::debug!(
+                        limit = o.limits.limiter.name(),
+                        reason = e.reason(),
+                        "rate limit: request without a key"
+                    );
                     #[cfg(feature = "metrics")]
                     o.limits.metrics.no_key.increment(1);
                     return Prepared::NoKey(*status, e);
@@ -350,9 +360,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         Box::new(move || {
             if let Err(later) = limiter.apply(&key, rule.as_deref(), op).into_now() {
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    let name = limiter.name().to_owned();
                     rt.spawn(async move {
                         if let Err(e) = later.await {
-                            tracing::debug!(error = %e, "queue: a cancelled waiter's step back failed");
+                            tracing::debug!(limit = name, error = %e, "queue: a cancelled waiter's step back failed");
                         }
                     });
                 }
@@ -471,7 +482,8 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         let _ = d;
     }
 
-    fn store_failed(o: &Options<Self>, keys: &Keyed<K>, e: &StoreError, closed: bool) {
+    fn store_failed(o: &Options<Self>, keys: &Keyed<K>, e: StoreError, closed: bool) -> StoreError {
+        let e = e.for_limiter(o.limits.limiter.name());
         o.limits.count_store_error();
         // At most one warning a second, however many requests fail.
         if o.last_warn.ready(Duration::from_secs(1)) {
@@ -496,6 +508,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         if !closed {
             o.limits.limiter.record_fail_open();
         }
+        e
     }
 
     fn count_store_error(&self) {

@@ -129,7 +129,7 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
                     tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
                 }
                 if failure == FailurePolicy::FailClosed && failed.is_none() {
-                    failed = Some(e);
+                    failed = Some(e.for_limiter(&limit.spec.name));
                 }
             }
         }

@@ -262,7 +262,7 @@ fn one_now<St: Store<Vec<u8>>, C: Clock>(
         Err(e) => {
             limit.store_failed(&e, failure);
             match failure {
-                FailurePolicy::FailClosed => Err(e),
+                FailurePolicy::FailClosed => Err(e.for_limiter(&limit.spec.name)),
                 _ => Ok(RulesDecided::admitted(Vec::new())),
             }
         }
@@ -673,8 +673,15 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         }
     }
 
-    fn store_failed(_o: &Options<Self>, _keys: &RulesKeys<St, C>, _e: &StoreError, _closed: bool) {
-        // Counted and logged per limit where it failed (every reservation already given back).
+    /// Counted, logged and named per limit where it failed (every reservation already given
+    /// back).
+    fn store_failed(
+        _o: &Options<Self>,
+        _keys: &RulesKeys<St, C>,
+        e: StoreError,
+        _closed: bool,
+    ) -> StoreError {
+        e
     }
 
     fn count_store_error(&self) {}
