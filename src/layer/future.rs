@@ -476,7 +476,7 @@ pub(crate) fn decision_span<L: Limits>(limits: &L, cost: u32) -> Option<Box<trac
 #[cold]
 #[inline(never)]
 fn decision_span_now(limit: &str, cost: u32) -> Option<Box<tracing::Span>> {
-    let span = tracing::trace_span!("tollgate.decide", limit, cost);
+    let span = tracing::trace_span!("tollgate.decide", layer = limit, cost);
     (!span.is_disabled()).then(|| Box::new(span))
 }
 

@@ -179,7 +179,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
                     if limit.spec.shadow {
                         continue;
                     }
-                    tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+                    tracing::debug!(limit = limit.spec.name.as_str(), reason = error.reason(), "no key");
                     o.missing_keys
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Prepared::NoKey(StatusCode::BAD_REQUEST, error);
@@ -348,7 +348,7 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
                     });
                 } else {
                     limit.metrics.shadow_rejected.increment(1);
-                    tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
+                    tracing::info!(limit = limit.spec.name.as_str(), "shadow limit would have rejected");
                 }
                 if shadow.is_none_or(|(_, s)| d.remaining() < s.remaining()) {
                     shadow = Some((h.index, d));
@@ -356,7 +356,7 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
             Err(e) => {
                 limit.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "rate-limit store error");
             }
         }
     }
@@ -606,7 +606,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     }
                     Err(e) => {
                         limit.metrics.store_errors.increment(1);
-                        tracing::warn!(limit = %limit.spec.name, error = %e, "settle failed");
+                        tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "settle failed");
                         limit.spec.cost
                     }
                 };
@@ -717,7 +717,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             return;
         };
         tracing::debug!(
-            limit = %limit.spec.name,
+            limit = limit.spec.name.as_str(),
             quota_limit = d.limit(),
             retry_after = d.retry_after_secs(),
             "rate limited"
@@ -756,7 +756,7 @@ impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
     /// is skipped and counted in its [`Stats`](crate::Stats)).
     pub(super) fn store_failed(&self, e: &StoreError, failure: FailurePolicy) {
         self.metrics.store_errors.increment(1);
-        tracing::warn!(limit = %self.spec.name, error = %e, "rate-limit store error");
+        tracing::warn!(limit = self.spec.name.as_str(), error = %e, "rate-limit store error");
         if failure == FailurePolicy::FailClosed {
             self.metrics.fail_closed.increment(1);
         } else {
