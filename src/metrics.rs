@@ -8,18 +8,27 @@
 //! | Metric | Kind | Labels | What |
 //! | --- | --- | --- | --- |
 //! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key`, `shed` (the Redis store rejected the check without asking Redis, having no room to ask it within its timeout: overload, `Decision::was_shed`) |
-//! | `tollgate_units_total` | counter | `limit` | units admitted (the plain layer counts each admitted request's cost; the rules file's layer counts settled units) |
+//! | `tollgate_units_total` | counter | `limit` | units charged to admitted requests, once settled (a [`Settle`](crate::layer::Settle) marker, a settle source, the body's end; the estimate when nothing settled it) |
 //! | `tollgate_store_errors_total` | counter | `limit` | store calls that failed |
 //! | `tollgate_store_latency_seconds` | histogram | `limit` | the time of a decision that was not ready at once (remote stores only; buckets: [`STORE_LATENCY_BUCKETS`]) |
-//! | `tollgate_keys` | gauge | `limit` | keys the memory store holds, set by `publish_stats` |
-//! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted, set by `publish_stats` |
-//! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
-//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; set by `publish_stats` |
+//! | `tollgate_keys` | gauge | `limit` | keys the memory store holds (refreshed every second) |
+//! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted (refreshed every second) |
+//! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis; refreshed every second) |
+//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; refreshed every second |
 //! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
+//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` when unnamed) | [`Settle`](crate::layer::Settle) markers no layer took: counted by the outermost layer, logged once per name; resolved when counted |
 //!
-//! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
-//! or `Rules::publish_stats` (feature `rules`): call it before a scrape.
+//! The store figures (`tollgate_keys`, `tollgate_evictions_total`, `tollgate_breaker_open`,
+//! `tollgate_store_up`) of every live layer and rules file are refreshed once a second by one
+//! thread of the process (started with the first layer, ended with the last), so they are at
+//! most about a second old; [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
+//! or `Rules::publish_stats` (feature `rules`) publishes them at once.
+//!
+//! A second limiter (or concurrency cap) with the `limit` label of one still alive in the process
+//! logs one warning when its layer is built: their series add up. Two layers on one limiter
+//! share it quietly, as does a cap named like a limiter (its pair); unnamed limiters keep
+//! `default`.
 
 mod live;
 
@@ -27,7 +36,7 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
-pub(crate) use live::{Kind, LiveLabel, Refresh, next_owner, refresh_every_second};
+pub(crate) use live::{Kind, LiveLabel, Refresh, refresh_every_second};
 
 /// The metric names this crate records (pinned: dashboards rely on them).
 pub const METRIC_NAMES: [&str; 11] = [

@@ -42,6 +42,11 @@ pub struct ConcurrencyLimit<K> {
     last_warn: Arc<crate::throttle::Throttle>,
     /// What every slot of this limit shares: the waiters' wake-up and the metrics.
     shared: Arc<Shared>,
+    /// Its `limit` label, held from when a [`ConcurrencyLayer`] is built on it until the last
+    /// clone goes: a second live cap of the name warns then. (Not when the cap is made: one made
+    /// and renamed at once would hold `default` for a moment.)
+    #[cfg(feature = "metrics")]
+    live: Option<Arc<crate::metrics::LiveLabel>>,
 }
 
 /// What a limit's slots share.
@@ -94,8 +99,6 @@ impl Shared {
 struct CapMetrics {
     in_flight: metrics::Gauge,
     rejected: metrics::Counter,
-    /// The label, held while the cap lives (a second cap of the name warns).
-    _live: crate::metrics::LiveLabel,
 }
 
 #[cfg(feature = "metrics")]
@@ -105,11 +108,6 @@ impl CapMetrics {
             in_flight: metrics::gauge!("tollgate_in_flight", "limit" => name.to_owned()),
             rejected: metrics::counter!(
                 "tollgate_requests_total", "limit" => name.to_owned(), "outcome" => "rejected"
-            ),
-            _live: crate::metrics::LiveLabel::new(
-                crate::metrics::Kind::Cap,
-                name,
-                crate::metrics::next_owner(),
             ),
         }
     }
@@ -140,6 +138,8 @@ impl<K> Clone for ConcurrencyLimit<K> {
             },
             last_warn: Arc::clone(&self.last_warn),
             shared: Arc::clone(&self.shared),
+            #[cfg(feature = "metrics")]
+            live: self.live.clone(),
         }
     }
 }
@@ -169,6 +169,8 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             backend: Backend::Memory(Arc::default()),
             last_warn: Arc::default(),
             shared: Shared::named(crate::DEFAULT_NAME),
+            #[cfg(feature = "metrics")]
+            live: None,
         }
     }
 
@@ -182,6 +184,10 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
     pub fn named(mut self, name: &str) -> Result<Self, crate::ConfigError> {
         crate::validate_name(name)?;
         self.shared = Shared::named(name);
+        #[cfg(feature = "metrics")]
+        {
+            self.live = None;
+        }
         Ok(self)
     }
 
@@ -206,6 +212,8 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             },
             last_warn: Arc::default(),
             shared: Shared::named(name),
+            #[cfg(feature = "metrics")]
+            live: None,
         })
     }
 
@@ -511,6 +519,20 @@ pub struct ConcurrencyLayer<X: KeyExtractor, R = DefaultRejection> {
 impl<X: KeyExtractor> ConcurrencyLayer<X> {
     /// Caps requests in flight per key with `limit`, keyed by `key`.
     pub fn new(limit: ConcurrencyLimit<X::Key>, key: X) -> Self {
+        #[cfg(feature = "metrics")]
+        let limit = {
+            let mut limit = limit;
+            if limit.live.is_none() {
+                let owner = Arc::as_ptr(&limit.shared) as usize;
+                let label = crate::metrics::LiveLabel::new(
+                    crate::metrics::Kind::Cap,
+                    &limit.shared.name,
+                    owner,
+                );
+                limit.live = Some(Arc::new(label));
+            }
+            limit
+        };
         Self {
             limit,
             key,

@@ -100,8 +100,12 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// A store failure answered by the failure policy (logged, counted, `fail_open` recorded):
     /// the error, naming the limiter that failed.
     #[doc(hidden)]
-    fn store_failed(o: &Options<Self>, keys: &Self::Keys, e: StoreError, closed: bool)
-    -> StoreError;
+    fn store_failed(
+        o: &Options<Self>,
+        keys: &Self::Keys,
+        e: StoreError,
+        closed: bool,
+    ) -> StoreError;
     /// A store failure on a settlement or a departure (the estimate or reservation stands).
     #[doc(hidden)]
     fn count_store_error(&self);
@@ -389,7 +393,9 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         } else {
             let name = o.limits.limiter.name();
             match res.extensions().get::<Settle>() {
-                Some(s) if s.is_for(name) => res.extensions_mut().remove::<Settle>().map(|s| s.charged()),
+                Some(s) if s.is_for(name) => {
+                    res.extensions_mut().remove::<Settle>().map(|s| s.charged())
+                }
                 other => {
                     if let Some(s) = other.filter(|_| !marked) {
                         unmatched(s);

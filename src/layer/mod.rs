@@ -101,8 +101,8 @@
 //! # Metrics
 //! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of
 //! `tollgate::metrics` under its limiter's name: outcomes, units, store errors and latency per
-//! request; keys, evictions and the circuit breaker with
-//! `RateLimitLayer::publish_stats`.
+//! request (units once settled); keys, evictions and the circuit breaker refreshed every second
+//! (or at once with `RateLimitLayer::publish_stats`).
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
@@ -128,10 +128,6 @@ mod wait_guard;
 
 #[cfg(feature = "rules")]
 pub(crate) use body::Tail;
-#[cfg(feature = "rules")]
-pub(crate) use counted::Counted;
-#[cfg(feature = "rules")]
-pub(crate) use unmatched::unmatched;
 pub use body::{BoxError, ResponseBody};
 #[cfg(feature = "rules")]
 pub(crate) use concurrency::OverCap;
@@ -140,6 +136,8 @@ pub(crate) use concurrency::Slot;
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 #[doc(hidden)]
 pub use core::Options;
+#[cfg(feature = "rules")]
+pub(crate) use counted::Counted;
 pub use future::ResponseFuture;
 #[doc(hidden)]
 pub use hooks::Hooks;
@@ -158,6 +156,8 @@ pub use service::RateLimitService;
 #[cfg(feature = "rules")]
 pub(crate) use settle::{AtEnd, BodySettle, warn_bad_value};
 pub use settle::{SettleFrom, UsedUnits};
+#[cfg(feature = "rules")]
+pub(crate) use unmatched::unmatched;
 #[cfg(feature = "rules")]
 pub(crate) use wait_guard::OnCancel;
 

@@ -4,7 +4,6 @@
 //! `tollgate_store_up`) are refreshed once a second by one thread, off the request path.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
@@ -31,12 +30,6 @@ impl Kind {
 type Labels = HashMap<(Kind, Box<str>), Vec<(usize, usize)>>;
 
 static LABELS: LazyLock<Mutex<Labels>> = LazyLock::new(Mutex::default);
-
-/// A new owner identity, for owners without an address of their own (a cap).
-pub(crate) fn next_owner() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
 
 /// One holder of a `limit` label, counted until dropped. Several holders of one owner (two layers
 /// on one limiter, route and router level, or a rules file's versions across reloads) share it

@@ -20,9 +20,9 @@ use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
-    AtEnd, BodySettle, Counted, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options,
-    OverCap, Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle,
-    Source, unmatched,
+    AtEnd, BodySettle, Counted, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
+    Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
+    unmatched,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -179,7 +179,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
                     if limit.spec.shadow {
                         continue;
                     }
-                    tracing::debug!(limit = limit.spec.name.as_str(), reason = error.reason(), "no key");
+                    tracing::debug!(
+                        limit = limit.spec.name.as_str(),
+                        reason = error.reason(),
+                        "no key"
+                    );
                     o.missing_keys
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Prepared::NoKey(StatusCode::BAD_REQUEST, error);
@@ -348,7 +352,10 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
                     });
                 } else {
                     limit.metrics.shadow_rejected.increment(1);
-                    tracing::info!(limit = limit.spec.name.as_str(), "shadow limit would have rejected");
+                    tracing::info!(
+                        limit = limit.spec.name.as_str(),
+                        "shadow limit would have rejected"
+                    );
                 }
                 if shadow.is_none_or(|(_, s)| d.remaining() < s.remaining()) {
                     shadow = Some((h.index, d));

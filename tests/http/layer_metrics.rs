@@ -121,12 +121,16 @@ fn both(
 ) -> (RateLimitLayer<HeaderKey>, Rules) {
     metrics::with_local_recorder(recorder, || {
         let limiter = RateLimiter::builder()
-            .name(&format!("{name}-one"))
+            .name(format!("{name}-one"))
             .quotas("10/minute")
             .unwrap()
             .build()
             .unwrap();
-        let settle = if file_settles { "settle = \"marker\"\n" } else { "" };
+        let settle = if file_settles {
+            "settle = \"marker\"\n"
+        } else {
+            ""
+        };
         let rules = Rules::memory(
             &format!(
                 "[[limit]]\nname = \"{name}-file\"\nkey = \"header:x-k\"\nquotas = \"10/minute\"\n{settle}"
@@ -145,13 +149,30 @@ async fn units_count_what_was_settled_not_the_estimate_in_both() {
     let one = single.layer(service_fn(settling));
     let file = rules.layer().layer(service_fn(settling));
     for query in ["refund", "", "units=3", "units=0"] {
-        assert_eq!(one.clone().oneshot(keyed(query, "a")).await.unwrap().status(), 200);
-        assert_eq!(file.clone().oneshot(keyed(query, "a")).await.unwrap().status(), 200);
+        assert_eq!(
+            one.clone()
+                .oneshot(keyed(query, "a"))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(
+            file.clone()
+                .oneshot(keyed(query, "a"))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
     }
     let page = recorder.handle().render();
     for builder in ["units-one", "units-file"] {
         assert_eq!(
-            value(&page, &format!("tollgate_units_total{{limit=\"{builder}\"}}")),
+            value(
+                &page,
+                &format!("tollgate_units_total{{limit=\"{builder}\"}}")
+            ),
             Some(4.0),
             "{builder}: 0 + 1 + 3 + 0 units settled, not 4 estimates of 1: {page}"
         );
@@ -203,15 +224,22 @@ async fn a_marker_nobody_takes_is_counted_once_by_the_outermost_layer_and_logged
     // Installed before any marker is counted.
     let page = || crate::support::global_metrics().render();
     page();
-    let unmatched =
-        |page: &str, name: &str| value(page, &format!("tollgate_settle_unmatched_total{{limit=\"{name}\"}}"));
+    let unmatched = |page: &str, name: &str| {
+        value(
+            page,
+            &format!("tollgate_settle_unmatched_total{{limit=\"{name}\"}}"),
+        )
+    };
     let logs = Logs::default();
     let _logging = tracing::subscriber::set_default(log_into(&logs, tracing::Level::WARN));
     let recorder = PrometheusBuilder::new().build_recorder();
     let (single, rules) = both(&recorder, "marker", false);
     let one = single.layer(service_fn(settling));
     for _ in 0..3 {
-        one.clone().oneshot(keyed("for=um-nobody", "a")).await.unwrap();
+        one.clone()
+            .oneshot(keyed("for=um-nobody", "a"))
+            .await
+            .unwrap();
     }
     assert_eq!(unmatched(&page(), "um-nobody"), Some(3.0), "{}", page());
     assert_eq!(
@@ -230,12 +258,24 @@ async fn a_marker_nobody_takes_is_counted_once_by_the_outermost_layer_and_logged
         .build()
         .unwrap();
     let (inner, _) = both(&recorder, "marker-inner", false);
-    let stacked = RateLimitLayer::new(outer, HeaderKey::new("x-k"))
-        .layer(inner.layer(service_fn(settling)));
-    stacked.clone().oneshot(keyed("for=um-outer", "a")).await.unwrap();
-    stacked.clone().oneshot(keyed("for=um-stacked", "a")).await.unwrap();
+    let stacked =
+        RateLimitLayer::new(outer, HeaderKey::new("x-k")).layer(inner.layer(service_fn(settling)));
+    stacked
+        .clone()
+        .oneshot(keyed("for=um-outer", "a"))
+        .await
+        .unwrap();
+    stacked
+        .clone()
+        .oneshot(keyed("for=um-stacked", "a"))
+        .await
+        .unwrap();
     let now = page();
-    assert_eq!(unmatched(&now, "um-outer"), None, "taken by the outer layer: {now}");
+    assert_eq!(
+        unmatched(&now, "um-outer"),
+        None,
+        "taken by the outer layer: {now}"
+    );
     assert_eq!(unmatched(&now, "um-stacked"), Some(1.0), "{now}");
 
     // A rules file without `settle = "marker"` leaves an unnamed marker: counted under "" (other
@@ -248,7 +288,12 @@ async fn a_marker_nobody_takes_is_counted_once_by_the_outermost_layer_and_logged
     assert!(after >= before + 2.0, "{before} -> {after}");
     // Inside a plain layer the same marker is taken by it, not counted.
     let around = RateLimitLayer::new(
-        RateLimiter::builder().name("um-around").quotas("10/minute").unwrap().build().unwrap(),
+        RateLimiter::builder()
+            .name("um-around")
+            .quotas("10/minute")
+            .unwrap()
+            .build()
+            .unwrap(),
         HeaderKey::new("x-k"),
     )
     .layer(rules.layer().layer(service_fn(settling)));
@@ -273,21 +318,28 @@ fn a_second_live_limiter_or_cap_of_one_name_warns_once_when_built() {
     let first = named("dup-l");
     let a = RateLimitLayer::new(first.clone(), HeaderKey::new("x-k"));
     let a_again = RateLimitLayer::new(first.clone(), HeaderKey::new("x-k"));
-    assert_eq!(warned(), 0, "two layers on one limiter share it: {}", logs.text());
+    assert_eq!(
+        warned(),
+        0,
+        "two layers on one limiter share it: {}",
+        logs.text()
+    );
     let b = RateLimitLayer::new(named("dup-l"), HeaderKey::new("x-k"));
     assert_eq!(warned(), 1, "{}", logs.text());
     drop((a, a_again, b, first));
     let c = RateLimitLayer::new(named("dup-l"), HeaderKey::new("x-k"));
     assert_eq!(warned(), 1, "the others were dropped: {}", logs.text());
 
+    // A cap's label is held from when its layer is built.
     let cap = |name: &str| {
-        tollgate::layer::ConcurrencyLimit::<Vec<u8>>::memory(std::num::NonZeroU32::MIN)
+        let limit = tollgate::layer::ConcurrencyLimit::memory(std::num::NonZeroU32::MIN)
             .named(name)
-            .unwrap()
+            .unwrap();
+        tollgate::layer::ConcurrencyLayer::new(limit, HeaderKey::new("x-k"))
     };
     let cap_warned = || logs.count("a second concurrency cap named \"dup-c\"");
     let c1 = cap("dup-c");
-    let _c1_clone = c1.clone();
+    let c1_clone = c1.clone();
     assert_eq!(cap_warned(), 0, "{}", logs.text());
     let _c2 = cap("dup-c");
     assert_eq!(cap_warned(), 1, "{}", logs.text());
@@ -299,5 +351,5 @@ fn a_second_live_limiter_or_cap_of_one_name_warns_once_when_built() {
     )
     .unwrap();
     assert_eq!(logs.count("a second"), 2, "{}", logs.text());
-    drop(c);
+    drop((c, c1, c1_clone));
 }
