@@ -174,7 +174,10 @@ use crate::{Decision, RateLimiter};
 /// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead. A
 /// rules file (`tollgate::rules`) takes an unnamed marker only for its limits with `settle =
 /// "marker"` (and a named one for the limit of that name), and otherwise leaves it to the layer
-/// around it.
+/// around it. A marker that no layer takes (no limiter of its name counted the request, or no
+/// limit settles unnamed markers) is counted by the outermost layer in
+/// `tollgate_settle_unmatched_total{limit}` (feature `metrics`; `""` when unnamed) and logged
+/// once per name: the request keeps its charge.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settle {
     units: u32,
