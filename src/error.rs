@@ -201,6 +201,8 @@ pub struct StoreError {
     kind: StoreErrorKind,
     message: String,
     source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The limiter whose decision failed, once a layer answered with this error.
+    limiter: Option<Arc<str>>,
 }
 
 /// The class of a [`StoreError`].
@@ -240,6 +242,7 @@ impl StoreError {
             kind,
             message: message.into(),
             source: None,
+            limiter: None,
         }
     }
 
@@ -259,6 +262,23 @@ impl StoreError {
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The name of the limiter whose decision failed (a rules file's limit), when a
+    /// [`RateLimitLayer`](crate::layer::RateLimitLayer) answered with this error: the error in a
+    /// `503`'s extensions and the one a rejection hook's
+    /// [`Refusal::StoreFailed`](crate::layer::Refusal) carries name it. `None` for an error
+    /// returned by a limiter's own methods. Not part of equality.
+    pub fn limiter(&self) -> Option<&str> {
+        self.limiter.as_deref()
+    }
+
+    /// This error naming `limiter` (see [`limiter`](Self::limiter)); a name already given stays.
+    pub(crate) fn for_limiter(mut self, limiter: &str) -> Self {
+        if self.limiter.is_none() {
+            self.limiter = Some(Arc::from(limiter));
+        }
+        self
     }
 
     /// This error with `context` (e.g. the redacted URL) before its message; the cause is kept.

@@ -8,24 +8,39 @@
 //! | Metric | Kind | Labels | What |
 //! | --- | --- | --- | --- |
 //! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key`, `shed` (the Redis store rejected the check without asking Redis, having no room to ask it within its timeout: overload, `Decision::was_shed`) |
-//! | `tollgate_units_total` | counter | `limit` | units admitted (the plain layer counts each admitted request's cost; the rules file's layer counts settled units) |
+//! | `tollgate_units_total` | counter | `limit` | units charged to admitted requests, once settled (a [`Settle`](crate::layer::Settle) marker, a settle source, the body's end; the estimate when nothing settled it) |
 //! | `tollgate_store_errors_total` | counter | `limit` | store calls that failed |
 //! | `tollgate_store_latency_seconds` | histogram | `limit` | the time of a decision that was not ready at once (remote stores only; buckets: [`STORE_LATENCY_BUCKETS`]) |
-//! | `tollgate_keys` | gauge | `limit` | keys the memory store holds, set by `publish_stats` |
-//! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted, set by `publish_stats` |
-//! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis), set by `publish_stats` |
-//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; set by `publish_stats` |
+//! | `tollgate_keys` | gauge | `limit` | keys the memory store holds (refreshed every second) |
+//! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted (refreshed every second) |
+//! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis; refreshed every second) |
+//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; refreshed every second |
 //! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
-//! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`; the store's count), set by `publish_stats` |
+//! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`; the store's count) |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
+//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` when unnamed) | [`Settle`](crate::layer::Settle) markers no layer took: counted by the outermost layer, logged once per name; resolved when counted |
 //!
-//! `publish_stats` is [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
-//! or `Rules::publish_stats` (feature `rules`): call it before a scrape.
+//! The store figures (`tollgate_keys`, `tollgate_evictions_total`, `tollgate_breaker_open`,
+//! `tollgate_store_up`, `tollgate_settle_dropped_units_total`) of every live layer and rules file are refreshed once a second by one
+//! thread of the process (started with the first layer, ended with the last), so they are at
+//! most about a second old; [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
+//! or `Rules::publish_stats` (feature `rules`) publishes them at once.
+//!
+//! A second limiter (or concurrency cap) with the `limit` label of one still alive in the process
+//! logs one warning when its layer is built: their series add up. Two layers on one limiter
+//! share it quietly, as does a cap named like a limiter (its pair); unnamed limiters keep
+//! `default`.
+
+mod live;
+
+use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
+pub(crate) use live::{Kind, LiveLabel, Refresh, refresh_every_second};
+
 /// The metric names this crate records (pinned: dashboards rely on them).
-pub const METRIC_NAMES: [&str; 11] = [
+pub const METRIC_NAMES: [&str; 12] = [
     "tollgate_requests_total",
     "tollgate_units_total",
     "tollgate_store_errors_total",
@@ -37,6 +52,7 @@ pub const METRIC_NAMES: [&str; 11] = [
     "tollgate_store_up",
     "tollgate_in_flight",
     "tollgate_settle_dropped_units_total",
+    "tollgate_settle_unmatched_total",
 ];
 
 /// The buckets of `tollgate_store_latency_seconds`, in seconds (0.5 ms to 1 s). The histogram's
@@ -74,10 +90,13 @@ pub(crate) struct LimitMetrics {
     pub(crate) breaker_open: Gauge,
     /// 0 while the store cannot be used (published by `publish_stats`).
     pub(crate) store_up: Gauge,
+    /// The label, held while these handles live (a second limiter of the name warns).
+    _live: LiveLabel,
 }
 
 impl LimitMetrics {
-    pub(crate) fn new(limit: &str) -> Self {
+    /// The handles of the limiter `owner` (its store's address) under the label `limit`.
+    pub(crate) fn new(limit: &str, owner: usize) -> Self {
         let outcome = |o: &'static str| counter!("tollgate_requests_total", "limit" => limit.to_owned(), "outcome" => o);
         Self {
             allowed: outcome("allowed"),
@@ -97,13 +116,14 @@ impl LimitMetrics {
             settle_dropped: counter!("tollgate_settle_dropped_units_total", "limit" => limit.to_owned()),
             breaker_open: gauge!("tollgate_breaker_open", "limit" => limit.to_owned()),
             store_up: gauge!("tollgate_store_up", "limit" => limit.to_owned()),
+            _live: LiveLabel::new(Kind::Limiter, limit, owner),
         }
     }
 
-    /// Counts a decision of the store: allowed or rejected, by the store or its local fallback,
-    /// and the units an admitted one spends.
+    /// Counts a decision of the store: allowed or rejected, by the store or its local fallback
+    /// (the units an admitted request spends are counted once settled).
     #[inline]
-    pub(crate) fn decided(&self, d: &crate::Decision, units: u32) {
+    pub(crate) fn decided(&self, d: &crate::Decision) {
         match (d.is_allowed(), d.decided_locally()) {
             (true, false) => self.allowed.increment(1),
             (true, true) => self.local_allowed.increment(1),
@@ -111,7 +131,12 @@ impl LimitMetrics {
             (false, false) => self.rejected.increment(1),
             (false, true) => self.local_rejected.increment(1),
         }
-        if d.is_allowed() && units > 0 {
+    }
+
+    /// Counts the units a request was charged once settled (its estimate when nothing settled it).
+    #[inline]
+    pub(crate) fn charged(&self, units: u32) {
+        if units > 0 {
             self.units.increment(u64::from(units));
         }
     }
@@ -137,6 +162,56 @@ impl LimitMetrics {
 impl std::fmt::Debug for LimitMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitMetrics").finish_non_exhaustive()
+    }
+}
+
+/// A layer's limiter and its handles: the refresh thread publishes the limiter's store figures
+/// every second while the layer lives.
+pub(crate) struct LimiterMetrics<K, St, C> {
+    handles: LimitMetrics,
+    limiter: crate::RateLimiter<K, St, C>,
+}
+
+impl<K, St, C> LimiterMetrics<K, St, C>
+where
+    K: crate::store::StoreKey,
+    St: crate::store::Store<K>,
+    C: crate::Clock,
+{
+    /// The handles of `limiter`, its gauges refreshed every second from now on.
+    pub(crate) fn refreshed(limiter: crate::RateLimiter<K, St, C>) -> Arc<Self> {
+        let owner = std::ptr::from_ref(limiter.store()) as usize;
+        let this = Arc::new(Self {
+            handles: LimitMetrics::new(limiter.name(), owner),
+            limiter,
+        });
+        let weak: std::sync::Weak<dyn Refresh> = Arc::downgrade(&this) as _;
+        refresh_every_second(weak);
+        this
+    }
+
+    /// Publishes the limiter's store figures now.
+    pub(crate) fn publish_now(&self) {
+        self.handles.publish(&self.limiter.stats());
+    }
+}
+
+impl<K, St, C> Refresh for LimiterMetrics<K, St, C>
+where
+    K: crate::store::StoreKey,
+    St: crate::store::Store<K>,
+    C: crate::Clock,
+{
+    fn refresh(&self) {
+        self.publish_now();
+    }
+}
+
+impl<K, St, C> std::ops::Deref for LimiterMetrics<K, St, C> {
+    type Target = LimitMetrics;
+
+    fn deref(&self) -> &LimitMetrics {
+        &self.handles
     }
 }
 

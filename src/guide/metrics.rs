@@ -6,21 +6,27 @@
 //! `metrics`, which `rules` turns on) by the rules file's layer and by every plain `RateLimitLayer` (its
 //! `limit` label is its limiter's name); handles are resolved when the rules are loaded or the layer is
 //! built (install the recorder first), so a request costs one atomic add per metric. The key is never a
-//! label. Call `publish_stats()` (on `Rules` or on the layer) before a scrape for the gauges.
+//! label. The gauges are refreshed every second by one thread of the process while a layer or rules
+//! file lives (`publish_stats()`, on `Rules` or on the layer, publishes them at once). A second
+//! limiter or cap with the `limit` label of one still alive warns once when built.
 //!
 //! | Metric | Type | Labels | Meaning |
 //! | --- | --- | --- | --- |
 //! | `tollgate_requests_total` | counter | `limit`, `outcome` | per matching limit and request: `allowed` (forwarded), `rejected`, `shadow_rejected`, `fail_open`, `fail_closed`, `local_allowed` and `local_rejected` (the Redis store's local fallback decided during an outage), `no_key`; nothing for a limit whose reservation another limit's rejection rolled back |
-//! | `tollgate_units_total` | counter | `limit` | units spent by forwarded requests (the plain layer counts each admitted request's cost, before any settlement) |
+//! | `tollgate_units_total` | counter | `limit` | units charged to forwarded requests once settled (the estimate when nothing settled them) |
 //! | `tollgate_store_errors_total` | counter | `limit` | store failures (decisions and rollbacks) |
 //! | `tollgate_store_latency_seconds` | histogram | `limit` | remote stores only: the time of each decision; buckets `rules::STORE_LATENCY_BUCKETS` (0.5 ms .. 1 s), set them in your exporter |
-//! | `tollgate_keys` | gauge | `limit` | memory store: keys held (published by `Rules::publish_stats`, at every reload poll and by the server before each scrape) |
+//! | `tollgate_keys` | gauge | `limit` | memory store: keys held (refreshed every second) |
 //! | `tollgate_evictions_total` | counter | `limit` | memory store: keys evicted at the `max_keys` cap (published with `tollgate_keys`) |
 //! | `tollgate_breaker_open` | gauge | `limit` | Redis store: 1 while its circuit breaker is open, else 0 (published with `tollgate_keys`) |
 //! | `tollgate_rules_reloads_total` | counter | `result` = `ok`, `error` | reloads (the first load is not counted) |
+//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` unnamed) | `Settle` markers no layer took, counted by the outermost layer (logged once per name) |
 //!
-//! Rejections, store errors and no-key answers are logged with the limit's name (`limit` field); each
-//! decision runs in a `trace`-level span `tollgate.rules.decide`.
+//! Every line the layers log names the limiter or limit that decided (`limit` field), and the
+//! [`StoreError`](crate::StoreError) of a `503` names it too ([`StoreError::limiter`](crate::StoreError::limiter)).
+//! When a subscriber wants `trace` events, each request's pass through a layer runs in a span
+//! `tollgate.decide{layer, cost}` (`layer`: the limiter's name, or `rules`), and a rules file's
+//! multi-limit decision in `tollgate.rules.decide`; otherwise no span is built (one level check).
 
 //! With no recorder installed, a metric costs a branch.
 //!
@@ -40,6 +46,6 @@
 //! // Install the recorder (any `metrics` exporter) before building the layers, then:
 //! let limiter = RateLimiter::builder().name("api").quotas("100/minute").unwrap().build().unwrap();
 //! let layer = RateLimitLayer::new(limiter, PeerIp::default());
-//! layer.publish_stats(); // before each scrape: tollgate_keys{limit="api"}, evictions, breaker
+//! layer.publish_stats(); // optional: the gauges are refreshed every second anyway
 //! # }
 //! ```

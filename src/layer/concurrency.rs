@@ -42,10 +42,17 @@ pub struct ConcurrencyLimit<K> {
     last_warn: Arc<crate::throttle::Throttle>,
     /// What every slot of this limit shares: the waiters' wake-up and the metrics.
     shared: Arc<Shared>,
+    /// Its `limit` label, held from when a [`ConcurrencyLayer`] is built on it until the last
+    /// clone goes: a second live cap of the name warns then. (Not when the cap is made: one made
+    /// and renamed at once would hold `default` for a moment.)
+    #[cfg(feature = "metrics")]
+    live: Option<Arc<crate::metrics::LiveLabel>>,
 }
 
 /// What a limit's slots share.
 pub(crate) struct Shared {
+    /// The cap's name (`limit` in its log lines and metrics).
+    name: Arc<str>,
     /// Woken when a slot of this process is given back, for requests waiting for one.
     released: tokio::sync::Notify,
     /// `tollgate_in_flight{limit}` and the cap's 429s in `tollgate_requests_total`.
@@ -55,9 +62,8 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn named(name: &str) -> Arc<Self> {
-        #[cfg(not(feature = "metrics"))]
-        let _ = name;
         Arc::new(Self {
+            name: Arc::from(name),
             released: tokio::sync::Notify::new(),
             #[cfg(feature = "metrics")]
             metrics: CapMetrics::new(name),
@@ -132,6 +138,8 @@ impl<K> Clone for ConcurrencyLimit<K> {
             },
             last_warn: Arc::clone(&self.last_warn),
             shared: Arc::clone(&self.shared),
+            #[cfg(feature = "metrics")]
+            live: self.live.clone(),
         }
     }
 }
@@ -161,6 +169,8 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             backend: Backend::Memory(Arc::default()),
             last_warn: Arc::default(),
             shared: Shared::named(crate::DEFAULT_NAME),
+            #[cfg(feature = "metrics")]
+            live: None,
         }
     }
 
@@ -174,6 +184,10 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
     pub fn named(mut self, name: &str) -> Result<Self, crate::ConfigError> {
         crate::validate_name(name)?;
         self.shared = Shared::named(name);
+        #[cfg(feature = "metrics")]
+        {
+            self.live = None;
+        }
         Ok(self)
     }
 
@@ -198,6 +212,8 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
             },
             last_warn: Arc::default(),
             shared: Shared::named(name),
+            #[cfg(feature = "metrics")]
+            live: None,
         })
     }
 
@@ -240,7 +256,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                     Ok((false, _)) => Err(()),
                     Err(e) => {
                         if self.last_warn.ready(Duration::from_secs(1)) {
-                            tracing::warn!(error = %e, "concurrency limit: Redis failed; passing without a lease");
+                            tracing::warn!(limit = &*self.shared.name, error = %e, "concurrency limit: Redis failed; passing without a lease");
                         }
                         Ok(None)
                     }
@@ -381,6 +397,7 @@ impl<K: StoreKey> Slot<K> {
         shared.taken();
         let renew = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let (store, set, id) = (store.clone(), set.clone(), id.clone());
+            let name = Arc::clone(&shared.name);
             rt.spawn(async move {
                 let every = ttl / 3;
                 loop {
@@ -389,12 +406,13 @@ impl<K: StoreKey> Slot<K> {
                         Ok(true) => {}
                         Ok(false) => {
                             tracing::warn!(
+                                limit = &*name,
                                 "concurrency limit: a lease expired while its request was in flight"
                             );
                             return;
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, "concurrency limit: renewing a lease failed")
+                            tracing::warn!(limit = &*name, error = %e, "concurrency limit: renewing a lease failed")
                         }
                     }
                 }
@@ -448,13 +466,14 @@ impl<K: StoreKey> Drop for Slot<K> {
                             // A timeout is counted and warned about (once a second) by the store.
                             match result {
                                 Err(e) if e.kind() != crate::StoreErrorKind::Timeout => {
-                                    tracing::warn!(error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
+                                    tracing::warn!(limit = &*shared.name, error = %e, "concurrency limit: releasing a lease failed; it expires by its TTL");
                                 }
                                 _ => {}
                             }
                         });
                     }
                     Err(_) => tracing::warn!(
+                        limit = &*shared.name,
                         "concurrency limit: a lease dropped outside a tokio runtime expires by its TTL"
                     ),
                 }
@@ -500,6 +519,20 @@ pub struct ConcurrencyLayer<X: KeyExtractor, R = DefaultRejection> {
 impl<X: KeyExtractor> ConcurrencyLayer<X> {
     /// Caps requests in flight per key with `limit`, keyed by `key`.
     pub fn new(limit: ConcurrencyLimit<X::Key>, key: X) -> Self {
+        #[cfg(feature = "metrics")]
+        let limit = {
+            let mut limit = limit;
+            if limit.live.is_none() {
+                let owner = Arc::as_ptr(&limit.shared) as usize;
+                let label = crate::metrics::LiveLabel::new(
+                    crate::metrics::Kind::Cap,
+                    &limit.shared.name,
+                    owner,
+                );
+                limit.live = Some(Arc::new(label));
+            }
+            limit
+        };
         Self {
             limit,
             key,
@@ -621,7 +654,11 @@ where
                 Some(max) => limit.acquire_within(&key, max).await,
             };
             let Ok(slot) = acquired else {
-                tracing::debug!(cap = limit.cap(), "concurrency limit: over the cap");
+                tracing::debug!(
+                    limit = &*limit.shared.name,
+                    cap = limit.cap(),
+                    "concurrency limit: over the cap"
+                );
                 return Ok(limit.over(&*rejection, is_grpc, wait));
             };
             // Dropped with this future if the client goes away before the response.

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::core::{Core, Pacing};
-use super::counted::{CountId, mark_counted};
+use super::counted::{CountId, mark_counted, mark_enclosed};
 use super::grpc;
 use super::limits::Limits;
 use super::response::{FailurePolicy, OnRejected, Refusal, text};
@@ -61,6 +61,9 @@ pub(crate) struct Ctx<L: Limits, R> {
     /// Whether the request arrived marked as counted by an enclosing layer (the marker is then
     /// extended, not inserted anew).
     marked: bool,
+    /// The decision's span, entered while the future is polled: built only when a subscriber
+    /// wants `trace` events (boxed: the future stays small when it is not).
+    span: Option<Box<tracing::Span>>,
 }
 
 impl<L: Limits, R> Ctx<L, R> {
@@ -80,7 +83,14 @@ impl<L: Limits, R> Ctx<L, R> {
             id,
             asked: None,
             marked,
+            span: None,
         }
+    }
+
+    /// With the decision's span `span` (see [`decision_span`]).
+    pub(crate) fn in_span(mut self, span: Option<Box<tracing::Span>>) -> Self {
+        self.span = span;
+        self
     }
 
     /// Times the decision the store did not give at once.
@@ -108,9 +118,13 @@ impl<L: Limits, R> Ctx<L, R> {
     }
 
     /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open).
+    /// Limits that count no id (a rules file) still tell the layers inside that one encloses
+    /// them: only the outermost counts a [`Settle`](super::Settle) marker nobody took.
     fn mark(&self, extensions: &mut http::Extensions, d: Option<&L::Decided>) {
-        if let Some(id) = self.id {
-            mark_counted(extensions, id, self.marked, d.map(L::decision));
+        match self.id {
+            Some(id) => mark_counted(extensions, id, self.marked, d.map(L::decision)),
+            None if !self.marked => mark_enclosed(extensions),
+            None => {}
         }
     }
 
@@ -182,7 +196,8 @@ pin_project! {
         },
         Readying { pending: Option<Pending<S, ReqB>>, decision: Option<L::Decided> },
         Forwarding { #[pin] fut: S::Future, decision: Option<L::Decided> },
-        Settling { #[pin] settle: L::Answer, response: Option<Response<ResB>>, decision: Option<L::Decided> },
+        // `units`: what the settlement charges, counted once it succeeds.
+        Settling { #[pin] settle: L::Answer, units: u32, response: Option<Response<ResB>>, decision: Option<L::Decided> },
         Done { response: Option<Response<ResponseBody<ResB>>> },
     }
 }
@@ -327,6 +342,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let span = this.ctx.as_ref().and_then(|c| c.span.clone());
+        let _entered = span.as_deref().map(tracing::Span::enter);
         loop {
             match this.state.as_mut().project() {
                 StateProj::Deciding { check, pending } => {
@@ -382,13 +399,26 @@ where
                     this.state.set(State::Forwarding { fut, decision });
                 }
                 StateProj::Forwarding { fut, decision } => {
-                    let mut res = ready!(fut.poll(cx))?;
+                    let mut res = match ready!(fut.poll(cx)) {
+                        Ok(res) => res,
+                        Err(e) => {
+                            // The inner service failed: the request keeps its estimate.
+                            if let (Some(ctx), Some(_)) = (this.ctx.as_ref(), decision.as_ref()) {
+                                ctx.limits().count_charged(ctx.cost);
+                            }
+                            return Poll::Ready(Err(e));
+                        }
+                    };
                     let (Some(ctx), Some(d)) = (this.ctx.as_ref(), decision.take()) else {
                         return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
-                    if let Some(settle) = L::settle(&ctx.core.options, &ctx.keys, &d, &mut res) {
+                    let o = &ctx.core.options;
+                    if let Some((settle, units)) =
+                        L::settle(o, &ctx.keys, ctx.cost, ctx.marked, &d, &mut res)
+                    {
                         this.state.set(State::Settling {
                             settle,
+                            units,
                             response: Some(res),
                             decision: Some(d),
                         });
@@ -398,6 +428,7 @@ where
                 }
                 StateProj::Settling {
                     settle,
+                    units,
                     response,
                     decision,
                 } => {
@@ -408,8 +439,12 @@ where
                         return broken("a state without its request, context or answer");
                     };
                     let d = match result {
-                        Ok(d) => d,
+                        Ok(d) => {
+                            ctx.limits().count_charged(*units);
+                            d
+                        }
                         Err(e) => {
+                            ctx.limits().count_charged(ctx.cost);
                             ctx.settle_failed(&e);
                             checked
                         }
@@ -425,6 +460,24 @@ where
             }
         }
     }
+}
+
+/// The span of a decision by `limits` on a request of `cost`, when a subscriber wants `trace`
+/// events; `None` costs one check of the level (building a span a subscriber then discards
+/// would cost hundreds of instructions a request).
+#[inline]
+pub(crate) fn decision_span<L: Limits>(limits: &L, cost: u32) -> Option<Box<tracing::Span>> {
+    if !tracing::level_enabled!(tracing::Level::TRACE) {
+        return None;
+    }
+    decision_span_now(limits.name(), cost)
+}
+
+#[cold]
+#[inline(never)]
+fn decision_span_now(limit: &str, cost: u32) -> Option<Box<tracing::Span>> {
+    let span = tracing::trace_span!("tollgate.decide", layer = limit, cost);
+    (!span.is_disabled()).then(|| Box::new(span))
 }
 
 /// A broken invariant of the response future (a state without what it needs, a poll after
@@ -459,7 +512,11 @@ where
             Ok(_) => reserved,
             Err(e) => {
                 ctx.limits().count_store_error();
-                tracing::debug!(error = %e, "queue: the state at departure could not be read");
+                tracing::debug!(
+                    limit = ctx.limits().name(),
+                    error = %e,
+                    "queue: the state at departure could not be read"
+                );
                 reserved
             }
         };
@@ -475,7 +532,7 @@ where
             let closed = ctx.core.options.failure == FailurePolicy::FailClosed
                 || L::STORE_ERRORS_CLOSE
                 || e.kind() == crate::StoreErrorKind::InvalidRule;
-            L::store_failed(&ctx.core.options, &ctx.keys, &e, closed);
+            let e = L::store_failed(&ctx.core.options, &ctx.keys, e, closed);
             if closed {
                 let mut res = if grpc::is_grpc(p.request.headers()) {
                     grpc::refused(Refusal::StoreFailed(&e))

@@ -30,8 +30,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn publish_stats(&self) {
-        let limits = &self.core.options.limits;
-        limits.metrics.publish(&limits.limiter.stats());
+        self.core.options.limits.metrics.publish_now();
     }
 
     /// Shaping queue mode, for a limiter with the [leaky bucket](crate::Strategy::LeakyBucket) and

@@ -21,6 +21,7 @@ use super::response::{
     HeaderStyle, Reported, item_name, rejected_inside, write_allowed_headers, write_headers,
 };
 use super::settle::{AtEnd, BodySettle, Source as SettleSource, warn_bad_value};
+use super::unmatched::unmatched;
 use super::wait_guard::OnCancel;
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
@@ -68,15 +69,23 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// What a queued request whose client went away undoes.
     #[doc(hidden)]
     fn on_cancel(&self, keys: &Self::Keys, cost: u32, reserved: &Self::Decided) -> OnCancel;
-    /// Settles the reservations of `d` to what `res` says the request cost; `None`: the
-    /// estimate stands (for now).
+    /// Settles the reservations of `d` (a request of `cost`) to what `res` says the request
+    /// cost: the settlement and the units it charges; `None`: the estimate stands (for now).
+    /// `marked`: whether a layer encloses this one (the outermost counts a [`Settle`] marker
+    /// left untaken).
     #[doc(hidden)]
     fn settle<B>(
         o: &Options<Self>,
         keys: &Self::Keys,
+        cost: u32,
+        marked: bool,
         d: &Self::Decided,
         res: &mut Response<B>,
-    ) -> Option<Self::Answer>;
+    ) -> Option<(Self::Answer, u32)>;
+    /// Counts the units a forwarded request was charged, once known (limits that count their
+    /// units per limit do it themselves).
+    #[doc(hidden)]
+    fn count_charged(&self, units: u32);
     /// The response with its body watched for a settlement at its end, when configured.
     #[doc(hidden)]
     fn watch_body<B>(
@@ -88,9 +97,15 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// Counts a decision in the metrics: `admitted` with its units (once settled for a file).
     #[doc(hidden)]
     fn count_decided(&self, keys: &Self::Keys, cost: u32, d: &Self::Decided, admitted: bool);
-    /// A store failure answered by the failure policy (logged, counted, `fail_open` recorded).
+    /// A store failure answered by the failure policy (logged, counted, `fail_open` recorded):
+    /// the error, naming the limiter that failed.
     #[doc(hidden)]
-    fn store_failed(o: &Options<Self>, keys: &Self::Keys, e: &StoreError, closed: bool);
+    fn store_failed(
+        o: &Options<Self>,
+        keys: &Self::Keys,
+        e: StoreError,
+        closed: bool,
+    ) -> StoreError;
     /// A store failure on a settlement or a departure (the estimate or reservation stands).
     #[doc(hidden)]
     fn count_store_error(&self);
@@ -183,11 +198,19 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
             Ok(key) => key,
             Err(e) => match &hooks.missing {
                 MissingKey::Fallback(key) => {
-                    tracing::debug!(reason = e.reason(), "rate limit: fallback key");
+                    tracing::debug!(
+                        limit = o.limits.limiter.name(),
+                        reason = e.reason(),
+                        "rate limit: fallback key"
+                    );
                     key.clone()
                 }
                 MissingKey::Reject(status) => {
-                    tracing::debug!(reason = e.reason(), "rate limit: request without a key");
+                    tracing::debug!(
+                        limit = o.limits.limiter.name(),
+                        reason = e.reason(),
+                        "rate limit: request without a key"
+                    );
                     #[cfg(feature = "metrics")]
                     o.limits.metrics.no_key.increment(1);
                     return Prepared::NoKey(*status, e);
@@ -223,8 +246,9 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
 /// label).
 pub struct OneLimiter<K, St, C> {
     pub(crate) limiter: RateLimiter<K, St, C>,
+    /// Its handles, and its gauges refreshed every second while the layer lives.
     #[cfg(feature = "metrics")]
-    pub(crate) metrics: Arc<crate::metrics::LimitMetrics>,
+    pub(crate) metrics: Arc<crate::metrics::LimiterMetrics<K, St, C>>,
 }
 
 impl<K, St, C> OneLimiter<K, St, C> {
@@ -236,7 +260,7 @@ impl<K, St, C> OneLimiter<K, St, C> {
     {
         Self {
             #[cfg(feature = "metrics")]
-            metrics: Arc::new(crate::metrics::LimitMetrics::new(limiter.name())),
+            metrics: crate::metrics::LimiterMetrics::refreshed(limiter.clone()),
             limiter,
         }
     }
@@ -340,9 +364,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         Box::new(move || {
             if let Err(later) = limiter.apply(&key, rule.as_deref(), op).into_now() {
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    let name = limiter.name().to_owned();
                     rt.spawn(async move {
                         if let Err(e) = later.await {
-                            tracing::debug!(error = %e, "queue: a cancelled waiter's step back failed");
+                            tracing::debug!(limit = name, error = %e, "queue: a cancelled waiter's step back failed");
                         }
                     });
                 }
@@ -353,42 +378,63 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
     /// The units: the response's [`Settle`] marker for this limiter (taken out: an enclosing
     /// limiter never settles this one's reservation), else the configured source's value when
     /// the head has it. Not in queue mode, where a slot given back would put two waiters in one.
+    /// The estimate is counted here when it stands; a body's end counts what it settles.
     fn settle<B>(
         o: &Options<Self>,
         keys: &Keyed<K>,
+        cost: u32,
+        marked: bool,
         d: &Decision,
         res: &mut Response<B>,
-    ) -> Option<Self::Answer> {
+    ) -> Option<(Self::Answer, u32)> {
         let units = if res.extensions().get::<OverCap>().is_some() {
             // Refused by a concurrency cap inside: the request never ran.
-            0
+            Some(0)
         } else {
             let name = o.limits.limiter.name();
-            if res
-                .extensions()
-                .get::<Settle>()
-                .is_some_and(|s| s.is_for(name))
-            {
-                res.extensions_mut().remove::<Settle>()?.charged()
-            } else {
-                match o.settle.as_ref()?.read_head(res) {
-                    Ok(units) => units?,
-                    Err(bad) => {
-                        warn_bad_value(&o.settle_warned, name, bad);
-                        return None;
+            match res.extensions().get::<Settle>() {
+                Some(s) if s.is_for(name) => {
+                    res.extensions_mut().remove::<Settle>().map(|s| s.charged())
+                }
+                other => {
+                    if let Some(s) = other.filter(|_| !marked) {
+                        unmatched(s);
+                    }
+                    match o.settle.as_ref().map(|from| from.read_head(res)) {
+                        // Read at the body's end, which counts what it settles.
+                        Some(Ok(None)) if d.reservation().is_some() => return None,
+                        Some(Ok(units)) => units,
+                        Some(Err(bad)) => {
+                            warn_bad_value(&o.settle_warned, name, bad);
+                            None
+                        }
+                        None => None,
                     }
                 }
             }
         };
-        if matches!(o.pacing, Some(Pacing::Queue { .. })) {
+        let queued = matches!(o.pacing, Some(Pacing::Queue { .. }));
+        let Some((reservation, units)) = units
+            .filter(|_| !queued)
+            .and_then(|units| Some((d.reservation()?, units)))
+        else {
+            o.limits.count_charged(cost);
             return None;
-        }
-        let reservation = d.reservation()?;
-        Some(o.limits.limiter.apply(
+        };
+        let settle = o.limits.limiter.apply(
             &keys.key,
             keys.rule.as_deref(),
             Op::settle(reservation, units),
-        ))
+        );
+        Some((settle, units))
+    }
+
+    #[inline]
+    fn count_charged(&self, units: u32) {
+        #[cfg(feature = "metrics")]
+        self.metrics.charged(units);
+        #[cfg(not(feature = "metrics"))]
+        let _ = units;
     }
 
     fn watch_body<B>(
@@ -427,19 +473,23 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
             cap,
             units: 0,
             warned: Arc::clone(&o.settle_warned),
+            #[cfg(feature = "metrics")]
+            charged: Some(o.limits.metrics.units.clone()),
         }));
         res
     }
 
+    /// The units of an admitted request are counted once settled ([`count_charged`](Limits::count_charged)).
     #[inline]
-    fn count_decided(&self, _keys: &Keyed<K>, cost: u32, d: &Decision, admitted: bool) {
+    fn count_decided(&self, _keys: &Keyed<K>, _cost: u32, d: &Decision, _admitted: bool) {
         #[cfg(feature = "metrics")]
-        self.metrics.decided(d, if admitted { cost } else { 0 });
+        self.metrics.decided(d);
         #[cfg(not(feature = "metrics"))]
-        let _ = (cost, d, admitted);
+        let _ = d;
     }
 
-    fn store_failed(o: &Options<Self>, keys: &Keyed<K>, e: &StoreError, closed: bool) {
+    fn store_failed(o: &Options<Self>, keys: &Keyed<K>, e: StoreError, closed: bool) -> StoreError {
+        let e = e.for_limiter(o.limits.limiter.name());
         o.limits.count_store_error();
         // At most one warning a second, however many requests fail.
         if o.last_warn.ready(Duration::from_secs(1)) {
@@ -464,6 +514,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         if !closed {
             o.limits.limiter.record_fail_open();
         }
+        e
     }
 
     fn count_store_error(&self) {

@@ -101,8 +101,8 @@
 //! # Metrics
 //! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of
 //! `tollgate::metrics` under its limiter's name: outcomes, units, store errors and latency per
-//! request; keys, evictions and the circuit breaker with
-//! `RateLimitLayer::publish_stats`.
+//! request (units once settled); keys, evictions and the circuit breaker refreshed every second
+//! (or at once with `RateLimitLayer::publish_stats`).
 //!
 //! # Plain hyper
 //! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
@@ -123,6 +123,7 @@ mod pace;
 pub(crate) mod response;
 mod service;
 mod settle;
+mod unmatched;
 mod wait_guard;
 
 #[cfg(feature = "rules")]
@@ -135,6 +136,8 @@ pub(crate) use concurrency::Slot;
 pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
 #[doc(hidden)]
 pub use core::Options;
+#[cfg(feature = "rules")]
+pub(crate) use counted::Counted;
 pub use future::ResponseFuture;
 #[doc(hidden)]
 pub use hooks::Hooks;
@@ -154,6 +157,8 @@ pub use service::RateLimitService;
 pub(crate) use settle::{AtEnd, BodySettle, warn_bad_value};
 pub use settle::{SettleFrom, UsedUnits};
 #[cfg(feature = "rules")]
+pub(crate) use unmatched::unmatched;
+#[cfg(feature = "rules")]
 pub(crate) use wait_guard::OnCancel;
 
 #[allow(unused_imports)]
@@ -169,7 +174,10 @@ use crate::{Decision, RateLimiter};
 /// count); [`for_limiter`](Settle::for_limiter) names another layer's limiter instead. A
 /// rules file (`tollgate::rules`) takes an unnamed marker only for its limits with `settle =
 /// "marker"` (and a named one for the limit of that name), and otherwise leaves it to the layer
-/// around it.
+/// around it. A marker that no layer takes (no limiter of its name counted the request, or no
+/// limit settles unnamed markers) is counted by the outermost layer in
+/// `tollgate_settle_unmatched_total{limit}` (feature `metrics`; `""` when unnamed) and logged
+/// once per name: the request keeps its charge.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settle {
     units: u32,

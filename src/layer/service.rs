@@ -9,7 +9,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::core::Core;
-use super::future::{Ctx, Pending, ResponseFuture};
+use super::future::{Ctx, Pending, ResponseFuture, decision_span};
 use super::grpc;
 use super::hooks::{Hooks, RequestCost, SelectRule, Skip};
 use super::layer::RateLimitLayer;
@@ -172,8 +172,10 @@ where
             }
             Prepared::NoKey(status, e) => return self.no_key(&parts, status, e),
         };
+        let span = decision_span(&self.core.options.limits, cost);
+        let _entered = span.as_deref().map(tracing::Span::enter);
         let answer = self.core.options.limits.check(&mut keys, cost);
-        let ctx = Ctx::new(Arc::clone(&self.core), keys, cost, id, marked);
+        let ctx = Ctx::new(Arc::clone(&self.core), keys, cost, id, marked).in_span(span.clone());
         // The store says whether it answered at once (the memory store always does).
         let check = match X::Limits::into_now(answer) {
             Ok(result) => {

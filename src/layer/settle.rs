@@ -180,7 +180,7 @@ fn parse_units(bytes: &[u8]) -> Result<u32, BadValue> {
 pub(crate) fn warn_bad_value(warned: &AtomicBool, limiter: &str, bad: BadValue) {
     if !warned.swap(true, Ordering::Relaxed) {
         tracing::warn!(
-            limiter,
+            limit = limiter,
             "rate limiter: the settle value of a response is {}; the estimate stands (warned once)",
             bad.text()
         );
@@ -197,6 +197,10 @@ pub(crate) struct BodySettle<K: StoreKey, St: Store<K>, C: Clock> {
     pub(crate) cap: u64,
     pub(crate) units: u64,
     pub(crate) warned: Arc<AtomicBool>,
+    /// `tollgate_units_total` of the limit: what the body's end charged (the estimate when it
+    /// stands).
+    #[cfg(feature = "metrics")]
+    pub(crate) charged: Option<metrics::Counter>,
 }
 
 /// What a body's end settles to: a count over its data, or a trailer's value (once seen).
@@ -223,11 +227,23 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Tail for BodySettle<K, St, C> {
 impl<K: StoreKey, St: Store<K>, C: Clock> Drop for BodySettle<K, St, C> {
     fn drop(&mut self) {
         let name = self.limiter.name().to_owned();
+        let estimate = self.reservation.cost();
+        #[cfg(feature = "metrics")]
+        let charged = Charged(self.charged.take());
+        #[cfg(not(feature = "metrics"))]
+        let charged = Charged;
         if let AtEnd::Trailer(_, value) = &self.end {
-            match value {
-                Some(Ok(units)) => self.units = u64::from(*units),
-                Some(Err(bad)) => return warn_bad_value(&self.warned, &name, *bad),
-                None => return warn_bad_value(&self.warned, &name, BadValue::Missing),
+            let bad = match value {
+                Some(Ok(units)) => {
+                    self.units = u64::from(*units);
+                    None
+                }
+                Some(Err(bad)) => Some(*bad),
+                None => Some(BadValue::Missing),
+            };
+            if let Some(bad) = bad {
+                charged.count(estimate);
+                return warn_bad_value(&self.warned, &name, bad);
             }
         }
         let units = u32::try_from(self.units.min(self.cap)).unwrap_or(u32::MAX);
@@ -237,28 +253,55 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Drop for BodySettle<K, St, C> {
             Op::settle(self.reservation, units),
         );
         match answer.into_now() {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => settle_failed(&name, &e),
+            Ok(Ok(_)) => charged.count(units),
+            Ok(Err(e)) => {
+                charged.count(estimate);
+                settle_failed(&name, &e);
+            }
             // A store that answers later (Redis): settled in the background.
             Err(later) => match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
                     rt.spawn(async move {
-                        if let Err(e) = later.await {
-                            settle_failed(&name, &e);
+                        match later.await {
+                            Ok(_) => charged.count(units),
+                            Err(e) => {
+                                charged.count(estimate);
+                                settle_failed(&name, &e);
+                            }
                         }
                     });
                 }
-                Err(_) => tracing::warn!(
-                    limiter = name,
-                    "rate limiter: a body ended outside a tokio runtime; its settlement is lost"
-                ),
+                Err(_) => {
+                    charged.count(estimate);
+                    tracing::warn!(
+                        limit = name,
+                        "rate limiter: a body ended outside a tokio runtime; its settlement is lost"
+                    );
+                }
             },
         }
     }
 }
 
-fn settle_failed(limiter: &str, e: &crate::error::StoreError) {
-    tracing::warn!(limiter, error = %e, "rate limiter: settling at the body's end failed; the estimate stands");
+/// Where a body's end counts the units it charged (`tollgate_units_total`, feature `metrics`).
+#[cfg(feature = "metrics")]
+struct Charged(Option<metrics::Counter>);
+#[cfg(not(feature = "metrics"))]
+struct Charged;
+
+impl Charged {
+    fn count(&self, units: u32) {
+        #[cfg(feature = "metrics")]
+        if let (Some(counter), true) = (&self.0, units > 0) {
+            counter.increment(u64::from(units));
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = units;
+    }
+}
+
+fn settle_failed(limit: &str, e: &crate::error::StoreError) {
+    tracing::warn!(limit, error = %e, "rate limiter: settling at the body's end failed; the estimate stands");
 }
 
 #[cfg(test)]

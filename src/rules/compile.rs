@@ -104,7 +104,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 rule,
                 missing_global: spec.on_missing_key.unwrap_or(self.options.on_missing_key)
                     == MissingKey::Global,
-                metrics: LimitMetrics::new(&spec.name),
+                metrics: LimitMetrics::new(&spec.name, owner_of(&limiter)),
                 settle_from: match &spec.settle {
                     Some(SettleSpec::Header(name)) => Some(SettleFrom::header(name.clone())),
                     _ => None,
@@ -182,7 +182,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                 key_tag: default.key_tag,
                 rule,
                 missing_global: default.missing_global,
-                metrics: LimitMetrics::new(&spec.name),
+                metrics: LimitMetrics::new(&spec.name, owner_of(&default.limiter)),
                 settle_from: default.settle_from.clone(),
                 settle_warned: Arc::default(),
                 cap: default.cap.clone(),
@@ -290,4 +290,10 @@ pub(super) fn shared_store<St: 'static>() -> bool {
     }
     #[cfg(not(feature = "redis"))]
     false
+}
+
+/// The identity of a limit's limiter as an owner of its `limit` label (its store's address): a
+/// limit's tiers and its versions across reloads share it.
+fn owner_of<St: Store<Vec<u8>>, C: Clock>(limiter: &super::SharedLimiter<St, C>) -> usize {
+    std::ptr::from_ref(limiter.store()) as usize
 }

@@ -100,7 +100,7 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
             if let Some(Err(e)) = a {
                 if let Some(failed) = compiled.limits.get(h.index) {
                     failed.metrics.store_errors.increment(1);
-                    tracing::warn!(limit = %failed.spec.name, error = %e, "rate-limit store error");
+                    tracing::warn!(limit = failed.spec.name.as_str(), error = %e, "rate-limit store error");
                 }
             }
         }
@@ -126,10 +126,10 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
                     limit.store_failed(&e, failure);
                 } else {
                     limit.metrics.store_errors.increment(1);
-                    tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                    tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "rate-limit store error");
                 }
                 if failure == FailurePolicy::FailClosed && failed.is_none() {
-                    failed = Some(e);
+                    failed = Some(e.for_limiter(&limit.spec.name));
                 }
             }
         }
@@ -227,7 +227,7 @@ pub(super) async fn rollback<St: Store<Vec<u8>>, C: Clock>(
         if let Some(r) = h.decision.reservation() {
             if let Err(e) = limit.apply(&h.key, Op::settle(r, 0)).await {
                 limit.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %limit.spec.name, error = %e, "rollback failed");
+                tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "rollback failed");
             }
         }
     }

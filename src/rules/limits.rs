@@ -20,8 +20,9 @@ use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
-    AtEnd, BodySettle, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
+    AtEnd, BodySettle, Counted, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
     Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
+    unmatched,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -178,7 +179,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
                     if limit.spec.shadow {
                         continue;
                     }
-                    tracing::debug!(limit = %limit.spec.name, reason = error.reason(), "no key");
+                    tracing::debug!(
+                        limit = limit.spec.name.as_str(),
+                        reason = error.reason(),
+                        "no key"
+                    );
                     o.missing_keys
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Prepared::NoKey(StatusCode::BAD_REQUEST, error);
@@ -216,7 +221,8 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
             },
             cost: 1,
             id: None,
-            marked: false,
+            // Whether a layer encloses this one: only the outermost counts an untaken marker.
+            marked: parts.extensions.get::<Counted>().is_some(),
         }
     }
 }
@@ -260,7 +266,7 @@ fn one_now<St: Store<Vec<u8>>, C: Clock>(
         Err(e) => {
             limit.store_failed(&e, failure);
             match failure {
-                FailurePolicy::FailClosed => Err(e),
+                FailurePolicy::FailClosed => Err(e.for_limiter(&limit.spec.name)),
                 _ => Ok(RulesDecided::admitted(Vec::new())),
             }
         }
@@ -346,7 +352,10 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
                     });
                 } else {
                     limit.metrics.shadow_rejected.increment(1);
-                    tracing::info!(limit = %limit.spec.name, "shadow limit would have rejected");
+                    tracing::info!(
+                        limit = limit.spec.name.as_str(),
+                        "shadow limit would have rejected"
+                    );
                 }
                 if shadow.is_none_or(|(_, s)| d.remaining() < s.remaining()) {
                     shadow = Some((h.index, d));
@@ -354,7 +363,7 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
             Err(e) => {
                 limit.metrics.store_errors.increment(1);
-                tracing::warn!(limit = %limit.spec.name, error = %e, "rate-limit store error");
+                tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "rate-limit store error");
             }
         }
     }
@@ -535,13 +544,17 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     /// "header:NAME"` limit reads that header (a value it cannot use leaves the estimate, warned
     /// once per limit); a request a concurrency cap inside refused is settled to 0. A shaping
     /// queue's slot is never given back (two waiters would share one departure). The units of
-    /// the limits left on their estimate are counted here, the others' once settled.
+    /// the limits left on their estimate are counted here, the others' once settled (at the
+    /// body's end for `settle = "trailer:NAME"`). A marker no limit took is counted when no
+    /// layer encloses this one.
     fn settle<B>(
         _o: &Options<Self>,
         keys: &RulesKeys<St, C>,
+        _cost: u32,
+        marked: bool,
         d: &RulesDecided,
         res: &mut Response<B>,
-    ) -> Option<RulesAnswer> {
+    ) -> Option<(RulesAnswer, u32)> {
         let compiled = &keys.compiled;
         let over_cap = res.extensions().get::<OverCap>().is_some();
         let marker = res.extensions().get::<Settle>().cloned();
@@ -562,21 +575,25 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     None => limit.settle_value(res),
                 }
             };
-            match units.filter(|_| limit.spec.queue.is_none() && h.decision.reservation().is_some())
-            {
+            let settles = limit.spec.queue.is_none() && h.decision.reservation().is_some();
+            match units.filter(|_| settles) {
                 Some(units) => wanted.push((at, units)),
-                None => limit.metrics.units.increment(u64::from(limit.spec.cost)),
+                // The body's end settles it, and counts what it charges.
+                None if settles && matches!(limit.spec.settle, Some(SettleSpec::Trailer(_))) => {}
+                None => limit.metrics.charged(limit.spec.cost),
             }
         }
         if taken {
             res.extensions_mut().remove::<Settle>();
+        } else if let Some(m) = marker.as_ref().filter(|_| !marked) {
+            unmatched(m);
         }
         if wanted.is_empty() {
             return None;
         }
         let compiled = Arc::clone(compiled);
         let mut d = d.clone();
-        Some(RulesAnswer::Later(Box::pin(async move {
+        let settle = RulesAnswer::Later(Box::pin(async move {
             let enforced = d.held.len();
             for (at, units) in wanted {
                 let h = match at.checked_sub(enforced) {
@@ -596,15 +613,20 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     }
                     Err(e) => {
                         limit.metrics.store_errors.increment(1);
-                        tracing::warn!(limit = %limit.spec.name, error = %e, "settle failed");
+                        tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "settle failed");
                         limit.spec.cost
                     }
                 };
-                limit.metrics.units.increment(u64::from(charged));
+                limit.metrics.charged(charged);
             }
             Ok(d)
-        })))
+        }));
+        // The units are counted per limit above.
+        Some((settle, 0))
     }
+
+    /// Counted per limit, in [`settle`](Limits::settle) and at the body's end.
+    fn count_charged(&self, _units: u32) {}
 
     /// The concurrency slots of `d` are held until the body ends (or is dropped), and the limits
     /// whose `settle` is `trailer:NAME` settle when the body's trailers have gone by (missing,
@@ -638,6 +660,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                 cap: u64::MAX,
                 units: 0,
                 warned: Arc::clone(&limit.settle_warned),
+                charged: Some(limit.metrics.units.clone()),
             }));
         }
         res
@@ -649,16 +672,23 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             for h in &d.held {
                 if let Some(limit) = limits.get(h.index) {
                     // Units are counted once settled.
-                    limit.metrics.decided(&h.decision, 0);
+                    limit.metrics.decided(&h.decision);
                 }
             }
         } else if let Some((limit, d)) = d.rejected.and_then(|(i, d)| Some((limits.get(i)?, d))) {
-            limit.metrics.decided(&d, 0);
+            limit.metrics.decided(&d);
         }
     }
 
-    fn store_failed(_o: &Options<Self>, _keys: &RulesKeys<St, C>, _e: &StoreError, _closed: bool) {
-        // Counted and logged per limit where it failed (every reservation already given back).
+    /// Counted, logged and named per limit where it failed (every reservation already given
+    /// back).
+    fn store_failed(
+        _o: &Options<Self>,
+        _keys: &RulesKeys<St, C>,
+        e: StoreError,
+        _closed: bool,
+    ) -> StoreError {
+        e
     }
 
     fn count_store_error(&self) {}
@@ -694,7 +724,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             return;
         };
         tracing::debug!(
-            limit = %limit.spec.name,
+            limit = limit.spec.name.as_str(),
             quota_limit = d.limit(),
             retry_after = d.retry_after_secs(),
             "rate limited"
@@ -733,7 +763,7 @@ impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
     /// is skipped and counted in its [`Stats`](crate::Stats)).
     pub(super) fn store_failed(&self, e: &StoreError, failure: FailurePolicy) {
         self.metrics.store_errors.increment(1);
-        tracing::warn!(limit = %self.spec.name, error = %e, "rate-limit store error");
+        tracing::warn!(limit = self.spec.name.as_str(), error = %e, "rate-limit store error");
         if failure == FailurePolicy::FailClosed {
             self.metrics.fail_closed.increment(1);
         } else {

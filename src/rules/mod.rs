@@ -259,7 +259,7 @@ struct Shared<St, C> {
     /// of failing on the name, which the store keeps taken until that limiter is dropped.
     limiters: Registry<St, C>,
     /// Whether every limit has a store of its own (its stats are the limit's).
-    own_stores: bool,
+    own_stores: std::sync::atomic::AtomicBool,
     /// The content hash of the file last loaded.
     loaded: parking_lot::Mutex<[u8; 32]>,
     reloads: metrics::ReloadMetrics,
@@ -337,10 +337,12 @@ impl Rules<MemoryStore<Vec<u8>>> {
         options: RulesOptions,
         store: MemoryStoreBuilder,
     ) -> Result<Self, RulesError> {
-        let mut rules = Self::new(text, options, move || store.clone().build())?;
-        if let Some(shared) = Arc::get_mut(&mut rules.shared) {
-            shared.own_stores = true;
-        }
+        let rules = Self::new(text, options, move || store.clone().build())?;
+        // Set once, before the rules are handed out (the refresh thread may already read it).
+        rules
+            .shared
+            .own_stores
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(rules)
     }
 }
@@ -396,15 +398,16 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
             make_store: Box::new(make_store),
             clock,
             limiters: parking_lot::Mutex::new(HashMap::new()),
-            own_stores: false,
+            own_stores: std::sync::atomic::AtomicBool::new(false),
             loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
             reloads: metrics::ReloadMetrics::new(),
         };
         let compiled = shared.compile(file, &mut ReloadReport::default())?;
         shared.current.store(Arc::new(compiled));
-        Ok(Self {
-            shared: Arc::new(shared),
-        })
+        let shared = Arc::new(shared);
+        let weak: Weak<dyn metrics::Refresh> = Arc::downgrade(&shared) as _;
+        metrics::refresh_every_second(weak);
+        Ok(Self { shared })
     }
 
     /// The state of `request`'s key under the limit named `limit` (as its next request would find
@@ -467,10 +470,18 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     /// store's circuit breaker is open). [`Rules::watch`] calls it at every poll; call it before a
     /// scrape for exact figures.
     pub fn publish_stats(&self) {
-        let current = self.shared.current.load();
+        metrics::Refresh::refresh(&*self.shared);
+    }
+}
+
+/// The gauges of the current limits, refreshed every second while the rules live (and by
+/// [`Rules::publish_stats`]).
+impl<St: Store<Vec<u8>>, C: Clock> metrics::Refresh for Shared<St, C> {
+    fn refresh(&self) {
+        let current = self.current.load();
         for limit in current.limits.iter() {
             let stats = limit.limiter.stats();
-            if self.shared.own_stores {
+            if self.own_stores.load(std::sync::atomic::Ordering::Relaxed) {
                 limit.metrics.publish(&stats);
             } else {
                 // A shared store's keys are not this limit's; its health is.

@@ -1,10 +1,20 @@
-//! The metrics of a plain `RateLimitLayer` (not a rules file): the `server` example's `/metrics`
-//! after requests that are allowed, rejected and without a key.
+//! The metrics of the layer: the `server` example's `/metrics` after requests that are allowed,
+//! rejected and without a key; settled units, refreshed gauges and untaken settle markers
+//! through one limiter and a rules file; a second live limiter or cap of one name.
+
+use std::convert::Infallible;
+use std::time::Duration;
 
 use http::StatusCode;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use tollgate::RateLimiter;
+use tollgate::key::HeaderKey;
+use tollgate::layer::{RateLimitLayer, Settle};
+use tollgate::rules::{Rules, RulesOptions};
+use tower::{Layer as _, ServiceExt as _, service_fn};
 
 use crate::server_cli::Running;
-use crate::support::{TestClient, metric as value};
+use crate::support::{Logs, TestClient, log_into, metric as value};
 
 #[tokio::test]
 async fn the_layer_counts_its_outcomes_under_its_limiters_name_never_the_key() {
@@ -112,4 +122,271 @@ async fn units_settled_beyond_a_full_moving_window_are_counted_under_the_limiter
         Some(4.0),
         "{page}"
     );
+}
+
+/// A handler that answers `ok`, settling as the query says: `units=N` (`Settle::units`),
+/// `refund` (unnamed), `for=NAME` (a refund named for `NAME`).
+async fn settling(req: http::Request<()>) -> Result<http::Response<String>, Infallible> {
+    let mut res = http::Response::new(String::from("ok"));
+    let query = req.uri().query().unwrap_or("");
+    let marker = if let Some(n) = query.strip_prefix("units=") {
+        Some(Settle::units(n.parse().unwrap()))
+    } else if let Some(name) = query.strip_prefix("for=") {
+        Some(Settle::refund().for_limiter(name.to_owned()))
+    } else {
+        (query == "refund").then(Settle::refund)
+    };
+    if let Some(marker) = marker {
+        res.extensions_mut().insert(marker);
+    }
+    Ok(res)
+}
+
+fn keyed(query: &str, key: &str) -> http::Request<()> {
+    http::Request::get(format!("/?{query}"))
+        .header("x-k", key)
+        .body(())
+        .unwrap()
+}
+
+/// One limiter named `name` (10 a minute per `x-k`) and a one-limit rules file of `name` alike
+/// (`settle = "marker"` unless `file_settles` is false), their handles resolved with `recorder`.
+fn both(
+    recorder: &PrometheusRecorder,
+    name: &str,
+    file_settles: bool,
+) -> (RateLimitLayer<HeaderKey>, Rules) {
+    metrics::with_local_recorder(recorder, || {
+        let limiter = RateLimiter::builder()
+            .name(format!("{name}-one"))
+            .quotas("10/minute")
+            .unwrap()
+            .build()
+            .unwrap();
+        let settle = if file_settles {
+            "settle = \"marker\"\n"
+        } else {
+            ""
+        };
+        let rules = Rules::memory(
+            &format!(
+                "[[limit]]\nname = \"{name}-file\"\nkey = \"header:x-k\"\nquotas = \"10/minute\"\n{settle}"
+            ),
+            RulesOptions::default(),
+        )
+        .unwrap();
+        (RateLimitLayer::new(limiter, HeaderKey::new("x-k")), rules)
+    })
+}
+
+#[tokio::test]
+async fn units_count_what_was_settled_not_the_estimate_in_both() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let (single, rules) = both(&recorder, "units", true);
+    let one = single.layer(service_fn(settling));
+    let file = rules.layer().layer(service_fn(settling));
+    for query in ["refund", "", "units=3", "units=0"] {
+        assert_eq!(
+            one.clone()
+                .oneshot(keyed(query, "a"))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(
+            file.clone()
+                .oneshot(keyed(query, "a"))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+    }
+    let page = recorder.handle().render();
+    for builder in ["units-one", "units-file"] {
+        assert_eq!(
+            value(
+                &page,
+                &format!("tollgate_units_total{{limit=\"{builder}\"}}")
+            ),
+            Some(4.0),
+            "{builder}: 0 + 1 + 3 + 0 units settled, not 4 estimates of 1: {page}"
+        );
+        assert_eq!(
+            value(
+                &page,
+                &format!("tollgate_requests_total{{limit=\"{builder}\",outcome=\"allowed\"}}")
+            ),
+            Some(4.0),
+            "{builder}: {page}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_gauges_are_refreshed_every_second_without_publish_stats_in_both() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let (single, rules) = both(&recorder, "gauges", true);
+    let one = single.layer(service_fn(settling));
+    let file = rules.layer().layer(service_fn(settling));
+    for key in ["a", "b", "c"] {
+        one.clone().oneshot(keyed("", key)).await.unwrap();
+        file.clone().oneshot(keyed("", key)).await.unwrap();
+    }
+    let sent = std::time::Instant::now();
+    let handle = recorder.handle();
+    loop {
+        let page = handle.render();
+        let keys = |b: &str| value(&page, &format!("tollgate_keys{{limit=\"{b}\"}}"));
+        let up = |b: &str| value(&page, &format!("tollgate_store_up{{limit=\"{b}\"}}"));
+        if keys("gauges-one") == Some(3.0)
+            && keys("gauges-file") == Some(3.0)
+            && up("gauges-one") == Some(1.0)
+            && up("gauges-file") == Some(1.0)
+        {
+            break;
+        }
+        // Refreshed every second: 1.5 s leaves room for a loaded machine, not for a second tick.
+        assert!(
+            sent.elapsed() < Duration::from_millis(1500),
+            "the gauges were not refreshed within a second: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_marker_nobody_takes_is_counted_once_by_the_outermost_layer_and_logged_once() {
+    // Installed before any marker is counted.
+    let page = || crate::support::global_metrics().render();
+    page();
+    let unmatched = |page: &str, name: &str| {
+        value(
+            page,
+            &format!("tollgate_settle_unmatched_total{{limit=\"{name}\"}}"),
+        )
+    };
+    let logs = Logs::default();
+    let _logging = tracing::subscriber::set_default(log_into(&logs, tracing::Level::WARN));
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let (single, rules) = both(&recorder, "marker", false);
+    let one = single.layer(service_fn(settling));
+    for _ in 0..3 {
+        one.clone()
+            .oneshot(keyed("for=um-nobody", "a"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(unmatched(&page(), "um-nobody"), Some(3.0), "{}", page());
+    assert_eq!(
+        logs.count("limit=\"um-nobody\""),
+        1,
+        "logged once per name: {}",
+        logs.text()
+    );
+
+    // Stacked: the enclosing layer's limiter takes a marker named for it; a marker nobody takes
+    // is counted once (by the outermost layer), not once per layer.
+    let outer = RateLimiter::builder()
+        .name("um-outer")
+        .quotas("10/minute")
+        .unwrap()
+        .build()
+        .unwrap();
+    let (inner, _) = both(&recorder, "marker-inner", false);
+    let stacked =
+        RateLimitLayer::new(outer, HeaderKey::new("x-k")).layer(inner.layer(service_fn(settling)));
+    stacked
+        .clone()
+        .oneshot(keyed("for=um-outer", "a"))
+        .await
+        .unwrap();
+    stacked
+        .clone()
+        .oneshot(keyed("for=um-stacked", "a"))
+        .await
+        .unwrap();
+    let now = page();
+    assert_eq!(
+        unmatched(&now, "um-outer"),
+        None,
+        "taken by the outer layer: {now}"
+    );
+    assert_eq!(unmatched(&now, "um-stacked"), Some(1.0), "{now}");
+
+    // A rules file without `settle = "marker"` leaves an unnamed marker: counted under "" (other
+    // tests of this binary may count there too, never fewer).
+    let before = unmatched(&page(), "").unwrap_or(0.0);
+    let file = rules.layer().layer(service_fn(settling));
+    file.clone().oneshot(keyed("refund", "a")).await.unwrap();
+    file.clone().oneshot(keyed("refund", "a")).await.unwrap();
+    let after = unmatched(&page(), "").unwrap_or(0.0);
+    assert!(after >= before + 2.0, "{before} -> {after}");
+    // Inside a plain layer the same marker is taken by it, not counted.
+    let around = RateLimitLayer::new(
+        RateLimiter::builder()
+            .name("um-around")
+            .quotas("10/minute")
+            .unwrap()
+            .build()
+            .unwrap(),
+        HeaderKey::new("x-k"),
+    )
+    .layer(rules.layer().layer(service_fn(settling)));
+    let res = around.oneshot(keyed("for=um-around", "a")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(unmatched(&page(), "um-around"), None, "{}", page());
+}
+
+#[test]
+fn a_second_live_limiter_or_cap_of_one_name_warns_once_when_built() {
+    let logs = Logs::default();
+    let _logging = tracing::subscriber::set_default(log_into(&logs, tracing::Level::WARN));
+    let named = |name: &str| {
+        RateLimiter::builder()
+            .name(name)
+            .quotas("10/minute")
+            .unwrap()
+            .build()
+            .unwrap()
+    };
+    let warned = || logs.count("a second rate limiter named \"dup-l\"");
+    let first = named("dup-l");
+    let a = RateLimitLayer::new(first.clone(), HeaderKey::new("x-k"));
+    let a_again = RateLimitLayer::new(first.clone(), HeaderKey::new("x-k"));
+    assert_eq!(
+        warned(),
+        0,
+        "two layers on one limiter share it: {}",
+        logs.text()
+    );
+    let b = RateLimitLayer::new(named("dup-l"), HeaderKey::new("x-k"));
+    assert_eq!(warned(), 1, "{}", logs.text());
+    drop((a, a_again, b, first));
+    let c = RateLimitLayer::new(named("dup-l"), HeaderKey::new("x-k"));
+    assert_eq!(warned(), 1, "the others were dropped: {}", logs.text());
+
+    // A cap's label is held from when its layer is built.
+    let cap = |name: &str| {
+        let limit = tollgate::layer::ConcurrencyLimit::memory(std::num::NonZeroU32::MIN)
+            .named(name)
+            .unwrap();
+        tollgate::layer::ConcurrencyLayer::new(limit, HeaderKey::new("x-k"))
+    };
+    let cap_warned = || logs.count("a second concurrency cap named \"dup-c\"");
+    let c1 = cap("dup-c");
+    let c1_clone = c1.clone();
+    assert_eq!(cap_warned(), 0, "{}", logs.text());
+    let _c2 = cap("dup-c");
+    assert_eq!(cap_warned(), 1, "{}", logs.text());
+    // A cap named like a limiter is its pair, and a rules file's capped limit is both.
+    let _paired = cap("dup-l");
+    let _file = Rules::memory(
+        "[[limit]]\nname = \"dup-r\"\nquotas = \"10/minute\"\nconcurrency = 2\n",
+        RulesOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(logs.count("a second"), 2, "{}", logs.text());
+    drop((c, c1, c1_clone));
 }

@@ -3,8 +3,6 @@
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,31 +14,7 @@ use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{Decision, ManualClock, RateLimiter, Stats, StoreError, StoreErrorKind};
 use tower::{Layer, ServiceExt, service_fn};
 
-/// Everything logged, as text.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-    fn count(&self, needle: &str) -> usize {
-        self.text().matches(needle).count()
-    }
-    fn clear(&self) {
-        self.0.lock().unwrap().clear();
-    }
-}
+use crate::support::Logs;
 
 fn echo() -> impl tower::Service<
     Request<Full<Bytes>>,

@@ -506,3 +506,75 @@ async fn a_shaping_queue_spaces_departures_and_refuses_past_its_wait_in_both() {
         );
     }
 }
+
+/// The text logged at `level` while the requests `asks` go through `svc`.
+fn logged(svc: &Svc, level: tracing::Level, asks: &[Ask]) -> String {
+    let logs = crate::support::Logs::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(crate::support::log_into(&logs, level), || {
+        rt.block_on(async {
+            for ask in asks {
+                svc.clone().oneshot(request(*ask)).await.unwrap();
+            }
+        });
+    });
+    logs.text()
+}
+
+#[test]
+fn log_lines_name_the_limiter_and_a_decision_has_a_span_only_when_trace_is_on_in_both() {
+    let asks = [Ask::Ok, Ask::Ok, Ask::Ok, Ask::NoKey];
+    for (builder, svc, _) in builders(Cfg::Plain) {
+        let debug = logged(&svc, tracing::Level::DEBUG, &asks);
+        assert_eq!(
+            debug.matches("rate limited").count(),
+            1,
+            "{builder}: {debug}"
+        );
+        for line in debug.lines().filter(|l| l.contains("tollgate")) {
+            assert!(
+                line.contains("limit=\"l\""),
+                "{builder}: a line without the limiter: {line}"
+            );
+        }
+        assert!(
+            !debug.contains("tollgate.decide"),
+            "{builder}: no span below trace: {debug}"
+        );
+    }
+    for (builder, svc, _) in builders(Cfg::Plain) {
+        let trace = logged(&svc, tracing::Level::TRACE, &asks);
+        let rejected = trace.lines().find(|l| l.contains("rate limited"));
+        let layer = if builder == "one limiter" {
+            "l"
+        } else {
+            "rules"
+        };
+        assert!(
+            rejected.is_some_and(
+                |l| l.contains(&format!("tollgate.decide{{layer=\"{layer}\" cost=1}}"))
+            ),
+            "{builder}: the rejection is logged inside its decision's span: {trace}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn problem_json_names_the_limiter_that_rejected_in_violated_policies_in_both() {
+    for (builder, svc, _) in builders(Cfg::Problem) {
+        let mut last = None;
+        for _ in 0..3 {
+            last = Some(svc.clone().oneshot(request(Ask::Ok)).await.unwrap());
+        }
+        let res = last.unwrap();
+        assert_eq!(res.status(), 429, "{builder}");
+        assert!(
+            res.body().contains("\"violated-policies\":[\"l\"]"),
+            "{builder}: {}",
+            res.body()
+        );
+    }
+}

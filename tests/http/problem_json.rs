@@ -109,6 +109,12 @@ async fn failing_closed_answers_a_problem_document() {
         .oneshot(Request::get("/").body(Body::default()).unwrap())
         .await
         .unwrap();
+    let failed = res.extensions().get::<StoreError>().cloned();
+    assert_eq!(
+        failed.as_ref().and_then(StoreError::limiter),
+        Some("default"),
+        "the store error names the limiter whose decision failed: {failed:?}"
+    );
     let (status, body) = problem(res).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("\"status\":503"), "{body}");

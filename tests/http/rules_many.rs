@@ -463,3 +463,34 @@ async fn a_rejection_by_several_limits_names_the_one_with_the_longest_wait() {
         );
     }
 }
+
+#[test]
+fn the_store_error_of_a_503_names_the_limit_that_failed() {
+    let rules = failing_rules_of(
+        &per_user_fail_mode("closed"),
+        tollgate::layer::FailurePolicy::FailOpen,
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let svc = tower::Layer::layer(
+        &rules.layer(),
+        tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }),
+    );
+    let req = Request::builder()
+        .uri("/")
+        .header("x-user", "bad")
+        .header("x-ip", "10.0.0.9")
+        .body(())
+        .unwrap();
+    let res = rt.block_on(svc.oneshot(req)).unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let failed = res.extensions().get::<tollgate::StoreError>();
+    assert_eq!(
+        failed.and_then(tollgate::StoreError::limiter),
+        Some("per-user"),
+        "{failed:?}"
+    );
+}
