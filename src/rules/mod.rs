@@ -22,6 +22,7 @@ mod limits;
 mod named;
 mod reload;
 mod slots;
+mod store_kind;
 use crate::metrics;
 use enforce::Held;
 pub use limits::{FileLimits, RulesAnswer, RulesDecided, RulesKeys};
@@ -40,7 +41,8 @@ use http::request::Parts;
 pub use named::NamedKeys;
 
 pub use file::{
-    Exempt, KeyPart, KeySpec, LimitSpec, MissingKey, PathPattern, RulesError, RulesFile, SettleSpec,
+    Exempt, FailMode, KeyPart, KeySpec, LimitSpec, MissingKey, PathPattern, RulesError, RulesFile,
+    SettleSpec,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
@@ -260,6 +262,10 @@ struct Shared<St, C> {
     limiters: Registry<St, C>,
     /// Whether every limit has a store of its own (its stats are the limit's).
     own_stores: bool,
+    /// What the store does for a limit's `fail_mode = "local"`.
+    local_fallback: store_kind::LocalFallback,
+    /// Whether `fail_mode = "local"` on the memory store was warned about.
+    local_warned: std::sync::atomic::AtomicBool,
     /// The content hash of the file last loaded.
     loaded: parking_lot::Mutex<[u8; 32]>,
     reloads: metrics::ReloadMetrics,
@@ -385,7 +391,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         make_store: impl Fn() -> St + Send + Sync + 'static,
         clock: C,
     ) -> Result<Self, RulesError> {
-        let file = RulesFile::parse(text)?;
+        let local_fallback = store_kind::LocalFallback::of(&make_store);
         let shared = Shared {
             current: ArcSwap::from_pointee(Compiled {
                 limits: Box::new([]),
@@ -397,9 +403,12 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
             clock,
             limiters: parking_lot::Mutex::new(HashMap::new()),
             own_stores: false,
+            local_fallback,
+            local_warned: std::sync::atomic::AtomicBool::new(false),
             loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
             reloads: metrics::ReloadMetrics::new(),
         };
+        let file = shared.parse(text)?;
         let compiled = shared.compile(file, &mut ReloadReport::default())?;
         shared.current.store(Arc::new(compiled));
         Ok(Self {

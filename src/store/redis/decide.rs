@@ -250,7 +250,7 @@ impl RedisStore {
             None => return self.fail(bad_reply("no script")),
         };
         let quotas = params.len();
-        let local = self.inner.local.as_ref().map(|_| (base, rule.clone()));
+        let local = self.local().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
         // A late reply: counted if Redis admitted the check; admitted by Redis after the check was
         // answered "shed" (a 429): the quota is given back, at the check's own time (windows
