@@ -36,6 +36,7 @@ mod redis_tls;
 mod redis_tls_cluster;
 mod redis_wrong_password;
 mod rolling_deploy;
+mod rules_fail_mode;
 mod rules_redis;
 mod rules_redis_many;
 mod shaping_queue;
