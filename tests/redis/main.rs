@@ -39,6 +39,7 @@ mod rolling_deploy;
 mod rules_fail_mode;
 mod rules_redis;
 mod rules_redis_many;
+mod rules_server_redis;
 mod shaping_queue;
 mod state_identity;
 mod window_offset;
