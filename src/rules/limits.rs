@@ -320,8 +320,15 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
         }
     }
-    // Slots only once every quota admitted: a cap's 429 spends no quota.
-    let slots = match take_slots(compiled, &capped).await {
+    // Slots only once every quota admitted: a cap's 429 spends no quota. Boxed, and only for a
+    // capped request: a Redis cap's lease calls would otherwise grow every request's decision
+    // future.
+    let taken = if capped.is_empty() {
+        Ok(None)
+    } else {
+        Box::pin(take_slots(compiled, &capped)).await
+    };
+    let slots = match taken {
         Ok(slots) => slots,
         Err((index, d)) => {
             rollback(compiled, &held).await;

@@ -37,9 +37,6 @@ pub(super) async fn take_slots<St: Store<Vec<u8>>, C: Clock>(
     compiled: &Compiled<St, C>,
     capped: &[(usize, Vec<u8>)],
 ) -> Result<Option<Arc<Slots>>, (usize, Decision)> {
-    if capped.is_empty() {
-        return Ok(None);
-    }
     let mut slots = Vec::with_capacity(capped.len());
     for (index, key) in capped {
         let Some(cap) = compiled.limits.get(*index).and_then(|l| l.cap.as_ref()) else {
