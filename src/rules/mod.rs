@@ -12,7 +12,8 @@
 //! (a file's limits, their limiters kept by name across reloads, tiers), `keys.rs` (a request's
 //! key), `enforce.rs` (the enforced limits decided all or nothing), `limits.rs` (a request through
 //! its limits: queues, shadow limits, settlement, headers), `reload.rs` (reloads and watching),
-//! `named.rs` (keys registered in code).
+//! `named.rs` (keys registered in code), `slots.rs` (concurrency caps), `store_kind.rs` (what the
+//! file needs of its store: the Redis store's local fallback per limit, its leases for caps).
 
 mod compile;
 mod enforce;
