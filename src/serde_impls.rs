@@ -238,7 +238,6 @@ mod limit {
     use serde::ser::{self, Serializer};
     use serde::{Deserialize, Serialize};
 
-    use crate::layer::FailurePolicy;
     use crate::rules::{KeySpec, LimitSpec, MissingKey, RulesFile, SettleSpec};
     use crate::{Quota, Strategy, WindowOffset};
 
@@ -319,13 +318,7 @@ mod limit {
                     .queue
                     .map(|q| u64::try_from(q.as_millis()).unwrap_or(u64::MAX)),
                 concurrency: self.concurrency.map(std::num::NonZeroU32::get),
-                fail_mode: self.fail_mode.map(|f| {
-                    match f {
-                        FailurePolicy::FailOpen => "open",
-                        FailurePolicy::FailClosed => "closed",
-                    }
-                    .to_owned()
-                }),
+                fail_mode: self.fail_mode.map(|f| f.as_str().to_owned()),
                 settle: self.settle.as_ref().map(|v| match v {
                     SettleSpec::Marker => "marker".to_owned(),
                     SettleSpec::Header(h) => format!("header:{h}"),

@@ -25,10 +25,11 @@
 //! queue_ms = 2000             # leaky-bucket with one quota only: a shaping queue, requests wait up
 //!                             # to this long for their departure (429 at once beyond)
 //! concurrency = 4             # at most 4 matching requests in flight per key: 429 at once above it,
-//!                             # `Retry-After: 1`; memory store only, not on a shadow limit
-//! fail_mode = "closed"        # open | closed: a store failure on this limit skips it or answers
-//!                             # 503; default: the layer's FailurePolicy (the server's --fail-mode);
-//!                             # "local" is refused per limit (use --fail-mode local --instances N)
+//!                             # `Retry-After: 1`; on Redis across instances; not on a shadow limit
+//! fail_mode = "closed"        # open | closed | local: a store failure on this limit skips it,
+//!                             # answers 503, or (Redis with a local fallback: --fail-mode local
+//!                             # --instances N) decides here with the limit divided by N; default:
+//!                             # the layer's FailurePolicy (the server's --fail-mode)
 //! settle = "marker"           # marker | header:NAME (before the response leaves) | trailer:NAME
 //!                             # (once the body ended): where the request's actual cost comes from
 //! tier = "header:x-plan"      # header:NAME | a key registered in code: where the plan is read
@@ -83,6 +84,17 @@
 //!   answered `503` (after a rejection the store has given them back itself); under `FailOpen` the failed limit is skipped. A limit left unanswered counts
 //!   as failed. A request without a key for one of its limits is answered `400` before anything is
 //!   spent.
+//! - **`fail_mode` per limit.** A limit's `fail_mode` overrides the layer's policy for that limit
+//!   alone: `open` skips it, `closed` answers `503`, `local` decides it in this process during a
+//!   Redis outage with the store's local fallback (`RedisStoreBuilder::local_fallback(n)`, the
+//!   server's `--fail-mode local --instances N`: each quota's limit divided by `n`, the blocked-key
+//!   cache still answering for keys Redis had blocked). On a store with a local fallback, a limit
+//!   without `fail_mode` decides locally too (the store's setting), and one with `open` or `closed`
+//!   gets the store's error instead, on the single-limit path and in a multi-limit call alike (the
+//!   limits of one request each fail their own way). `local` on a store without a fallback is an
+//!   error at its line and column (at start: the server exits 2; on reload: the old rules stay); on
+//!   the memory store, which never fails, it has no effect and is warned about once. A reload that
+//!   changes a kept limit's mode applies to requests decided from then on, those in flight included.
 //! - **Settlement**: a handler's `Settle` marker (`Settle::refund()` on a successful login: only
 //!   failures count) settles the request's reservation with the limit it names
 //!   (`Settle::for_limiter`: every limit takes a marker named for it), and an unnamed one with
@@ -101,17 +113,22 @@
 //!   strategy or key, a quota that does not parse, an empty quota list, a duplicate name, a path that can
 //!   never match, a `burst` with a window strategy, a `window_offset` that does not parse or with a
 //!   strategy without clock-aligned windows, a `queue_ms` on another strategy than `leaky-bucket`, on
-//!   several quotas, on a shadow limit, with a `burst`, or shorter than one interval, and a second
-//!   `queue_ms` limit that can match a request the first one matches. The server exits 2 with it.
+//!   several quotas, on a shadow limit, with a `burst`, or shorter than one interval, a second
+//!   `queue_ms` limit that can match a request the first one matches, and `fail_mode = "local"` on
+//!   a store without a local fallback. The server exits 2 with it.
 //! - **Concurrency caps** (`concurrency = N`) count the limit's requests in flight per key, from
 //!   admission until the response body ends or the request is dropped (a client that goes away gives
 //!   its slot back). A slot is taken only once every quota of the request (shaping queues included)
 //!   admitted it; a full cap answers `429` at once with `Retry-After: 1` through the layer's rejection
 //!   hook (`ProblemJson`, `on_rejected`), and gives back what the quotas reserved, so its `429` spends
-//!   no quota. The counts live in this process and survive a reload that keeps the limit's name
-//!   (a changed `N` applies to the slots already held): a file with `concurrency` on a Redis store
-//!   is refused at load, since each instance would count its own. A value outside `1..=4294967295`,
-//!   not an integer, or on a shadow limit is an error at its line and column.
+//!   no quota. In memory the counts live in this process; on a Redis store they are shared by every
+//!   instance, as `ConcurrencyLimit::redis` counts them: a lease per request in a sorted set per
+//!   key and limit name, renewed every 20 s while the request runs and expiring after 60 s if its
+//!   instance dies (two more Redis calls per capped request: acquire, release); when Redis fails
+//!   the request passes without a lease (warned at most once a second), whatever the limit's
+//!   `fail_mode`. The counts survive a reload that keeps the limit's name (a changed `N` applies to
+//!   the slots already held). A value outside `1..=4294967295`, not an integer, or on a shadow
+//!   limit is an error at its line and column.
 //! - **Shaping queues** (`queue_ms`) work as `RateLimitLayer::queue`: each request gets its departure
 //!   when it arrives (FIFO, one interval apart, the queue's depth `queue_ms / interval + 1`), waits for
 //!   it on tokio's timer, and is forwarded with the headers of its departure. They are checked after

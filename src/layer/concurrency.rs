@@ -238,7 +238,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
 
     /// Takes a slot for `key`: `Ok(Some(slot))`, `Ok(None)` when the store failed (fail open),
     /// `Err(())` over the cap.
-    async fn acquire(&self, key: &K) -> Result<Option<Slot<K>>, ()> {
+    pub(crate) async fn acquire(&self, key: &K) -> Result<Option<Slot<K>>, ()> {
         match &self.backend {
             Backend::Memory(map) => self.take_in(map, key).map(Some),
             #[cfg(feature = "redis")]
@@ -262,17 +262,6 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
                     }
                 }
             }
-        }
-    }
-
-    /// Takes a slot for `key` at once when the count lives in this process: `None` on Redis (a
-    /// round trip), `Some(Err(()))` over the cap.
-    #[cfg(feature = "rules")]
-    pub(crate) fn take_now(&self, key: &K) -> Option<Result<Slot<K>, ()>> {
-        match &self.backend {
-            Backend::Memory(map) => Some(self.take_in(map, key)),
-            #[cfg(feature = "redis")]
-            Backend::Redis { .. } => None,
         }
     }
 

@@ -3,18 +3,26 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use super::file::{KeyPart, LimitSpec, MissingKey, RulesError, RulesFile, SettleSpec};
+use super::file::{FailMode, KeyPart, LimitSpec, MissingKey, RulesError, RulesFile, SettleSpec};
 use super::keys::key_tag;
 use super::reload::ReloadReport;
+use super::store_kind::{self, LocalFallback};
 use super::{Compiled, Limit, Shared, TierMatch};
+use crate::layer::SettleFrom;
 use crate::layer::response::HeaderConfig;
-use crate::layer::{ConcurrencyLimit, SettleFrom};
 use crate::metrics::LimitMetrics;
 use crate::store::Store;
 use crate::{Clock, RateLimiter, Rule};
 
 impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
+    /// Parses `text` for this store: a limit's `fail_mode = "local"` on a store without a local
+    /// fallback is an error at its line and column.
+    pub(super) fn parse(&self, text: &str) -> Result<RulesFile, RulesError> {
+        RulesFile::parse_on(text, self.local_fallback != LocalFallback::Missing)
+    }
+
     /// Builds the limits of `file`, keeping the limiter (and so the state) of every limit whose
     /// name, rule and key are unchanged.
     pub(super) fn compile(
@@ -23,6 +31,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         report: &mut ReloadReport,
     ) -> Result<Compiled<St, C>, RulesError> {
         let old = self.current.load_full();
+        self.warn_local_on_memory(&file);
         // A limit with tiers is found by its default tier, which holds its spec as written.
         let by_name: HashMap<&str, &Limit<St, C>> = old
             .limits
@@ -40,23 +49,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         let initial = old.limits.is_empty();
         for spec in file.limits {
             let kept = by_name.get(spec.name.as_str()).copied();
-            if spec.concurrency.is_some() && shared_store::<St>() {
-                return Err(RulesError::whole(format!(
-                    "limit {:?}: concurrency is counted in this process, and this store is shared \
-                     by several instances (Redis); a rules file's concurrency needs the memory \
-                     store (across instances, cap in code with ConcurrencyLimit::redis)",
-                    spec.name
-                )));
-            }
-            let cap = match (spec.concurrency, kept.and_then(|l| l.cap.as_ref())) {
-                (Some(n), Some(held)) => Some(held.with_cap(n)),
-                (Some(n), None) => Some(
-                    ConcurrencyLimit::memory(n)
-                        .named(&spec.name)
-                        .map_err(|e| RulesError::whole(e.to_string()))?,
-                ),
-                (None, _) => None,
-            };
             let (limiter, rule) = match kept {
                 Some(l) => {
                     if l.spec.key != spec.key {
@@ -90,6 +82,13 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                         None => (Arc::new(self.build_limiter(&spec)?), None),
                     }
                 }
+            };
+            store_kind::apply_fail_mode(limiter.store(), spec.fail_mode);
+            // A kept cap keeps its counts (the slots in flight stay counted).
+            let cap = match (spec.concurrency, kept.and_then(|l| l.cap.as_ref())) {
+                (Some(n), Some(held)) => Some(held.with_cap(n)),
+                _ => store_kind::new_cap(&spec, limiter.store())
+                    .map_err(|e| RulesError::whole(e.to_string()))?,
             };
             seen.insert(spec.name.clone(), ());
             let mut headers = HeaderConfig::for_rule(&spec.rule);
@@ -137,6 +136,26 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
             lone,
             exempt: file.exempt.into(),
         })
+    }
+
+    /// Warns (once for these rules) that `fail_mode = "local"` has no effect on the memory
+    /// store, which never fails.
+    fn warn_local_on_memory(&self, file: &RulesFile) {
+        if self.local_fallback != LocalFallback::NeverFails {
+            return;
+        }
+        let local: Vec<&str> = file
+            .limits
+            .iter()
+            .filter(|l| l.fail_mode == Some(FailMode::Local))
+            .map(|l| l.name.as_str())
+            .collect();
+        if !local.is_empty() && !self.local_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limits = ?local,
+                "fail_mode = \"local\" has no effect on the memory store (it never fails)"
+            );
+        }
     }
 
     /// Refuses a limit naming a key no extractor is registered for.
@@ -208,7 +227,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         }
         builder
             .clock(self.clock.clone())
-            .store((self.make_store)())
+            .store(store_kind::limit_store((self.make_store)()))
             .build()
             .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)).caused_by(e))
     }
@@ -277,19 +296,6 @@ pub(super) fn lone_enforced<'a>(specs: impl Iterator<Item = &'a LimitSpec>) -> b
                     .skip(i + 1)
                     .all(|b| a.name == b.name || !a.overlaps(b))
             })
-}
-
-/// Whether `St` is shared by several instances (the Redis store), where a count kept in this
-/// process would not be the cluster's.
-// Without the `redis` feature no store is shared, and `St` goes unread.
-#[cfg_attr(not(feature = "redis"), allow(clippy::extra_unused_type_parameters))]
-pub(super) fn shared_store<St: 'static>() -> bool {
-    #[cfg(feature = "redis")]
-    {
-        std::any::TypeId::of::<St>() == std::any::TypeId::of::<crate::store::redis::RedisStore>()
-    }
-    #[cfg(not(feature = "redis"))]
-    false
 }
 
 /// The identity of a limit's limiter as an owner of its `limit` label (its store's address): a

@@ -9,7 +9,6 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::layer::FailurePolicy;
 use crate::{Rule, Strategy, WindowOffset, validate_name};
 pub use pattern::PathPattern;
 
@@ -276,6 +275,33 @@ impl fmt::Display for KeySpec {
     }
 }
 
+/// What a store failure on one limit of a rules file does (its `fail_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailMode {
+    /// `"open"`: the limit is skipped (the request goes on to the other limits), counted in
+    /// [`Stats::fail_open`](crate::Stats::fail_open).
+    Open,
+    /// `"closed"`: the request is answered `503`.
+    Closed,
+    /// `"local"`: during a Redis outage the store's local fallback decides the limit in this
+    /// process, with its limit divided by the instances
+    /// (`RedisStoreBuilder::local_fallback`). A file that sets it on a store without a fallback
+    /// is refused; on the memory store, which never fails, it has no effect (warned once).
+    Local,
+}
+
+impl FailMode {
+    /// The file's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local => "local",
+        }
+    }
+}
+
 /// One limit of a rules file, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitSpec {
@@ -306,8 +332,9 @@ pub struct LimitSpec {
     /// The most requests in flight per key among the matching ones (`concurrency`), taken once
     /// every quota admitted a request and held until its response body ends or it is dropped.
     pub concurrency: Option<std::num::NonZeroU32>,
-    /// What a store failure on this limit does (`fail_mode`); `None`: the layer's policy.
-    pub fail_mode: Option<FailurePolicy>,
+    /// What a store failure on this limit does (`fail_mode`); `None`: the layer's policy (and,
+    /// on a store with a local fallback, that fallback).
+    pub fail_mode: Option<FailMode>,
     /// Where a request's tier is read (`tier`): a header (`header:x-plan`) or a key extractor
     /// registered in code; `None`: no tiers, `rule` applies to every request.
     pub tier: Option<KeyPart>,
@@ -413,8 +440,15 @@ impl RulesFile {
     /// a path that can never match, a `burst` with a window strategy, a `window_offset` that does
     /// not parse or with a strategy without clock-aligned windows, a `queue_ms` that a queue
     /// cannot honour, a reserved field, more than [`RulesFile::MAX_LIMITS`] limits or [`RulesFile::MAX_METHODS`]
-    /// methods in one limit.
+    /// methods in one limit. A limit's `fail_mode = "local"` is accepted here: whether its store
+    /// has a local fallback is checked when [`Rules`](super::Rules) are built on one.
     pub fn parse(text: &str) -> Result<Self, RulesError> {
+        Self::parse_on(text, true)
+    }
+
+    /// [`RulesFile::parse`] for a store with a local fallback (`local_fallback`), or without
+    /// one, where a limit's `fail_mode = "local"` is an error at its line and column.
+    pub(crate) fn parse_on(text: &str, local_fallback: bool) -> Result<Self, RulesError> {
         if text.len() > MAX_RULES_FILE_BYTES {
             return Err(RulesError::whole(format!(
                 "the rules file has {} bytes, more than the {MAX_RULES_FILE_BYTES} allowed",
@@ -440,21 +474,25 @@ impl RulesFile {
             }
             let fail_mode = match &l.fail_mode {
                 Some(v) => Some(match v.get_ref().as_str() {
-                    "open" => FailurePolicy::FailOpen,
-                    "closed" => FailurePolicy::FailClosed,
-                    "local" => {
+                    "open" => FailMode::Open,
+                    "closed" => FailMode::Closed,
+                    "local" if !local_fallback => {
                         return Err(err(
                             v.span(),
-                            "fail_mode = \"local\" is not available per limit in a rules file yet: \
-                             run the server with --fail-mode local --instances N (every limit falls \
-                             back to a local share during a Redis outage)"
+                            "fail_mode = \"local\" needs a store with a local fallback, and this \
+                             one has none (run the server with --fail-mode local --instances N, \
+                             or build the Redis store with RedisStoreBuilder::local_fallback)"
                                 .into(),
                         ));
                     }
+                    "local" => FailMode::Local,
                     other => {
                         return Err(err(
                             v.span(),
-                            format!("fail_mode: expected \"open\" or \"closed\", not {other:?}"),
+                            format!(
+                                "fail_mode: expected \"open\", \"closed\" or \"local\", not \
+                                 {other:?}"
+                            ),
                         ));
                     }
                 }),

@@ -14,7 +14,7 @@ use http::{Response, StatusCode};
 
 use super::enforce::{Held, PENDING, enforce_all, enforce_keyed, rollback};
 use super::slots::{Slots, take_slots};
-use super::{Compiled, Rules, RulesOptions, SettleSpec, write_success_headers};
+use super::{Compiled, FailMode, Rules, RulesOptions, SettleSpec, write_success_headers};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::error::StoreError;
@@ -326,8 +326,15 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
             }
         }
     }
-    // Slots only once every quota admitted: a cap's 429 spends no quota.
-    let slots = match take_slots(compiled, &capped) {
+    // Slots only once every quota admitted: a cap's 429 spends no quota. Boxed, and only for a
+    // capped request: a Redis cap's lease calls would otherwise grow every request's decision
+    // future.
+    let taken = if capped.is_empty() {
+        Ok(None)
+    } else {
+        Box::pin(take_slots(compiled, &capped)).await
+    };
+    let slots = match taken {
         Ok(slots) => slots,
         Err((index, d)) => {
             rollback(compiled, &held).await;
@@ -754,9 +761,15 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
 }
 
 impl<St: Store<Vec<u8>>, C: Clock> super::Limit<St, C> {
-    /// What a store failure on this limit does: its `fail_mode`, or the layer's `failure`.
+    /// What a store failure on this limit does: its `fail_mode`, or the layer's `failure`. A
+    /// `local` limit's store decides in this process during an outage (no failure reaches here);
+    /// whatever else fails takes the layer's policy.
     pub(super) fn failure(&self, failure: FailurePolicy) -> FailurePolicy {
-        self.spec.fail_mode.unwrap_or(failure)
+        match self.spec.fail_mode {
+            Some(FailMode::Open) => FailurePolicy::FailOpen,
+            Some(FailMode::Closed) => FailurePolicy::FailClosed,
+            Some(FailMode::Local) | None => failure,
+        }
     }
 
     /// Counts and logs a store failure of this limit answered by `failure` (a limit failing open

@@ -12,7 +12,8 @@
 //! (a file's limits, their limiters kept by name across reloads, tiers), `keys.rs` (a request's
 //! key), `enforce.rs` (the enforced limits decided all or nothing), `limits.rs` (a request through
 //! its limits: queues, shadow limits, settlement, headers), `reload.rs` (reloads and watching),
-//! `named.rs` (keys registered in code).
+//! `named.rs` (keys registered in code), `slots.rs` (concurrency caps), `store_kind.rs` (what the
+//! file needs of its store: the Redis store's local fallback per limit, its leases for caps).
 
 mod compile;
 mod enforce;
@@ -22,6 +23,7 @@ mod limits;
 mod named;
 mod reload;
 mod slots;
+mod store_kind;
 use crate::metrics;
 use enforce::Held;
 pub use limits::{FileLimits, RulesAnswer, RulesDecided, RulesKeys};
@@ -40,7 +42,8 @@ use http::request::Parts;
 pub use named::NamedKeys;
 
 pub use file::{
-    Exempt, KeyPart, KeySpec, LimitSpec, MissingKey, PathPattern, RulesError, RulesFile, SettleSpec,
+    Exempt, FailMode, KeyPart, KeySpec, LimitSpec, MissingKey, PathPattern, RulesError, RulesFile,
+    SettleSpec,
 };
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
@@ -260,6 +263,10 @@ struct Shared<St, C> {
     limiters: Registry<St, C>,
     /// Whether every limit has a store of its own (its stats are the limit's).
     own_stores: std::sync::atomic::AtomicBool,
+    /// What the store does for a limit's `fail_mode = "local"`.
+    local_fallback: store_kind::LocalFallback,
+    /// Whether `fail_mode = "local"` on the memory store was warned about.
+    local_warned: std::sync::atomic::AtomicBool,
     /// The content hash of the file last loaded.
     loaded: parking_lot::Mutex<[u8; 32]>,
     reloads: metrics::ReloadMetrics,
@@ -387,7 +394,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         make_store: impl Fn() -> St + Send + Sync + 'static,
         clock: C,
     ) -> Result<Self, RulesError> {
-        let file = RulesFile::parse(text)?;
+        let local_fallback = store_kind::LocalFallback::of(&make_store);
         let shared = Shared {
             current: ArcSwap::from_pointee(Compiled {
                 limits: Box::new([]),
@@ -399,9 +406,12 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
             clock,
             limiters: parking_lot::Mutex::new(HashMap::new()),
             own_stores: std::sync::atomic::AtomicBool::new(false),
+            local_fallback,
+            local_warned: std::sync::atomic::AtomicBool::new(false),
             loaded: parking_lot::Mutex::new(content_hash(text.as_bytes())),
             reloads: metrics::ReloadMetrics::new(),
         };
+        let file = shared.parse(text)?;
         let compiled = shared.compile(file, &mut ReloadReport::default())?;
         shared.current.store(Arc::new(compiled));
         let shared = Arc::new(shared);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::file::{MAX_RULES_FILE_BYTES, RulesError, RulesFile};
+use super::file::{MAX_RULES_FILE_BYTES, RulesError};
 use super::{Compiled, Rules, Shared};
 use crate::Clock;
 use crate::store::Store;
@@ -77,7 +77,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
                 "the new rules file is empty (a file with no limits holds at least a comment)",
             ))
         } else {
-            RulesFile::parse(text).and_then(|f| self.shared.compile(f, &mut report))
+            self.shared
+                .parse(text)
+                .and_then(|f| self.shared.compile(f, &mut report))
         };
         match result {
             Ok(compiled) => {
@@ -204,7 +206,7 @@ pub(super) const RETIRE_WAIT: Duration = Duration::from_millis(200);
 /// How long a changed rules file must keep the same content before it is loaded.
 pub(super) const SETTLE_TIME: Duration = Duration::from_millis(25);
 
-/// Reads a rules file, refusing one above [`RulesFile::MAX_BYTES`] before reading it whole.
+/// Reads a rules file, refusing one above [`RulesFile::MAX_BYTES`](super::RulesFile::MAX_BYTES) before reading it whole.
 pub(super) fn read_rules(path: &Path) -> Result<String, RulesError> {
     use std::io::Read as _;
     let fail = |e: &dyn std::fmt::Display| RulesError::whole(format!("{}: {e}", path.display()));

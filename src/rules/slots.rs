@@ -1,5 +1,5 @@
 //! The concurrency caps of a rules file's limits (`concurrency = N`): a request's slots, taken once
-//! every quota admitted it.
+//! every quota admitted it; counted in this process, or on Redis across instances.
 
 use std::sync::Arc;
 
@@ -30,24 +30,22 @@ pub(super) fn over_cap(cap: u32) -> Decision {
 }
 
 /// Takes a slot of every capped limit among `capped` for the request (once every quota
-/// admitted it): the slots, or the first full cap (the slots taken before it given back).
-pub(super) fn take_slots<St: Store<Vec<u8>>, C: Clock>(
+/// admitted it): the slots, or the first full cap (the slots taken before it given back). On
+/// Redis a slot is a lease shared by every instance (a round trip); a Redis failure passes
+/// without one, as [`ConcurrencyLimit::redis`](crate::layer::ConcurrencyLimit::redis) does.
+pub(super) async fn take_slots<St: Store<Vec<u8>>, C: Clock>(
     compiled: &Compiled<St, C>,
     capped: &[(usize, Vec<u8>)],
 ) -> Result<Option<Arc<Slots>>, (usize, Decision)> {
-    if capped.is_empty() {
-        return Ok(None);
-    }
     let mut slots = Vec::with_capacity(capped.len());
     for (index, key) in capped {
         let Some(cap) = compiled.limits.get(*index).and_then(|l| l.cap.as_ref()) else {
             continue;
         };
-        // A rules file's caps count in this process (a shared store is refused at load).
-        match cap.take_now(key) {
-            Some(Ok(slot)) => slots.push(slot),
-            Some(Err(())) => return Err((*index, over_cap(cap.cap()))),
-            None => {}
+        match cap.acquire(key).await {
+            Ok(Some(slot)) => slots.push(slot),
+            Ok(None) => {}
+            Err(()) => return Err((*index, over_cap(cap.cap()))),
         }
     }
     Ok(Some(Arc::new(Slots { _held: slots })))

@@ -110,7 +110,7 @@ fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
         (arb_offset(), proptest::option::of(1u64..100_000)),
         (
             proptest::option::of(1u32..1000),
-            proptest::option::of(proptest::sample::select(vec!["open", "closed"])),
+            proptest::option::of(proptest::sample::select(vec!["open", "closed", "local"])),
         ),
         (
             proptest::option::of(proptest::sample::select(vec!["marker", "header:x-used"])),

@@ -272,6 +272,58 @@ async fn contradictions_exit_2() {
     std::fs::remove_file(&rules).unwrap();
 }
 
+/// `fail_mode = "local"` in a rules file on the memory store, which never fails: the server runs,
+/// the limit limits, and one warning says it has no effect, not repeated by a reload.
+#[tokio::test]
+async fn a_local_fail_mode_on_the_memory_store_warns_once() {
+    let rules = std::env::temp_dir().join(format!(
+        "tollgate-cli-local-{}-{}.toml",
+        std::process::id(),
+        closed_port()
+    ));
+    let limit = |name: &str| {
+        format!(
+            "[[limit]]\nname = \"{name}\"\npath = \"/{name}\"\nquotas = \"1/hour\"\n\
+             fail_mode = \"local\"\n\n"
+        )
+    };
+    std::fs::write(&rules, limit("a")).unwrap();
+    let server = Running::start(&[
+        "--addr",
+        "127.0.0.1:0",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--reload-interval",
+        "50",
+    ])
+    .await;
+    let client = TestClient::new();
+    assert_eq!(client.get(&server.url("/a")).await.status, StatusCode::OK);
+    assert_eq!(
+        client.get(&server.url("/a")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A reload adding another `local` limit: applied (its fields appear), not warned again.
+    std::fs::write(&rules, format!("{}{}", limit("a"), limit("b"))).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client
+        .get(&server.url("/b"))
+        .await
+        .header("x-ratelimit-limit")
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stderr = server.stop().await;
+    let warned = "fail_mode = \"local\" has no effect on the memory store (it never fails)";
+    assert_eq!(stderr.matches(warned).count(), 1, "{stderr}");
+    std::fs::remove_file(&rules).unwrap();
+}
+
 #[tokio::test]
 async fn flags_without_effect_warn_once_on_stderr_and_the_server_runs() {
     let server = Running::start(&[

@@ -31,34 +31,6 @@ async fn serve(rules: &Rules<RedisStore>) -> TestServer {
     .await
 }
 
-/// A rules file's concurrency is counted in the process: on a store shared by several instances
-/// it is refused at load, never left unenforced.
-#[tokio::test]
-async fn a_rules_file_with_concurrency_is_refused_on_a_redis_store() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let text = "[[limit]]\nname = \"api\"\nquotas = \"10/second\"\n";
-    let store = RedisStore::builder(redis.url())
-        .prefix("rules:")
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connect");
-    let capped = format!("{text}concurrency = 2\n");
-    let e = Rules::new(&capped, RulesOptions::default(), {
-        let store = store.clone();
-        move || store.clone()
-    })
-    .unwrap_err();
-    assert!(
-        e.message().contains("concurrency") && e.message().contains("memory store"),
-        "{e}"
-    );
-    // Without it the same limit loads on Redis.
-    Rules::new(text, RulesOptions::default(), move || store.clone()).unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rejected_request_spends_nothing_on_redis_under_races() {
     let Some(redis) = RedisServer::start() else {

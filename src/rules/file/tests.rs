@@ -82,8 +82,10 @@ fn bad_limits_are_refused_with_a_reason() {
         ("methods = [\"\"]", "not a method"),
         ("burst = 3", "burst"),
         ("key = \"ip+ip\"", "twice"),
-        ("fail_mode = \"local\"", "--fail-mode local --instances N"),
-        ("fail_mode = \"shut\"", "expected \"open\" or \"closed\""),
+        (
+            "fail_mode = \"shut\"",
+            "expected \"open\", \"closed\" or \"local\"",
+        ),
         ("fail_mode = 1", "invalid type"),
         ("concurrency = 0", "from 1"),
         ("concurrency = -3", "from 1"),
@@ -106,6 +108,30 @@ fn bad_limits_are_refused_with_a_reason() {
         assert!(e.message().contains(needle), "{field}: {e}");
         assert!(e.position().is_some(), "{field}: {e}");
     }
+}
+
+/// `fail_mode = "local"` parses for a store with a local fallback (and, store-agnostic, in
+/// `RulesFile::parse`); without one it is an error at its value.
+#[test]
+fn a_local_fail_mode_needs_a_store_with_a_local_fallback() {
+    let text = "[[limit]]\nname = \"a\"\nquotas = \"1/second\"\nfail_mode = \"local\"\n\n\
+                [[limit]]\nname = \"b\"\nquotas = \"1/second\"\nfail_mode = \"open\"\n";
+    let modes =
+        |f: RulesFile| -> Vec<Option<FailMode>> { f.limits.iter().map(|l| l.fail_mode).collect() };
+    let both = vec![Some(FailMode::Local), Some(FailMode::Open)];
+    assert_eq!(modes(RulesFile::parse(text).unwrap()), both);
+    assert_eq!(modes(RulesFile::parse_on(text, true).unwrap()), both);
+    let e = RulesFile::parse_on(text, false).unwrap_err();
+    assert_eq!(e.position(), Some((4, 13)), "{e}");
+    assert!(e.to_string().starts_with("line 4, column 13: "), "{e}");
+    assert!(
+        e.message().contains("--fail-mode local --instances N"),
+        "{e}"
+    );
+    assert!(e.message().contains("local_fallback"), "{e}");
+    // Open and closed need no fallback.
+    let open = text.replace("\"local\"", "\"closed\"");
+    assert!(RulesFile::parse_on(&open, false).is_ok());
 }
 
 #[test]

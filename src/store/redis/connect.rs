@@ -216,7 +216,7 @@ pub(super) fn reconnect_in_background(
                         return;
                     };
                     *strong.conn.write() = Some(conn);
-                    let store = RedisStore { inner: strong };
+                    let store = RedisStore::of(strong);
                     if let Err(e) = store.prepare(within).await {
                         // EVALSHA falls back to EVAL on NOSCRIPT: decisions work regardless.
                         tracing::debug!(error = %e, "loading the scripts after reconnecting");
@@ -237,7 +237,7 @@ pub(super) fn reconnect_in_background(
                         continue;
                     }
                     if let Some(strong) = inner.upgrade() {
-                        RedisStore { inner: strong }.warn(&e);
+                        RedisStore::of(strong).warn(&e);
                     }
                 }
             }

@@ -300,7 +300,7 @@ impl RedisStore {
             None => return self.fail(bad_reply("no script")),
         };
         let quotas = params.len();
-        let local = self.inner.local.as_ref().map(|_| (base, rule.clone()));
+        let local = self.local().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
         // What a warning about an estimated conversion names: the strategy and the limiter.
         let (strategy, name_part) = (rule.strategy(), tag ^ rule.tag());

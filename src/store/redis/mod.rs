@@ -46,7 +46,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
@@ -110,6 +110,10 @@ pub type RedisFuture = Pin<Box<dyn Future<Output = Result<Decision, StoreError>>
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
+    /// The switch of a rules file limit's store (`None` elsewhere): when on, this limit's checks
+    /// fail during an outage instead of deciding by the local fallback (its `fail_mode` is
+    /// `open` or `closed`). Shared by the clones of that one store, flipped by a reload.
+    no_fallback: Option<Arc<AtomicBool>>,
 }
 
 struct Inner {

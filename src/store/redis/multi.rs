@@ -204,10 +204,10 @@ impl RedisStore {
         AllAnswer::now(answers)
     }
 
-    /// Redis failed (no reply, or a reply of the wrong shape): nothing is sent again. With a
-    /// local fallback each item decides by it at once, as a single check does (the items in
-    /// order, the admitted ones settled to 0 on a rejection); otherwise every item gets the
-    /// error, for the failure policy.
+    /// Redis failed (no reply, or a reply of the wrong shape): nothing is sent again. Each item
+    /// whose store has a local fallback (its own store: a rules file limit may turn it off)
+    /// decides by it at once, as a single check does (the items in order, the admitted ones
+    /// settled to 0 on a rejection); every other item gets the error, for the failure policy.
     fn outage_all<K>(
         &self,
         items: &[Item<'_, K, Self>],
@@ -216,7 +216,7 @@ impl RedisStore {
         now: u64,
         e: StoreError,
     ) -> Answers {
-        if self.inner.local.is_none() {
+        if items.iter().all(|it| it.store.local().is_none()) {
             self.inner.errors.add(items.len() as u64);
             self.warn(&e);
             return (0..items.len()).map(|i| (i, Err(e.clone()))).collect();
@@ -224,7 +224,9 @@ impl RedisStore {
         let mut out: Answers = Vec::with_capacity(items.len());
         for (i, ((it, base), p)) in items.iter().zip(bases).zip(prepared).enumerate() {
             let scope = (it.scope.rule(), it.scope.tag());
-            let answer = self.outage(base, p.cache_key, scope, Op::Check(it.cost), now, e.clone());
+            let answer =
+                it.store
+                    .outage(base, p.cache_key, scope, Op::Check(it.cost), now, e.clone());
             let rejected = matches!(&answer, Ok(d) if !d.is_allowed());
             out.push((i, answer));
             if rejected {
@@ -233,7 +235,7 @@ impl RedisStore {
                     else {
                         continue;
                     };
-                    if let (Some(r), Some(local)) = (d.reservation(), &self.inner.local) {
+                    if let (Some(r), Some(local)) = (d.reservation(), it.store.local()) {
                         let scope = it.scope;
                         local.decide(base, scope.rule(), scope.tag(), Op::settle(r, 0), now);
                     }

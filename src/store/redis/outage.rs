@@ -1,6 +1,8 @@
 //! Overload and outages: shedding a check, the local fallback, warnings at most once a second.
 
 use std::sync::atomic::Ordering;
+
+use super::degraded::Local;
 use std::time::Instant;
 
 use super::send::Shed;
@@ -11,6 +13,50 @@ use crate::rule::Rule;
 use crate::strategy::Op;
 
 impl RedisStore {
+    /// A store on `inner`, deciding by its local fallback (if it has one) during an outage.
+    pub(super) fn of(inner: std::sync::Arc<super::Inner>) -> Self {
+        Self {
+            inner,
+            no_fallback: None,
+        }
+    }
+
+    /// Whether the store was built with a local fallback
+    /// ([`local_fallback`](super::RedisStoreBuilder::local_fallback)).
+    #[cfg(feature = "rules")]
+    pub(crate) fn has_local_fallback(&self) -> bool {
+        self.inner.local.is_some()
+    }
+
+    /// The local fallback this store's checks decide by during an outage: the store's, unless
+    /// this store's switch turned it off.
+    pub(super) fn local(&self) -> Option<&Local> {
+        let off = self
+            .no_fallback
+            .as_ref()
+            .is_some_and(|off| off.load(Ordering::Relaxed));
+        self.inner.local.as_ref().filter(|_| !off)
+    }
+
+    /// This store with a switch of its own (shared by its clones) to turn the local fallback off
+    /// for its checks ([`RedisStore::use_local_fallback`]): a rules file limit's store.
+    #[cfg(feature = "rules")]
+    pub(crate) fn with_fallback_switch(mut self) -> Self {
+        self.no_fallback = Some(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            false,
+        )));
+        self
+    }
+
+    /// Whether this store's checks decide by the local fallback during an outage (`true`) or fail
+    /// (`false`, for the failure policy); no effect on a store without a switch.
+    #[cfg(feature = "rules")]
+    pub(crate) fn use_local_fallback(&self, on: bool) {
+        if let Some(off) = &self.no_fallback {
+            off.store(!on, Ordering::Relaxed);
+        }
+    }
+
     pub(super) fn warn(&self, e: &StoreError) {
         if self.inner.last_warn.ready(WARN_EVERY) {
             tracing::warn!(
@@ -77,7 +123,7 @@ impl RedisStore {
         now: u64,
         e: StoreError,
     ) -> Result<Decision, StoreError> {
-        let Some(local) = &self.inner.local else {
+        let Some(local) = self.local() else {
             return self.outage_error(e);
         };
         self.inner.errors.add(1);

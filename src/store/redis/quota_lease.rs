@@ -670,7 +670,7 @@ pub(super) fn sweep_in_background(inner: Weak<Inner>) {
             let Some(strong) = inner.upgrade() else {
                 return;
             };
-            let store = RedisStore { inner: strong };
+            let store = RedisStore::of(strong);
             if let Err(e) = store.sweep_leases(false).await {
                 tracing::debug!(error = %e, "returning idle leases");
             }
