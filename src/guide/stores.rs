@@ -87,10 +87,13 @@
 //!   the over-count does not grow with the number of evict-and-return generations or the flood's
 //!   size. After floods of 20 to 60 times the cap of one-request keys, at caps of 2000 and 100,000,
 //!   every new key is admitted and a client that had spent 3 of 10 keeps 7.
-//! - **Under-count: only to more spent keys.** While held, a record is never less than what the key
-//!   spent in its horizon. A full bucket gives up its least-spent-share record, and only to a
-//!   strictly more spent one (ties keep the record held first): a key comes back as new only when 8
-//!   other live records, each of a more spent share, took its bucket within its horizon. A flood of
+//! - **Under-count: only to keys at least as spent.** While held, a record is never less than what
+//!   the key spent in its horizon. A full bucket gives up its least-spent-share record, and only to
+//!   a strictly more spent one (ties keep the record held first): a key comes back as new only when
+//!   8 other live records, each of a share at least as spent, held its bucket within its horizon.
+//!   With one-request keys flooding 10 times a cap of 200 (about 1800 records in 2048 buckets of
+//!   8), a 9th equally spent record lands in some bucket in about 1 flood in 1700, and that one
+//!   key comes back as new. A flood of
 //!   keys that each spend less of their quota than a key never gives it anything back. No bounded
 //!   memory can both charge every flooded key strictly and keep new keys' over-count constant once
 //!   a flood holds more keys than it can tell apart; this design keeps the constant bound. Set the

@@ -4,8 +4,9 @@
 //! - a flood of 10x the cap of new keys gives a key that spent 9 of 10 at most its 1 left, for
 //!   every strategy, whether the key stays held (eviction takes the keys nearest a new key's state
 //!   first) or is evicted and comes back (restored from the sketch of spent quota);
-//! - after the flood, returning flood keys (1 of 10 spent) come back with exactly their own record:
-//!   never under-counted, and over-counted rarely if ever; the sketch stays within its stated bytes;
+//! - after the flood, returning flood keys (1 of 10 spent) come back with their own record, or as
+//!   new in the rare bucket that 8 records as spent filled first, never over-counted (but for a
+//!   fingerprint collision); the sketch stays within its stated bytes;
 //! - churn: after floods of 20 to 60 times the cap of one-request keys, 99 % of new keys still get
 //!   in and a client that spent 3 of 10 keeps 6 or 7, for every strategy; after a flood of twice
 //!   the cap of keys more spent than the client, it comes back from its record as spent (cap 2000 here,
@@ -71,19 +72,27 @@ fn a_flood_of_ten_times_the_cap_gives_a_spent_key_nothing_back() {
             admitted(&l, client, 20) <= 1,
             "{strategy}: the client got back quota it had spent"
         );
-        // A returning flood key (1 of 10 spent) is charged its own record and nothing else: ~2000
-        // records in 2^14 slots fill no bucket, so none is forgotten, and another key's record
-        // is read only on a 32-bit fingerprint collision in a bucket of 8 (~4 x 10^-6 per run).
+        // A returning flood key (1 of 10 spent) is charged its own record and nothing else:
+        // another key's record is read only on a 32-bit fingerprint collision in a bucket of 8
+        // (~4 x 10^-6 per run). It comes back as new (9 left) only if its bucket held 8 records as
+        // spent as its own when it was evicted (ties keep the record held first): ~1800 records
+        // in 2^14 slots (2048 buckets of 8) put a 9th in some bucket about once in 280 runs of
+        // the six strategies, and more than 4 in the buckets past their 8 about once in 400,000.
         clock.advance(std::time::Duration::from_secs(1));
         let flood = 10 * cap as u64;
+        let mut as_new = 0;
         for k in 0..flood {
             let d = l.check_now(&k, 1);
-            assert_eq!(
-                (d.is_allowed(), d.remaining()),
-                (true, 8),
+            assert!(
+                d.is_allowed() && matches!(d.remaining(), 8 | 9),
                 "{strategy}: flood key {k} came back with another count than its own: {d:?}"
             );
+            as_new += usize::from(d.remaining() == 9);
         }
+        assert!(
+            as_new <= 4,
+            "{strategy}: {as_new} flood keys came back as new"
+        );
         let sketch = l.store().sketch_bytes();
         assert!(
             sketch == 256 * 1024 && sketch <= MAX_SKETCH_BYTES / 256,

@@ -21,8 +21,9 @@
 //!   record is held it bounds everything the key spent in its horizon. A record is dropped only when
 //!   its time has passed, or to make room in a full bucket, where the least spent share goes first:
 //!   a key is forgotten (and comes back as new) only when [`WAYS`] other keys' live records, each of
-//!   a more spent share, took its bucket within its horizon (among equals the record held first
-//!   stays). A flood of keys that each spend
+//!   a share at least as spent, held its bucket within its horizon (a more spent share takes the
+//!   place of the least spent; among equals the record held first stays, so of nine equally spent
+//!   keys in one bucket the last evicted is forgotten). A flood of keys that each spend
 //!   less of their quota than a key (one-request keys against a key that spent 3 of 10) never
 //!   gives it anything back. Strictness for every key and an over-count that stays bounded cannot
 //!   both hold once a flood holds more keys than memory sized by the cap can tell apart (a key that

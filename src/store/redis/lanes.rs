@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
+use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// The calls of one key in flight at once that it always has, per store: the first, and one more.
@@ -58,6 +59,13 @@ pub(super) struct Lanes {
     reserve: usize,
     /// The most calls of one key in flight at once so far.
     peak: AtomicU64,
+    /// Held while a check past its key's first two looks at the gate's free slots and takes one,
+    /// so two such checks cannot both see the same free slots.
+    past_two: Mutex<()>,
+    /// The fewest free slots of the gate seen while a take past a key's first two held what it
+    /// took (what `counters().in_flight` and other keys' checks could see meanwhile).
+    #[cfg(test)]
+    fewest_free: AtomicUsize,
 }
 
 /// One key's lane: its calls in flight, its waiters, and how many checks hold a place in it.
@@ -110,12 +118,7 @@ impl Lane {
         if held >= room() {
             return None;
         }
-        // All at once or nothing: the slot is taken only if the reserve and the key's first two
-        // (which take their slots when sent) stay free after it.
-        let want = u32::try_from(lanes.reserve + PER_KEY + 1).ok()?;
-        let mut slots = Arc::clone(&lanes.gate).try_acquire_many_owned(want).ok()?;
-        let slot = slots.split(1)?;
-        drop(slots);
+        let slot = lanes.take_past_two()?;
         // Counted only with the slot in hand and within the room, so racing checks cannot
         // together pass it (a slot that does not fit goes back to the gate).
         loop {
@@ -200,12 +203,35 @@ impl Lanes {
             gate,
             reserve: reserve(max_in_flight),
             peak: AtomicU64::new(0),
+            past_two: Mutex::new(()),
+            #[cfg(test)]
+            fewest_free: AtomicUsize::new(usize::MAX),
         }
     }
 
     /// The most calls of one key in flight at once so far.
     pub(super) fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
+    }
+
+    /// A slot of the gate for a call past its key's first two, only if the reserve and the slots
+    /// of the key's first two (taken when they are sent) stay free after it.
+    ///
+    /// One slot is taken, never more: taking the reserve with it and giving the reserve back
+    /// (`try_acquire_many`, then keeping one) showed the store full meanwhile, to its `in_flight`
+    /// counter (a lone flooding key read as 8 calls in flight of 8, with 3 sent) and to other
+    /// keys' checks. Other calls take their slots without this lock, one at a time: one taken
+    /// between the look and the take is as if it came after this one, which found its slots free.
+    fn take_past_two(&self) -> Option<OwnedSemaphorePermit> {
+        let _one_at_a_time = self.past_two.lock();
+        if self.gate.available_permits() < self.reserve + PER_KEY + 1 {
+            return None;
+        }
+        let slot = Arc::clone(&self.gate).try_acquire_owned().ok()?;
+        #[cfg(test)]
+        self.fewest_free
+            .fetch_min(self.gate.available_permits(), Ordering::Relaxed);
+        Some(slot)
     }
 
     /// Joins the lane of `key` (a fingerprint of the key and its rule).
@@ -348,6 +374,57 @@ mod tests {
         others[0].lane().unwrap().admitted(1_000_000);
         let theirs: Vec<_> = others.iter().filter_map(Place::try_admit).collect();
         assert_eq!(theirs.len(), PER_KEY);
+    }
+
+    #[test]
+    fn a_take_past_a_keys_first_two_never_holds_the_reserve_even_for_a_moment() {
+        // 8 slots, a reserve of 2: a key alone takes 4 past its first two (whose slots are taken
+        // when sent), each only while 2 + 2 + 1 are free. A take holds only its own slot
+        // throughout: anything looking at the gate meanwhile (the store's `in_flight`, another
+        // key's check) never sees fewer than the reserve and the first two free.
+        let lanes = lanes(8);
+        let places: Vec<_> = (0..8).map(|_| lanes.enter(7)).collect();
+        places[0].lane().unwrap().admitted(1_000_000);
+        let turns: Vec<_> = places.iter().filter_map(Place::try_admit).collect();
+        assert_eq!(turns.len(), 8 - 2, "two, and four past them");
+        assert_eq!(lanes.gate.available_permits(), 2 + PER_KEY);
+        let fewest = lanes.fewest_free.load(Ordering::Relaxed);
+        assert_eq!(fewest, 2 + PER_KEY, "a take held more than its slot");
+    }
+
+    #[test]
+    fn flooding_keys_on_threads_never_see_the_reserve_taken() {
+        // Four keys, each with its first two in flight (their slots not yet taken), take and give
+        // back slots past them on four threads: whatever the interleaving, the gate keeps the
+        // reserve and the first two free at every look, not only between takes.
+        let lanes = lanes(16);
+        let floor = reserve(16) + PER_KEY;
+        std::thread::scope(|s| {
+            for key in 0..4 {
+                let lanes = &lanes;
+                s.spawn(move || {
+                    let places: Vec<_> = (0..6).map(|_| lanes.enter(key)).collect();
+                    places[0].lane().unwrap().admitted(1_000_000);
+                    let _first_two: Vec<_> = places[..PER_KEY]
+                        .iter()
+                        .filter_map(Place::try_admit)
+                        .collect();
+                    for _ in 0..20_000 {
+                        let turns: Vec<_> = places[PER_KEY..]
+                            .iter()
+                            .filter_map(Place::try_admit)
+                            .collect();
+                        assert!(lanes.gate.available_permits() >= floor);
+                        drop(turns);
+                    }
+                });
+            }
+        });
+        assert!(lanes.fewest_free.load(Ordering::Relaxed) >= floor);
+        assert!(
+            lanes.peak() > PER_KEY as u64,
+            "the keys took slots past two"
+        );
     }
 
     #[test]
