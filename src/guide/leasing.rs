@@ -49,7 +49,8 @@
 //!   used are held back from this one: at most `(instances - 1) x limit / 20` at once, for at most the
 //!   idle time (250 ms), or until the window ends when their instance died holding them. Near the limit,
 //!   leases are a quarter of the room at most, so the last units are spread thin.
-//! - **Faults**: Redis down, leases in hand keep admitting until they are spent or dead, then the failure
+//! - **Faults**: Redis down, leases in hand keep admitting until they are spent, dead or due for
+//!   renewal (`Leasing::renew_after`, 250 ms), then the failure
 //!   policy applies (open, closed or local, as without leasing). A lease call that times out still
 //!   becomes the lease when its reply comes (its units are not lost). Lease calls go through the same
 //!   path as other calls (in-flight bound, timeout, circuit breaker; on a Cluster, a failed probe

@@ -53,9 +53,12 @@ fn limiter(store: RedisStore, strategy: Strategy, quotas: &str, clock: &ManualCl
         .expect("limiter")
 }
 
-/// Leases that stay until the test returns them.
+/// Leases that stay until the test returns them, and are not renewed on the wall clock (the
+/// tests of the reset epoch set their renewal themselves).
 fn kept() -> Leasing {
-    Leasing::default().idle_return(Duration::from_secs(3600))
+    Leasing::default()
+        .idle_return(Duration::from_secs(3600))
+        .renew_after(Duration::from_secs(3600))
 }
 
 /// The fixed window's count in Redis for `key`.
@@ -958,9 +961,10 @@ fn a_reset_on_one_instance_stops_another_instances_lease_at_its_next_renewal() {
             "{before_renewal:?}"
         );
 
-        // The renewal is due: B's next check asks Redis, learns of the reset, and drops the rest
-        // of its old lease (50 units): not admitted, and not merged with the new grant.
-        clock.advance(Duration::from_secs(10));
+        // The renewal is due (10 s after the reply that granted the lease: the clock moves past
+        // it): B's next check asks Redis, learns of the reset, and drops the rest of its old
+        // lease (50 units): not admitted, and not merged with the new grant.
+        clock.advance(Duration::from_secs(11));
         assert!(b.check(&key, 1).await.expect("decision").is_allowed());
         let renewed = b.store().lease_counters();
         assert_eq!(renewed.fetches, at_reset.fetches + 1, "{renewed:?}");
@@ -1077,13 +1081,16 @@ async fn the_server_with_rules_and_redis_lease_leases_the_limits_it_can_and_name
             ok
         }
     };
-    // The leased limit: 100 admissions on leases of 1, 4, 16, 64 and 100 units.
+    // The leased limit: 100 admissions on leases of 1, 4, 16, 64 and 100 units, and a renewal
+    // at most every 250 ms (the default `renew_after`) while they last.
     let calls = redis.command_calls("evalsha");
+    let started = std::time::Instant::now();
     assert_eq!(admitted("/leased", 100).await, 100);
     let leased_calls = redis.command_calls("evalsha") - calls;
+    let renewals = started.elapsed().as_millis() / 250 + 1;
     assert!(
-        leased_calls <= 10,
-        "{leased_calls} Redis calls for 100 leased admissions"
+        leased_calls <= 10 + renewals as u64,
+        "{leased_calls} Redis calls for 100 leased admissions ({renewals} renewals at most)"
     );
     // The others: exactly their limits, a call per admission (no lease; the blocked-key cache
     // answers the rejections after the first), none refused at start.
@@ -1106,4 +1113,44 @@ async fn the_server_with_rules_and_redis_lease_leases_the_limits_it_can_and_name
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A renewal that finds the key's quota spent (by another instance) keeps the lease in hand
+/// admitting: its units were counted in Redis all along, so the window admits exactly its limit,
+/// never less.
+#[test]
+fn a_renewal_that_finds_no_room_keeps_the_lease_in_hand_admitting() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let clock = ManualClock::new(Duration::from_nanos(BASE + 5 * S));
+        let (a, b) = two_instances(&server, &clock).await;
+        let key = "full-at-renewal".to_owned();
+        // B's leases grow 1, 4, 16, 64: 85 units drawn, 55 still in hand.
+        for _ in 0..30 {
+            assert!(b.check(&key, 1).await.expect("decision").is_allowed());
+        }
+        assert_eq!(b.store().lease_counters().units_held, 55);
+        // A spends the rest of the window, lease by lease, until Redis has no room.
+        let by_a = admissions(&a, &key, 1000).await;
+        assert_eq!(by_a, 1000 - 85);
+        // B's renewal is due: Redis has no room to grant, but the reply says the key was not
+        // reset, so B's 55 units admit on.
+        clock.advance(Duration::from_secs(11));
+        let mut admitted = 0;
+        for _ in 0..60 {
+            if b.check(&key, 1).await.expect("decision").is_allowed() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 55, "{:?}", b.store().lease_counters());
+        assert_eq!(
+            30 + by_a + admitted,
+            1000,
+            "exactly the limit in the window"
+        );
+        assert_eq!(redis_count(&server, &a, &key), 1000);
+        assert_counters_add_up(&b, "after the renewal without room");
+    });
 }

@@ -189,8 +189,8 @@ impl Slot {
 enum Fetched {
     Nothing,
     Granted,
-    /// Redis refused a lease for this cost.
-    Rejected(Decision, u32),
+    /// Redis refused a lease for this cost (the key's epoch then).
+    Rejected(Decision, u32, u64),
     Shed,
     Failed(StoreError),
 }
@@ -230,8 +230,11 @@ impl Lease {
         now < self.until && now_i < self.until_i
     }
 
-    fn take(&mut self, cost: u64, now: u64, now_i: Instant) -> Option<Decision> {
-        if now >= self.fresh || now_i >= self.fresh_i || self.left < cost {
+    /// Takes `cost` units if the lease holds them and is fresh (or `renewed`: the caller waited
+    /// for the call that granted or renewed it, so it takes from it however long that took).
+    fn take(&mut self, cost: u64, now: u64, now_i: Instant, renewed: bool) -> Option<Decision> {
+        let stale = now >= self.fresh || now_i >= self.fresh_i;
+        if (stale && !renewed) || self.left < cost || !self.alive(now, now_i) {
             return None;
         }
         self.left -= cost;
@@ -330,7 +333,7 @@ impl RedisStore {
             if let Some(d) = slot
                 .lease
                 .as_mut()
-                .and_then(|l| l.take(u64::from(cost), now, now_i))
+                .and_then(|l| l.take(u64::from(cost), now, now_i, false))
             {
                 drop(slot);
                 leases.leased.add(u64::from(cost));
@@ -552,10 +555,13 @@ impl RedisStore {
                 {
                     slot.fetching = None;
                 }
+                // A check that waited for a fetch takes from what it brought, fresh or not: every
+                // fetch serves its waiters (a slow reply cannot send them fetching again).
+                let renewed = seen.is_some_and(|g| slot.done > g && slot.fetching.is_none());
                 if let Some(d) = slot
                     .lease
                     .as_mut()
-                    .and_then(|l| l.take(u64::from(cost), now, Instant::now()))
+                    .and_then(|l| l.take(u64::from(cost), now, Instant::now(), renewed))
                 {
                     Step::Leased(d)
                 } else if let Some(rx) = &slot.fetching {
@@ -566,7 +572,7 @@ impl RedisStore {
                     let answered = match (&slot.last, seen) {
                         (_, None) => None,
                         (_, Some(g)) if slot.done <= g => None,
-                        (Fetched::Rejected(d, c), _) if cost >= *c => Some(Step::Done(*d)),
+                        (Fetched::Rejected(d, c, _), _) if cost >= *c => Some(Step::Done(*d)),
                         (Fetched::Shed, _) => Some(Step::Shed),
                         (Fetched::Failed(e), _) => Some(Step::Failed(e.clone())),
                         _ => None,

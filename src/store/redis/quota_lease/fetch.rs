@@ -24,6 +24,7 @@ impl RedisStore {
         done: watch::Sender<()>,
         cache_key: Option<u64>,
     ) {
+        let sent_i = Instant::now();
         let fetched = self.fetch_call(&call, cost, cache_key).await;
         let Some(leases) = &self.inner.leases else {
             return;
@@ -73,6 +74,27 @@ impl RedisStore {
                         }
                     }
                     Fetched::Granted
+                }
+                Err(Fetched::Rejected(d, c, epoch)) => {
+                    // No room for more, but the reply tells the key's epoch: a lease from before a
+                    // reset elsewhere goes; one still current admits on (renewed), its units
+                    // counted in Redis all along.
+                    match slot.lease.as_mut() {
+                        Some(old) if old.epoch != epoch => {
+                            leases.expired.add(old.left);
+                            slot.lease = None;
+                        }
+                        Some(old) => {
+                            (old.fresh, old.fresh_i) = fresh_until(
+                                call.now,
+                                sent_i,
+                                leases.cfg.renew,
+                                (old.until, old.until_i),
+                            );
+                        }
+                        None => {}
+                    }
+                    Fetched::Rejected(d, c, epoch)
                 }
                 Err(f) => f,
             };
@@ -126,7 +148,7 @@ impl RedisStore {
                     cache.insert_unless_removed(ck, d, Instant::now(), removals);
                 }
             }
-            return Err(Fetched::Rejected(d, cost));
+            return Err(Fetched::Rejected(d, cost, epoch));
         }
         if let Some(l) = &inner.leases {
             l.granted.add(grant);
@@ -139,6 +161,7 @@ impl RedisStore {
             .leases
             .as_ref()
             .map_or(Duration::ZERO, |l| l.cfg.renew);
+        let (fresh, fresh_i) = fresh_until(call.now, sent_i, renew, (until, until_i));
         Ok(Lease {
             left: grant,
             granted: grant,
@@ -146,8 +169,8 @@ impl RedisStore {
             sent: call.now,
             until,
             until_i,
-            fresh: until.min(call.now.saturating_add(nanos(renew))),
-            fresh_i: until_i.min(sent_i.checked_add(renew).unwrap_or(sent_i)),
+            fresh,
+            fresh_i,
             epoch,
             end: d.time.saturating_add(life),
             bucket: call.bucket,
@@ -157,6 +180,22 @@ impl RedisStore {
             quota: d.quota,
         })
     }
+}
+
+/// Until when a lease a call sent at `now` (limiter's clock) and `sent_i` (monotonic) granted or
+/// renewed admits without renewal: `renew` from the reply's arrival (a slow reply does not leave
+/// it stale on arrival), never past its death `until`.
+pub(super) fn fresh_until(
+    now: u64,
+    sent_i: Instant,
+    renew: Duration,
+    (until, until_i): (u64, Instant),
+) -> (u64, Instant) {
+    let arrived = Instant::now();
+    let took = arrived.saturating_duration_since(sent_i);
+    let fresh = now.saturating_add(nanos(took.saturating_add(renew)));
+    let fresh_i = arrived.checked_add(renew).unwrap_or(until_i);
+    (fresh.min(until), fresh_i.min(until_i))
 }
 
 /// A lease reply, decoded.

@@ -33,12 +33,14 @@ use crate::strategy::{Params, Strategy};
 ///   token-bucket lease when it is replaced or swept) or, for the windows, when the window ends; a
 ///   dead instance's lease is lost until its window ends (`L x T` for the bucket).
 /// - **Reset**: a `Reset` drops the resetting instance's lease and bumps the key's reset epoch in
-///   Redis. A lease admits for at most [`renew_after`](Self::renew_after) after its call was sent;
-///   the next check renews it, and the reply's epoch tells the instance whether the key was reset:
+///   Redis. A lease admits for at most [`renew_after`](Self::renew_after) after the reply that
+///   granted or last renewed it; the next check renews it (a renewal that finds no room left
+///   keeps the lease admitting), and the reply's epoch tells the instance whether the key was reset:
 ///   a lease drawn before the reset is dropped (counted as expired), and its return, whenever it
 ///   comes, is ignored by Redis. So after a reset at `t`, each other instance admits from leases
 ///   drawn before `t` at most the units it held or had in flight at `t` (fewer than `2 x L`: a
-///   renewal asks only for what the lease lacks), and none after `t + renew_after`; the count
+///   renewal asks only for what the lease lacks), and none once `renew_after` and a round trip
+///   have passed; the count
 ///   Redis started afresh is never lowered by them. In the window of the reset, at most `limit +
 ///   (I - 1) x 2 x L` across all instances.
 /// - **Clock**: a lease dies at its life on the limiter's clock or on the process's monotonic
@@ -102,11 +104,15 @@ impl Leasing {
         self
     }
 
-    /// A lease admits for at most this long after it was drawn (default 250 ms); the next check
-    /// then renews it with Redis, which tells whether its key was reset meanwhile (a reset on
-    /// another instance): the bound on how long a reset leaves other instances' leases admitting.
-    /// A renewal asks only for what the lease lacks, and its rest merges with the grant (or, for
-    /// the token bucket, goes back).
+    /// A lease admits for at most this long after the reply that granted or renewed it (default
+    /// 250 ms); the next check then renews it with Redis, which tells whether its key was reset
+    /// meanwhile (a reset on another instance): the bound on how long a reset leaves other
+    /// instances' leases admitting. A renewal asks only for what the lease lacks, and its rest
+    /// merges with the grant (or, for the token bucket, goes back); one that finds no room keeps
+    /// the lease admitting. The cost: the checks of a key whose lease lasts longer wait one round
+    /// trip every `renew_after` (leases are sized to 100 ms of demand, so a busy key's is usually
+    /// spent and fetched again sooner), and while Redis is down a lease stops admitting at its
+    /// renewal, where the failure policy answers.
     pub fn renew_after(mut self, span: Duration) -> Self {
         self.renew = span;
         self
