@@ -83,7 +83,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
                     }
                 }
             };
-            store_kind::apply_fail_mode(limiter.store(), spec.fail_mode);
             // A kept cap keeps its counts (the slots in flight stay counted).
             let cap = match (spec.concurrency, kept.and_then(|l| l.cap.as_ref())) {
                 (Some(n), Some(held)) => Some(held.with_cap(n)),
@@ -125,6 +124,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
             .filter(|l| !seen.contains_key(&l.spec.name))
             .map(|l| l.spec.name.clone())
             .collect();
+        // Every limit compiled: only now may a kept limiter's store take its new fail mode (a
+        // reload that fails keeps the old rules whole, their modes included).
+        for l in &limits {
+            store_kind::apply_fail_mode(l.limiter.store(), l.spec.fail_mode);
+        }
         let mut registry = self.limiters.lock();
         registry.retain(|_, w| w.strong_count() > 0);
         for l in &limits {

@@ -119,6 +119,13 @@ fn each_limit_fails_as_its_mode_says_while_redis_is_stopped() {
             assert_eq!(rules.stats(name).unwrap().fail_open, 0, "{name}");
         }
 
+        // A reload that fails (its last limit names a key no extractor is registered for) keeps
+        // the old rules whole: the modes of the limits it would have changed too.
+        let failing = limits(&[("closed", "open")])
+            + "[[limit]]\nname = \"z\"\npath = \"/z\"\nkey = \"user\"\nquotas = \"4/hour\"\n";
+        assert!(rules.reload_text(&failing).is_err());
+        assert_eq!(statuses(&rules, "/closed", 2).await, vec![(DOWN, 0); 2]);
+
         // A reload that swaps the modes applies to the limits kept (their state and stores).
         let swapped = limits(&[
             ("open", "local"),
