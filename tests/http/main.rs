@@ -6,6 +6,8 @@
 mod examples;
 #[path = "../support/login_rules.rs"]
 mod login_rules;
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/http.rs"]
 mod support;
 

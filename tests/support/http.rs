@@ -174,42 +174,8 @@ impl http_body::Body for WithTrailers {
     }
 }
 
-/// Everything a `tracing` subscriber wrote, as text: the writer of [`log_into`].
-#[derive(Clone, Default)]
-pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-    pub fn count(&self, needle: &str) -> usize {
-        self.text().matches(needle).count()
-    }
-    pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
-    }
-}
-
-/// A subscriber of the events up to `level`, written into `logs` as plain text (spans shown
-/// before each event, fields as `name=value`).
-pub fn log_into(logs: &Logs, level: tracing::Level) -> impl tracing::Subscriber + Send + Sync {
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish()
-}
+#[allow(unused_imports)] // The Redis tests log through `crate::logs` directly.
+pub(crate) use crate::logs::{Logs, log_into};
 
 /// The Prometheus recorder installed as this test binary's global recorder, once: for the
 /// metrics resolved when first counted (`tollgate_settle_unmatched_total`), not when a layer is

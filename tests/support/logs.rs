@@ -1,20 +1,12 @@
 //! What a test logs through `tracing`, captured as text.
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-/// A `tracing` writer that keeps everything written to it.
+/// Everything a `tracing` subscriber wrote, as text: the writer of [`log_into`].
 #[derive(Clone, Default)]
-pub(crate) struct Captured(pub(crate) Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Logs(Arc<Mutex<Vec<u8>>>);
 
-impl Captured {
-    /// Everything written so far.
-    pub(crate) fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-}
-
-impl Write for Captured {
+impl std::io::Write for Logs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0
             .lock()
@@ -27,13 +19,40 @@ impl Write for Captured {
     }
 }
 
-/// Runs `f` with a subscriber that writes into the returned capture (plain text, no colours).
-pub(crate) fn capturing<T>(f: impl FnOnce() -> T) -> (T, Captured) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
+#[allow(dead_code)] // Each test binary uses some of them.
+impl Logs {
+    /// Everything written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+    /// How many times `needle` was written.
+    pub(crate) fn count(&self, needle: &str) -> usize {
+        self.text().matches(needle).count()
+    }
+    /// Forgets what was written.
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// A subscriber of the events up to `level`, written into `logs` as plain text (spans shown
+/// before each event, fields as `name=value`).
+pub(crate) fn log_into(
+    logs: &Logs,
+    level: tracing::Level,
+) -> impl tracing::Subscriber + Send + Sync {
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_max_level(level)
         .with_ansi(false)
-        .finish();
-    (tracing::subscriber::with_default(subscriber, f), captured)
+        .with_writer(move || writer.clone())
+        .finish()
+}
+
+/// Runs `f` with the events up to `INFO` written into the returned [`Logs`].
+#[allow(dead_code)] // Not every test binary uses it.
+pub(crate) fn capturing<T>(f: impl FnOnce() -> T) -> (T, Logs) {
+    let logs = Logs::default();
+    let out = tracing::subscriber::with_default(log_into(&logs, tracing::Level::INFO), f);
+    (out, logs)
 }

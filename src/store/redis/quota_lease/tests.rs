@@ -78,23 +78,32 @@ fn a_lease_admits_until_it_is_empty_or_dead_and_returns_the_rest() {
         quota: 0,
     };
     let i = Instant::now();
-    let d = lease.take(2, 600, i).unwrap();
+    let d = lease.take(2, 600, i, false).unwrap();
     assert!(d.is_allowed());
     assert_eq!(d.remaining(), 6);
     assert_eq!(d.time, 7_500, "the time inside the lease's window");
-    assert!(lease.take(2, 700, i).is_none(), "one unit left");
+    assert!(lease.take(2, 700, i, false).is_none(), "one unit left");
     assert!(
-        lease.take(1, 1_000, i).is_none(),
+        lease.take(1, 1_000, i, false).is_none(),
         "due for renewal before its death at 1_100"
     );
     assert!(
         lease.alive(1_000, i),
         "a lease due for renewal is still alive"
     );
+    assert!(
+        lease.take(1, 1_000, i, true).is_some(),
+        "a check that waited for its renewal takes from it"
+    );
+    assert!(
+        lease.take(1, 1_100, i, true).is_none(),
+        "never from a dead lease"
+    );
+    lease.left += 1;
     let mut stale = lease;
     stale.fresh_i = i;
     assert!(
-        stale.take(1, 700, i).is_none(),
+        stale.take(1, 700, i, false).is_none(),
         "due for renewal on the monotonic clock, whatever the limiter's clock says"
     );
     assert_eq!(
