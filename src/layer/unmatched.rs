@@ -10,8 +10,13 @@ use parking_lot::Mutex;
 use super::Settle;
 
 /// The names logged so far. Names come from the application's code, but one built from request
-/// data must not grow this without end: past this many, markers are counted, no longer logged.
+/// data must not grow this without end: past this many, markers are no longer logged, and are
+/// counted under one label, `(other)`.
 const MAX_NAMES: usize = 256;
+
+/// The `limit` label of the markers of names past [`MAX_NAMES`].
+#[cfg(feature = "metrics")]
+const OTHER: &str = "(other)";
 
 static LOGGED: LazyLock<Mutex<HashSet<Box<str>>>> = LazyLock::new(Mutex::default);
 
@@ -22,14 +27,23 @@ static LOGGED: LazyLock<Mutex<HashSet<Box<str>>>> = LazyLock::new(Mutex::default
 #[inline(never)]
 pub(crate) fn unmatched(marker: &Settle) {
     let name = marker.limiter().unwrap_or("");
-    #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_settle_unmatched_total", "limit" => name.to_owned()).increment(1);
     let mut logged = LOGGED.lock();
-    if logged.len() >= MAX_NAMES || logged.contains(name) {
+    let known = logged.contains(name);
+    let new = !known && logged.len() < MAX_NAMES;
+    if new {
+        logged.insert(name.into());
+    }
+    drop(logged);
+    // Past the cap, further names share one series: a label per name would grow without end.
+    #[cfg(feature = "metrics")]
+    {
+        let label = if known || new { name } else { OTHER };
+        metrics::counter!("tollgate_settle_unmatched_total", "limit" => label.to_owned())
+            .increment(1);
+    }
+    if !new {
         return;
     }
-    logged.insert(name.into());
-    drop(logged);
     tracing::warn!(
         limit = name,
         units = marker.charged(),

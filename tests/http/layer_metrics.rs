@@ -392,3 +392,28 @@ fn a_second_live_limiter_or_cap_of_one_name_warns_once_when_built() {
     assert_eq!(logs.count("a second"), 2, "{}", logs.text());
     drop((c, c1, c1_clone));
 }
+
+#[tokio::test]
+async fn markers_of_ever_new_names_share_one_series_past_256() {
+    let page = || crate::support::global_metrics().render();
+    page();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let (single, _) = both(&recorder, "many-names", false);
+    let one = single.layer(service_fn(settling));
+    for i in 0..300 {
+        let query = format!("for=um-many-{i}");
+        one.clone()
+            .oneshot(keyed(&query, &format!("k{i}")))
+            .await
+            .unwrap();
+    }
+    let now = page();
+    let series = now
+        .lines()
+        .filter(|l| l.starts_with("tollgate_settle_unmatched_total{"))
+        .count();
+    assert!(series <= 257, "{series} series: {now}");
+    // At most 256 names have a series of their own (other tests of this binary name some).
+    let other = value(&now, "tollgate_settle_unmatched_total{limit=\"(other)\"}");
+    assert!(other.is_some_and(|n| n >= 44.0), "{other:?}: {now}");
+}
