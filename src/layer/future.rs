@@ -446,7 +446,7 @@ where
                         Err(e) => {
                             ctx.limits().count_charged(ctx.cost);
                             ctx.settle_failed(&e);
-                            checked
+                            L::settle_tried(checked)
                         }
                     };
                     return Poll::Ready(Ok(ctx.finish(res, &d)));

@@ -86,6 +86,12 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     /// units per limit do it themselves).
     #[doc(hidden)]
     fn count_charged(&self, units: u32);
+    /// `d` once a settlement of it was tried (and failed): its estimate stands, and nothing
+    /// settles it again at the body's end.
+    #[doc(hidden)]
+    fn settle_tried(d: Self::Decided) -> Self::Decided {
+        d
+    }
     /// The response with its body watched for a settlement at its end, when configured.
     #[doc(hidden)]
     fn watch_body<B>(
@@ -435,6 +441,11 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         self.metrics.charged(units);
         #[cfg(not(feature = "metrics"))]
         let _ = units;
+    }
+
+    fn settle_tried(mut d: Decision) -> Decision {
+        d.cost = 0;
+        d
     }
 
     fn watch_body<B>(

@@ -621,6 +621,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     Err(e) => {
                         limit.metrics.store_errors.increment(1);
                         tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "settle failed");
+                        // The estimate stands, counted here: nothing settles it again at the
+                        // body's end.
+                        h.decision.cost = 0;
                         limit.spec.cost
                     }
                 };
