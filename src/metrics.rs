@@ -16,7 +16,7 @@
 //! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis; refreshed every second) |
 //! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; refreshed every second |
 //! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
-//! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`; the store's count) |
+//! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`: the count of the limiter's store, so limiters sharing one store each show the store's total; not published for a rules file on a shared store such as Redis) |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
 //! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` when unnamed; past 256 names, `(other)`) | [`Settle`](crate::layer::Settle) markers no layer took: counted by the outermost layer, logged once per name; resolved when counted |
 //!

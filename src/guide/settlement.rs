@@ -64,8 +64,8 @@
 //! moves `TAT` by `(a - c)*T`, never below `t`; the windows adjust the window or bucket of the
 //! check, or do nothing once it has ended; the moving window adds or removes entries at the check's
 //! own timestamp, never another request's (a charge beyond a full log is dropped, and counted in
-//! `Stats::settle_dropped_units` and `tollgate_settle_dropped_units_total`). Debt is capped at one
-//! horizon. Settling never frees room in a later window.
+//! the store's `Stats::settle_dropped_units`, published as `tollgate_settle_dropped_units_total`).
+//! Debt is capped at one horizon. Settling never frees room in a later window.
 //!
 //! ```
 //! use std::time::Duration;
