@@ -18,7 +18,7 @@
 //! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
 //! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`: the count of the limiter's store, so limiters sharing one store each show the store's total; not published for a rules file on a shared store such as Redis) |
 //! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
-//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` when unnamed; past 256 names, `(other)`) | [`Settle`](crate::layer::Settle) markers no layer took: counted by the outermost layer, logged once per name; resolved when counted |
+//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` when unnamed; past 256 names, `(other)`) | [`Settle`](crate::layer::Settle) markers a layer saw and no layer took, counted when the response goes (sent or dropped), logged once per name; resolved when counted |
 //!
 //! The store figures (`tollgate_keys`, `tollgate_evictions_total`, `tollgate_breaker_open`,
 //! `tollgate_store_up`, `tollgate_settle_dropped_units_total`) of every live layer and rules file are refreshed once a second by one

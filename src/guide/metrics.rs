@@ -20,7 +20,7 @@
 //! | `tollgate_evictions_total` | counter | `limit` | memory store: keys evicted at the `max_keys` cap (published with `tollgate_keys`) |
 //! | `tollgate_breaker_open` | gauge | `limit` | Redis store: 1 while its circuit breaker is open, else 0 (published with `tollgate_keys`) |
 //! | `tollgate_rules_reloads_total` | counter | `result` = `ok`, `error` | reloads (the first load is not counted) |
-//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` unnamed) | `Settle` markers no layer took, counted by the outermost layer (logged once per name) |
+//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` unnamed) | `Settle` markers a layer saw and no layer took, counted when the response goes (logged once per name; past 256 names, `(other)`) |
 //!
 //! Every line the layers log names the limiter or limit that decided (`limit` field), and the
 //! [`StoreError`](crate::StoreError) of a `503` names it too ([`StoreError::limiter`](crate::StoreError::limiter)).

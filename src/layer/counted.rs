@@ -52,12 +52,6 @@ pub(crate) fn mark_counted(
     }
 }
 
-/// Marks a request as forwarded by a layer that counts no id (a rules file's), with no decision:
-/// the layers inside know that one encloses them.
-pub(crate) fn mark_enclosed(extensions: &mut http::Extensions) {
-    extensions.insert(Counted::default());
-}
-
 impl Decision {
     /// The decision that admitted a request, from the request's extensions: what a handler behind
     /// a [`RateLimitLayer`](crate::layer::RateLimitLayer) shows as "attempts left" (with axum,

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::core::{Core, Pacing};
-use super::counted::{CountId, mark_counted, mark_enclosed};
+use super::counted::{CountId, mark_counted};
 use super::grpc;
 use super::limits::Limits;
 use super::response::{FailurePolicy, OnRejected, Refusal, text};
@@ -117,14 +117,11 @@ impl<L: Limits, R> Ctx<L, R> {
         L::queue_wait(&self.core.options, &self.keys, self.cost, d)
     }
 
-    /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open).
-    /// Limits that count no id (a rules file) still tell the layers inside that one encloses
-    /// them: only the outermost counts a [`Settle`](super::Settle) marker nobody took.
+    /// Marks the request as counted, with the decision `d` that admits it (`None`: failing open);
+    /// limits that count no id (a rules file) leave it as it is.
     fn mark(&self, extensions: &mut http::Extensions, d: Option<&L::Decided>) {
-        match self.id {
-            Some(id) => mark_counted(extensions, id, self.marked, d.map(L::decision)),
-            None if !self.marked => mark_enclosed(extensions),
-            None => {}
+        if let Some(id) = self.id {
+            mark_counted(extensions, id, self.marked, d.map(L::decision));
         }
     }
 
@@ -413,9 +410,7 @@ where
                         return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
                     let o = &ctx.core.options;
-                    if let Some((settle, units)) =
-                        L::settle(o, &ctx.keys, ctx.cost, ctx.marked, &d, &mut res)
-                    {
+                    if let Some((settle, units)) = L::settle(o, &ctx.keys, ctx.cost, &d, &mut res) {
                         this.state.set(State::Settling {
                             settle,
                             units,

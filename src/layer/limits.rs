@@ -21,7 +21,7 @@ use super::response::{
     HeaderStyle, Reported, item_name, rejected_inside, write_allowed_headers, write_headers,
 };
 use super::settle::{AtEnd, BodySettle, Source as SettleSource, warn_bad_value};
-use super::unmatched::unmatched;
+use super::unmatched;
 use super::wait_guard::OnCancel;
 use crate::clock::Clock;
 use crate::decision::{Decision, Outcome};
@@ -70,15 +70,14 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn on_cancel(&self, keys: &Self::Keys, cost: u32, reserved: &Self::Decided) -> OnCancel;
     /// Settles the reservations of `d` (a request of `cost`) to what `res` says the request
-    /// cost: the settlement and the units it charges; `None`: the estimate stands (for now).
-    /// `marked`: whether a layer encloses this one (the outermost counts a [`Settle`] marker
-    /// left untaken).
+    /// cost: the settlement and the units it charges; `None`: the estimate stands (for now). A
+    /// [`Settle`] marker it leaves untaken is counted when the response goes, unless a layer
+    /// around takes it.
     #[doc(hidden)]
     fn settle<B>(
         o: &Options<Self>,
         keys: &Self::Keys,
         cost: u32,
-        marked: bool,
         d: &Self::Decided,
         res: &mut Response<B>,
     ) -> Option<(Self::Answer, u32)>;
@@ -389,7 +388,6 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         o: &Options<Self>,
         keys: &Keyed<K>,
         cost: u32,
-        marked: bool,
         d: &Decision,
         res: &mut Response<B>,
     ) -> Option<(Self::Answer, u32)> {
@@ -400,11 +398,11 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
             let name = o.limits.limiter.name();
             match res.extensions().get::<Settle>() {
                 Some(s) if s.is_for(name) => {
-                    res.extensions_mut().remove::<Settle>().map(|s| s.charged())
+                    unmatched::take(res.extensions_mut()).map(|s| s.charged())
                 }
                 other => {
-                    if let Some(s) = other.filter(|_| !marked) {
-                        unmatched(s);
+                    if let Some(s) = other.cloned() {
+                        unmatched::leave(res.extensions_mut(), &s);
                     }
                     match o.settle.as_ref().map(|from| from.read_head(res)) {
                         // Read at the body's end, which counts what it settles.

@@ -137,7 +137,6 @@ pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, Con
 #[doc(hidden)]
 pub use core::Options;
 #[cfg(feature = "rules")]
-pub(crate) use counted::Counted;
 pub use future::ResponseFuture;
 #[doc(hidden)]
 pub use hooks::Hooks;
@@ -157,7 +156,7 @@ pub use service::RateLimitService;
 pub(crate) use settle::{AtEnd, BodySettle, warn_bad_value};
 pub use settle::{SettleFrom, UsedUnits};
 #[cfg(feature = "rules")]
-pub(crate) use unmatched::unmatched;
+pub(crate) use unmatched::{leave as leave_untaken, take as take_marker};
 #[cfg(feature = "rules")]
 pub(crate) use wait_guard::OnCancel;
 
@@ -175,7 +174,7 @@ use crate::{Decision, RateLimiter};
 /// rules file (`tollgate::rules`) takes an unnamed marker only for its limits with `settle =
 /// "marker"` (and a named one for the limit of that name), and otherwise leaves it to the layer
 /// around it. A marker that no layer takes (no limiter of its name counted the request, or no
-/// limit settles unnamed markers) is counted by the outermost layer in
+/// limit settles unnamed markers) is counted, when the response goes, in
 /// `tollgate_settle_unmatched_total{limit}` (feature `metrics`; `""` when unnamed) and logged
 /// once per name: the request keeps its charge.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

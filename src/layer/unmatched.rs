@@ -1,6 +1,7 @@
-//! [`Settle`] markers no layer took: the outermost layer that sees one left in a response counts
-//! it in `tollgate_settle_unmatched_total{limit}` (the name the marker gives, `""` when unnamed)
-//! and logs it once per name.
+//! [`Settle`] markers no layer took: a layer that leaves one in a response arms a count of it,
+//! which a layer around that takes the marker disarms; still armed when the response is dropped
+//! (sent), it is counted in `tollgate_settle_unmatched_total{limit}` (the name the marker gives,
+//! `""` when unnamed) and logged once per name. Nothing is added to a request on its way in.
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -25,7 +26,7 @@ static LOGGED: LazyLock<Mutex<HashSet<Box<str>>>> = LazyLock::new(Mutex::default
 /// recorder installed then.
 #[cold]
 #[inline(never)]
-pub(crate) fn unmatched(marker: &Settle) {
+fn unmatched(marker: &Settle) {
     let name = marker.limiter().unwrap_or("");
     let mut logged = LOGGED.lock();
     let known = logged.contains(name);
@@ -60,4 +61,49 @@ pub(crate) fn unmatched(marker: &Settle) {
             " of that name"
         },
     );
+}
+
+/// A marker a layer left untaken, counted when dropped while armed.
+#[derive(Debug)]
+struct Untaken {
+    marker: Settle,
+    armed: bool,
+}
+
+impl Clone for Untaken {
+    /// A copy (of a response's extensions) never counts: the original does.
+    fn clone(&self) -> Self {
+        Self {
+            marker: self.marker.clone(),
+            armed: false,
+        }
+    }
+}
+
+impl Drop for Untaken {
+    fn drop(&mut self) {
+        if self.armed {
+            unmatched(&self.marker);
+        }
+    }
+}
+
+/// Leaves `marker`, found untaken in a response's extensions `ext`, to the layers around: counted
+/// when the response goes unless one of them takes it.
+pub(crate) fn leave(ext: &mut http::Extensions, marker: &Settle) {
+    if ext.get::<Untaken>().is_none() {
+        ext.insert(Untaken {
+            marker: marker.clone(),
+            armed: true,
+        });
+    }
+}
+
+/// Takes the marker out of a response's extensions `ext` (a layer settles with it): a count an
+/// inner layer armed is disarmed.
+pub(crate) fn take(ext: &mut http::Extensions) -> Option<Settle> {
+    if let Some(mut left) = ext.remove::<Untaken>() {
+        left.armed = false;
+    }
+    ext.remove::<Settle>()
 }

@@ -20,9 +20,9 @@ use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
-    AtEnd, BodySettle, Counted, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
+    AtEnd, BodySettle, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
     Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
-    unmatched,
+    leave_untaken, take_marker,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -221,8 +221,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
             },
             cost: 1,
             id: None,
-            // Whether a layer encloses this one: only the outermost counts an untaken marker.
-            marked: parts.extensions.get::<Counted>().is_some(),
+            marked: false,
         }
     }
 }
@@ -558,7 +557,6 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         _o: &Options<Self>,
         keys: &RulesKeys<St, C>,
         _cost: u32,
-        marked: bool,
         d: &RulesDecided,
         res: &mut Response<B>,
     ) -> Option<(RulesAnswer, u32)> {
@@ -591,9 +589,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
             }
         }
         if taken {
-            res.extensions_mut().remove::<Settle>();
-        } else if let Some(m) = marker.as_ref().filter(|_| !marked) {
-            unmatched(m);
+            take_marker(res.extensions_mut());
+        } else if let Some(m) = marker.as_ref() {
+            leave_untaken(res.extensions_mut(), m);
         }
         if wanted.is_empty() {
             return None;
