@@ -119,6 +119,7 @@ mod ietf;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limits;
+mod numbers;
 mod pace;
 pub(crate) mod response;
 mod service;
