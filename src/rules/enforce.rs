@@ -2,7 +2,7 @@
 //! alone, and giving back what was reserved before a rejection.
 
 use super::Compiled;
-use super::limits::Stop;
+use super::decided::Stop;
 use crate::layer::FailurePolicy;
 use crate::store::{Item, Store};
 use crate::{Clock, Decision, Op, StoreError, StoreErrorKind};

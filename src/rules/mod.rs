@@ -16,6 +16,7 @@
 //! file needs of its store: the Redis store's local fallback per limit, its leases for caps).
 
 mod compile;
+mod decided;
 mod enforce;
 mod file;
 mod keys;
@@ -25,8 +26,9 @@ mod reload;
 mod slots;
 mod store_kind;
 use crate::metrics;
+pub use decided::{RulesAnswer, RulesDecided};
 use enforce::Held;
-pub use limits::{FileLimits, RulesAnswer, RulesDecided, RulesKeys};
+pub use limits::{FileLimits, RulesKeys};
 pub use reload::ReloadReport;
 use reload::{content_hash, read_rules};
 
