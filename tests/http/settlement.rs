@@ -407,3 +407,67 @@ fn a_rule_the_store_cannot_represent_is_refused_at_build() {
         .unwrap_err();
     assert_eq!(e, ConfigError::Store("no buckets here".into()));
 }
+
+/// A store whose settlements fail (Redis gone between the check and the response), counting them.
+#[derive(Debug, Default)]
+struct SettleFails {
+    memory: MemoryStore<()>,
+    settles: AtomicUsize,
+}
+
+impl Store<()> for SettleFails {
+    type Future = <MemoryStore<()> as Store<()>>::Future;
+
+    fn apply(&self, key: &(), scope: Scope<'_>, op: Op, now: u64) -> Answer<Self::Future> {
+        if matches!(op, Op::Settle { .. }) {
+            self.settles.fetch_add(1, Ordering::SeqCst);
+            return Answer::now(Err(tollgate::StoreError::new(
+                tollgate::StoreErrorKind::Connection,
+                "down",
+            )));
+        }
+        self.memory.apply(key, scope, op, now)
+    }
+
+    fn names(&self) -> &LimiterNames {
+        Store::<()>::names(&self.memory)
+    }
+
+    fn stats(&self) -> Stats {
+        Store::<()>::stats(&self.memory)
+    }
+}
+
+/// Regression: a marker's settlement that failed left the reservation to the body's end, which
+/// settled it a second time (and counted its units twice).
+#[tokio::test]
+async fn a_failed_settlement_is_not_tried_again_at_the_bodys_end() {
+    use http_body_util::BodyExt;
+    let lim: RateLimiter<(), SettleFails> = RateLimiter::builder()
+        .quotas("10/minute")
+        .unwrap()
+        .store(SettleFails::default())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(lim.clone(), GlobalKey).settle_from(
+        tollgate::layer::SettleFrom::body(|chunk| chunk.len() as u64),
+    );
+    let svc = layer.layer(service_fn(|_req: Request<()>| async {
+        let mut res = Response::new(Full::new(Bytes::from_static(b"abcd")));
+        res.extensions_mut().insert(Settle::units(3));
+        Ok::<_, Infallible>(res)
+    }));
+    let res = svc.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    res.into_body().collect().await.unwrap();
+    assert_eq!(
+        lim.store().settles.load(Ordering::SeqCst),
+        1,
+        "settled once"
+    );
+    assert_eq!(
+        lim.peek(&()).await.unwrap().remaining(),
+        9,
+        "the estimate stands"
+    );
+}
