@@ -155,6 +155,13 @@ impl Decision {
         self
     }
 
+    /// This decision with its reservation spent: a settlement was tried, so nothing settles it
+    /// again (its estimate stands).
+    pub(crate) fn settled(mut self) -> Self {
+        self.cost = 0;
+        self
+    }
+
     /// `reset_after` in whole seconds, rounded up (the `x-ratelimit-reset` delta value).
     pub fn reset_secs(&self) -> u64 {
         ceil_nanos_to_secs(self.reset_after)

@@ -441,9 +441,8 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         let _ = units;
     }
 
-    fn settle_tried(mut d: Decision) -> Decision {
-        d.cost = 0;
-        d
+    fn settle_tried(d: Decision) -> Decision {
+        d.settled()
     }
 
     fn watch_body<B>(

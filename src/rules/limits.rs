@@ -533,7 +533,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                         tracing::warn!(limit = limit.spec.name.as_str(), error = %e, "settle failed");
                         // The estimate stands, counted here: nothing settles it again at the
                         // body's end.
-                        h.decision.cost = 0;
+                        h.decision = h.decision.settled();
                         limit.spec.cost
                     }
                 };

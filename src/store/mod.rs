@@ -276,6 +276,13 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// The name's part of the scope tag `tag` of `rule` (see [`Scope::tag`]): what a state's
+/// identity is, whatever the rule.
+#[inline]
+pub(crate) fn name_of(rule: &Rule, tag: u64) -> u64 {
+    tag ^ rule.tag()
+}
+
 /// The stable hash of a limiter name (FNV-1a), mixed into [`Scope::tag`].
 pub(crate) fn name_hash(name: &str) -> u64 {
     let mut hash = 0xcbf2_9ce4_8422_2325_u64;

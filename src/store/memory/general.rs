@@ -14,10 +14,11 @@ mod recall;
 mod rules;
 mod words;
 
+use crate::store::name_of;
 use recall::recall;
 pub(super) use recall::{clear_records, recall_held};
 use rules::Shape;
-pub(super) use rules::{Rules, SeenRule, name_of};
+pub(super) use rules::{Rules, SeenRule};
 #[cfg(test)]
 use words::is_new;
 use words::{decode, encode, packed_words, quota_words, repack, unpacked, words_per_quota};

@@ -14,7 +14,7 @@ use crate::decision::{Decision, Outcome, to_decision};
 use crate::error::{ConfigError, StoreError, StoreErrorKind};
 use crate::rule::{Rule, horizon_ticks};
 use crate::stats::Stats;
-use crate::store::{AllAnswer, Answer, Item, LimiterNames, Scope, Store, StoreKey};
+use crate::store::{AllAnswer, Answer, Item, LimiterNames, Scope, Store, StoreKey, name_of};
 use crate::strategy::{self, Op, Params, Strategy, Verdict};
 
 /// The limit reported by a decision made without Redis: the first quota's.
@@ -229,8 +229,14 @@ impl RedisStore {
     pub(super) fn noted(&self, notes: Notes, strategy: Strategy, name_part: u64) {
         self.inner.settle_dropped.add(notes.dropped);
         if notes.estimated {
-            (self.inner.estimates).warn(&self.inner.names, strategy, name_part);
+            self.warn_estimated(strategy, name_part);
         }
+    }
+
+    /// Logs, once per limit, that a script converted a key's state by an estimate.
+    #[cold]
+    pub(super) fn warn_estimated(&self, strategy: Strategy, name_part: u64) {
+        (self.inner.estimates).warn(&self.inner.names, strategy, name_part);
     }
 
     /// Applies `op` to the state under a key's base name ([`keys::base_key`]: the key and the
@@ -303,7 +309,7 @@ impl RedisStore {
         let local = self.local().map(|_| (base, rule.clone()));
         let limit = limit_of(rule);
         // What a warning about an estimated conversion names: the strategy and the limiter.
-        let (strategy, name_part) = (rule.strategy(), tag ^ rule.tag());
+        let (strategy, name_part) = (rule.strategy(), name_of(rule, tag));
         // A late reply: counted if Redis admitted the check; admitted by Redis after the check was
         // answered "shed" (a 429): the quota is given back, at the check's own time (windows
         // since moved on are left alone).

@@ -23,13 +23,12 @@ use std::time::Instant;
 
 use ::redis::Value;
 
-use super::decide::Notes;
 use super::scripts;
 use super::send::{NoReply, Script};
 use super::{RedisStore, TICK_NANOS, decode, family, keys, limit_of, redis_keys, script_args};
 use crate::decision::Outcome;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::store::{AllAnswer, Answers, Item, StoreKey, apply_all_in_turn};
+use crate::store::{AllAnswer, Answers, Item, StoreKey, apply_all_in_turn, name_of};
 use crate::strategy::Op;
 
 /// The multi-limit script's hash and source, the same for every store.
@@ -294,12 +293,8 @@ fn split<K>(
             return Err(bad("too long"));
         };
         let rule = it.scope.rule();
-        let estimated = Notes {
-            dropped: 0,
-            estimated: true,
-        };
         it.store
-            .noted(estimated, rule.strategy(), it.scope.tag() ^ rule.tag());
+            .warn_estimated(rule.strategy(), name_of(rule, it.scope.tag()));
     }
     Ok(out)
 }

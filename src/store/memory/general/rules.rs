@@ -9,7 +9,7 @@ use parking_lot::{Mutex, RwLock};
 use super::super::packed::PackedRule;
 use super::quota_words;
 use crate::rule::Rule;
-use crate::store::{EstimateWarnings, LimiterNames};
+use crate::store::{EstimateWarnings, LimiterNames, name_of};
 use crate::strategy::{Params, Strategy};
 
 /// The most rules [`Rules`] remembers; keys of further rules are recorded, when evicted, as having
@@ -52,12 +52,6 @@ pub(super) struct Shape {
     pub(super) words: Option<Box<[PackedRule]>>,
     /// The limiter name's part of the scope tag.
     pub(super) name: u64,
-}
-
-/// The name's part of the scope tag `tag` of `rule` (see [`Scope::tag`](crate::store::Scope::tag)).
-#[inline]
-pub(in crate::store::memory) fn name_of(rule: &Rule, tag: u64) -> u64 {
-    tag ^ rule.tag()
 }
 
 /// A rule the store saw under one name: its scope tag, strategy and quotas.

@@ -25,7 +25,7 @@ impl RedisStore {
         cache_key: Option<u64>,
     ) {
         let sent_i = Instant::now();
-        let fetched = self.fetch_call(&call, cost, cache_key).await;
+        let fetched = self.fetch_call(&call, cost, cache_key, sent_i).await;
         let Some(leases) = &self.inner.leases else {
             return;
         };
@@ -110,12 +110,13 @@ impl RedisStore {
     /// The lease call itself, under the store's overload and outage policies
     /// ([`RedisStore::send_script`], shared with calls without a lease). It waits the timeout and
     /// the connection's grace: the checks waiting for it give up at the timeout, and a late grant
-    /// still becomes this instance's lease.
+    /// still becomes this instance's lease. `sent_i`: when it was sent (monotonic).
     pub(super) async fn fetch_call(
         &self,
         call: &Call,
         cost: u32,
         cache_key: Option<u64>,
+        sent_i: Instant,
     ) -> Result<Lease, Fetched> {
         let inner = &self.inner;
         if let Some(l) = &inner.leases {
@@ -128,7 +129,6 @@ impl RedisStore {
             src: Arc::clone(&call.src),
         };
         let deadline = tokio::time::Instant::now() + inner.timeout.saturating_add(LATE_GRACE);
-        let sent_i = Instant::now();
         let removals = inner.cache.as_ref().map_or(0, |c| c.removals());
         let v = match self.send_script(script, deadline, true, None, None).await {
             Ok(v) => v,
