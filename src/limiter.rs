@@ -241,10 +241,11 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
     where
         K: std::hash::Hash,
     {
-        if let Some(r) = rule
-            && let Err(e) = self.inner.validated.check(&self.inner.store, r)
-        {
-            return Answer::now(Err(self.invalid_rule(r, &e)));
+        // Nested rather than a let chain: the crate builds on Rust 1.85 (`rust-version`).
+        if let Some(r) = rule {
+            if let Err(e) = self.inner.validated.check(&self.inner.store, r) {
+                return Answer::now(Err(self.invalid_rule(r, &e)));
+            }
         }
         let scope = self.scope(rule);
         let bound = match op {
