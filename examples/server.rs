@@ -1152,7 +1152,7 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
     match Rules::new(&text, rules_options(o), move || store.clone()) {
         Ok(rules) => {
             if o.lease {
-                warn_unleased(&text);
+                warn_unleased(&rules);
             }
             serve_rules(rules, path, o).await
         }
@@ -1163,16 +1163,13 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
 /// Names the rules file's limits `--redis-lease` does not lease (their strategy leasing cannot
 /// bound), in one warning.
 #[cfg(feature = "redis")]
-fn warn_unleased(text: &str) {
-    let Ok(file) = tollgate::rules::RulesFile::parse(text) else {
-        return;
-    };
-    let unleased: Vec<String> = file
-        .limits
-        .iter()
-        .filter_map(|l| {
-            let strategy = l.rule.strategy();
-            Leasing::unleasable(strategy).map(|_| format!("{:?} ({strategy})", l.name))
+fn warn_unleased<St: tollgate::store::Store<Vec<u8>>>(rules: &Rules<St>) {
+    let unleased: Vec<String> = rules
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let strategy = rules.rule(&name)?.strategy();
+            Leasing::unleasable(strategy).map(|_| format!("{name:?} ({strategy})"))
         })
         .collect();
     if !unleased.is_empty() {
