@@ -105,7 +105,8 @@ async fn main() -> ExitCode {
             .get::<tonic::transport::server::TcpConnectInfo>()
             .and_then(|c| c.remote_addr());
         if let Some(peer) = peer {
-            req.extensions_mut().insert(tollgate::key::PeerAddr(peer));
+            req.extensions_mut()
+                .insert(tollgate::key::PeerAddr::new(peer));
         }
         req
     });

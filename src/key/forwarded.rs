@@ -83,7 +83,7 @@ impl std::str::FromStr for ForwardedHeader {
 /// let xff = ForwardedIp::new(["10.0.0.0/8"]).unwrap();
 /// let req = |peer: &str, header: &str| {
 ///     let mut req = Request::builder().header("x-forwarded-for", header).body(()).unwrap();
-///     req.extensions_mut().insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
+///     req.extensions_mut().insert(PeerAddr::new(peer.parse::<SocketAddr>().unwrap()));
 ///     req.into_parts().0
 /// };
 /// // Behind the proxy 10.0.0.2: the right-most untrusted entry is the client.
