@@ -223,12 +223,15 @@
 //!
 //! - [`ConfigError`](crate::ConfigError) at build time: a quota, rule, name or queue that cannot
 //!   work, and for the Redis store a URL, key prefix or TLS option or file that cannot
-//!   ([`ConfigError::RedisUrl`](crate::ConfigError::RedisUrl): a scheme, Sentinel or Cluster URL
-//!   that cannot work; [`RedisPrefix`](crate::ConfigError::RedisPrefix): a brace or more than 64
-//!   bytes; [`TlsNeedsTlsUrl`](crate::ConfigError::TlsNeedsTlsUrl): a CA bundle or client
-//!   certificate with a plain URL; [`TlsFile`](crate::ConfigError::TlsFile): a TLS file missing,
-//!   unreadable or not PEM), found before any connection. Its message says what to fix (a URL's
-//!   password masked). A rules file's mistakes are `RulesError`s with their line and column
+//!   ([`ConfigError::RedisUrl`](crate::ConfigError::RedisUrl) with its
+//!   [`UrlProblem`](crate::UrlProblem): a scheme, Sentinel or Cluster URL that cannot work, a CA
+//!   bundle or client certificate with a plain URL, or the `redis` crate's refusal, its error the
+//!   `source`; [`RedisPrefix`](crate::ConfigError::RedisPrefix): a brace or more than 64 bytes;
+//!   [`TlsFile`](crate::ConfigError::TlsFile): a TLS file missing, unreadable or not PEM), found
+//!   before any connection; [`Unleasable`](crate::ConfigError::Unleasable): a strategy quota
+//!   leasing cannot bound. Its message says what to fix (a URL's password masked). A custom
+//!   store's refusal is [`ConfigError::Store`](crate::ConfigError::Store) with the store's own
+//!   error. A rules file's mistakes are `RulesError`s with their line and column
 //!   ([rules](super::rules)).
 //! - [`StoreError`](crate::StoreError) per call (and when a store that answered refuses to connect):
 //!   its [`kind`](crate::StoreError::kind) drives the failure policy; its message, what logs print,
