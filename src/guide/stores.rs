@@ -40,7 +40,11 @@
 //!   period) or the buckets a key costs its own size plus 8 bytes in the map (the state packed in one
 //!   word, updated by compare-and-swap; a first-hit window whose start does not fit whole stores it
 //!   rounded up, by less than 131 µs for windows up to a day and 0.54 s for a ten-year window: the window
-//!   ends that much later, never sooner). A rule of several window quotas keeps one word per quota in the key's entry; keys
+//!   ends that much later, never sooner; a sliding window counter whose two counts do not fit whole
+//!   rounds the previous window's count up, by under 1.2 x 10^-4 of the limit at `u32::MAX` per
+//!   second; a window index that does not fit whole is kept on a ring of two days at least, so a
+//!   custom [`Clock`](crate::Clock) stepped back more than 6 hours forgets the counts, where the
+//!   crate's clocks never go back). A rule of several window quotas keeps one word per quota in the key's entry; keys
 //!   known to be blocked are answered from a small front cache without touching the map (the flood case).
 //!   The default clock (`SystemClock::suited_to` the rule) reads a process-wide time refreshed every
 //!   millisecond when every quota has windows of a second or more and buckets at least 2 ms deep, and
