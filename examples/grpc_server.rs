@@ -48,8 +48,7 @@ struct Cli {
 }
 
 fn strategy(s: &str) -> Result<Strategy, String> {
-    s.parse()
-        .map_err(|e: tollgate::UnknownStrategy| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 fn quota(s: &str) -> Result<String, String> {

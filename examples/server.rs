@@ -259,8 +259,7 @@ fn host_port(s: &str) -> Result<String, String> {
 }
 
 fn strategy(s: &str) -> Result<Strategy, String> {
-    s.parse()
-        .map_err(|e: tollgate::UnknownStrategy| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 fn quota(s: &str) -> Result<String, String> {
@@ -283,8 +282,7 @@ fn key_choice(s: &str) -> Result<KeyChoice, String> {
 }
 
 fn cidr(s: &str) -> Result<Cidr, String> {
-    s.parse()
-        .map_err(|e: tollgate::key::InvalidCidr| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 fn forwarded_header(s: &str) -> Result<ForwardedHeader, String> {
@@ -328,7 +326,7 @@ fn delay(s: &str) -> Result<Duration, String> {
 
 /// `--window-offset`: the library's notation ([`WindowOffset`]).
 fn window_offset(s: &str) -> Result<WindowOffset, String> {
-    s.parse().map_err(|e: tollgate::OffsetError| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 // ---- the meaning of the flags together ----

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::quota::{ParseQuotaError, Quota};
+use crate::quota::{ParseError, Quota};
 use crate::strategy::Strategy;
 
 /// A rule or limiter that cannot be built. Found at build time, never per request.
@@ -17,7 +17,7 @@ pub enum ConfigError {
     /// More quotas in one rule than the limit (16).
     TooManyQuotas(usize),
     /// A quota's text did not parse.
-    Parse(ParseQuotaError),
+    Parse(ParseError),
     /// For the bucket strategies, `period / limit` must be at least one tick of the store's clock
     /// (1 ns in memory, 1 µs on Redis).
     IntervalBelowResolution {
@@ -354,8 +354,8 @@ impl fmt::Display for TlsFileProblem {
     }
 }
 
-impl From<ParseQuotaError> for ConfigError {
-    fn from(e: ParseQuotaError) -> Self {
+impl From<ParseError> for ConfigError {
+    fn from(e: ParseError) -> Self {
         Self::Parse(e)
     }
 }

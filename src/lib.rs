@@ -116,11 +116,11 @@ pub use error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProb
 pub use layer::{RateLimitLayer, RateLimitService};
 pub use limiter::{Builder, RateLimiter, WaitError};
 pub(crate) use limiter::{DEFAULT_NAME, validate_name};
-pub use offset::{OffsetError, WindowOffset};
-pub use quota::{ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas};
+pub use offset::WindowOffset;
+pub use quota::{ParseError, ParseErrorKind, Quota, QuotaError, parse_quotas};
 pub use rule::Rule;
 pub use stats::Stats;
-pub use strategy::{Op, Strategy, UnknownStrategy};
+pub use strategy::{Op, Strategy};
 
 /// The README's code blocks, compiled and run as doctests (`cargo test --doc`).
 #[cfg(doctest)]

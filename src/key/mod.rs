@@ -35,7 +35,7 @@ use crate::store::StoreKey;
 pub(crate) use forwarded::MAX_FORWARDED_ENTRIES;
 pub use forwarded::{ForwardedHeader, ForwardedIp};
 pub(crate) use ip::DEFAULT_IPV6_PREFIX;
-pub use ip::{Cidr, InvalidCidr, normalize_ip};
+pub use ip::{Cidr, normalize_ip};
 
 /// Finds the key a request is counted under.
 ///
