@@ -164,14 +164,12 @@ impl<'a> AllAnswer<'a> {
         }
     }
 
-    /// Answers that come later.
+    /// Answers that come later, from `future` (boxed here: one allocation).
     pub fn later(
-        future: Pin<
-            Box<dyn Future<Output = Vec<(usize, Result<Decision, StoreError>)>> + Send + 'a>,
-        >,
+        future: impl Future<Output = Vec<(usize, Result<Decision, StoreError>)>> + Send + 'a,
     ) -> Self {
         Self {
-            inner: AllInner::Later(future),
+            inner: AllInner::Later(Box::pin(future)),
         }
     }
 
@@ -204,7 +202,7 @@ impl<'a> AllAnswer<'a> {
     /// [`Store::apply`], and on a rejection the reservations already made settled to 0 (a failed
     /// settlement is logged: its units stay spent, which under-admits, never over-admits).
     pub fn in_turn<K: Sync, S: Store<K>>(items: &'a [Item<'a, K, S>], now: u64) -> Self {
-        Self::later(Box::pin(apply_all_in_turn(items, now)))
+        Self::later(apply_all_in_turn(items, now))
     }
 }
 

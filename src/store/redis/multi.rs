@@ -152,7 +152,7 @@ impl RedisStore {
         };
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
-        AllAnswer::later(Box::pin(async move {
+        AllAnswer::later(async move {
             let v = match self.send_script(script, deadline, true, None, None).await {
                 Ok(v) => v,
                 Err(NoReply::Overload(why)) => {
@@ -186,7 +186,7 @@ impl RedisStore {
                 }
             }
             answers
-        }))
+        })
     }
 
     /// Every item answered with `e` (nothing was sent).
