@@ -36,9 +36,9 @@ pub enum ConfigError {
     /// (also the [`source`](std::error::Error::source), for `downcast_ref`). Made with
     /// [`ConfigError::store`].
     Store(Arc<dyn std::error::Error + Send + Sync + 'static>),
-    /// The Redis store leases no quota of this strategy
-    /// ([`Leasing::skip_unleasable`](crate::store::redis::Leasing) is off): leasing cannot
-    /// bound it.
+    /// The Redis store leases quotas (feature `redis`, `RedisStoreBuilder::leases`), and leasing
+    /// cannot bound this strategy (unless `Leasing::skip_unleasable` checks such rules unleased):
+    /// the message says why.
     Unleasable(Strategy),
     /// The Redis store's connection URL cannot be used: the URL as given (any password masked as
     /// `***`) and why.
@@ -194,6 +194,7 @@ impl PartialEq for ConfigError {
     /// the same error or say the same.
     fn eq(&self, other: &Self) -> bool {
         use ConfigError as E;
+        // Every variant has its arm: a new one needs its own.
         match (self, other) {
             (E::NoQuota, E::NoQuota) => true,
             (E::TooManyQuotas(a), E::TooManyQuotas(b))
@@ -301,10 +302,8 @@ impl PartialEq for UrlProblem {
             (Self::Refused(a), Self::Refused(b)) => a.to_string() == b.to_string(),
             (Self::SentinelAddress(a), Self::SentinelAddress(b))
             | (Self::Database(a), Self::Database(b)) => a == b,
-            (a, b) => {
-                std::mem::discriminant(a) == std::mem::discriminant(b)
-                    && !matches!(a, Self::SentinelAddress(_) | Self::Database(_))
-            }
+            // The variants without fields (those with fields differ here only across variants).
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
         }
     }
 }
