@@ -232,10 +232,11 @@
 //!   bundle or client certificate with a plain URL, or the `redis` crate's refusal, its error the
 //!   `source`; [`RedisPrefix`](crate::ConfigError::RedisPrefix): a brace or more than 64 bytes;
 //!   [`TlsFile`](crate::ConfigError::TlsFile): a TLS file missing, unreadable or not PEM), found
-//!   before any connection; [`Unleasable`](crate::ConfigError::Unleasable): a strategy quota
-//!   leasing cannot bound. Its message says what to fix (a URL's password masked). A custom
-//!   store's refusal is [`ConfigError::Store`](crate::ConfigError::Store) with the store's own
-//!   error. A rules file's mistakes are `RulesError`s with their line and column
+//!   before any connection, and a limiter whose strategy quota leasing cannot bound
+//!   ([`Unleasable`](crate::ConfigError::Unleasable)). Its message says what to fix (a URL's
+//!   password masked). A custom store's refusal is
+//!   [`ConfigError::Store`](crate::ConfigError::Store) with the store's own error. A rules file's
+//!   mistakes are `RulesError`s with their line and column
 //!   ([rules](super::rules)).
 //! - [`StoreError`](crate::StoreError) per call (and when a store that answered refuses to connect):
 //!   its [`kind`](crate::StoreError::kind) drives the failure policy; its message, what logs print,
