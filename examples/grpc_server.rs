@@ -48,8 +48,7 @@ struct Cli {
 }
 
 fn strategy(s: &str) -> Result<Strategy, String> {
-    s.parse()
-        .map_err(|e: tollgate::UnknownStrategy| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 fn quota(s: &str) -> Result<String, String> {
@@ -105,7 +104,8 @@ async fn main() -> ExitCode {
             .get::<tonic::transport::server::TcpConnectInfo>()
             .and_then(|c| c.remote_addr());
         if let Some(peer) = peer {
-            req.extensions_mut().insert(tollgate::key::PeerAddr(peer));
+            req.extensions_mut()
+                .insert(tollgate::key::PeerAddr::new(peer));
         }
         req
     });

@@ -86,7 +86,7 @@ async fn main() -> ExitCode {
         let svc = ServiceBuilder::new()
             // The peer address of this connection, for `PeerIp`.
             .map_request(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(PeerAddr(peer));
+                req.extensions_mut().insert(PeerAddr::new(peer));
                 req
             })
             .layer(limit.clone())

@@ -30,7 +30,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use tollgate::key::{Cidr, ExtensionKey, ForwardedIp, ValueKey, username_key};
+use tollgate::key::{Cidr, ExtensionKey, ForwardedIp, ValueKey};
 use tollgate::layer::{RateLimitLayer, Settle};
 use tollgate::rules::{IpSource, RejectedBy, Rules, RulesOptions};
 use tollgate::store::{MemoryStore, StoreKey};
@@ -217,7 +217,7 @@ async fn read_form(req: Request, next: Next) -> Response {
     // Only the form says who signs in: a client's own header is dropped.
     parts.headers.remove(USER_HEADER);
     if !form.username.trim().is_empty() {
-        let user = Username(username_key(&form.username));
+        let user = Username(ValueKey::username(&form.username));
         let mut encoded = Vec::new();
         user.encode(&mut encoded);
         let hex: String = encoded.iter().map(|b| format!("{b:02x}")).collect();

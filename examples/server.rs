@@ -259,8 +259,7 @@ fn host_port(s: &str) -> Result<String, String> {
 }
 
 fn strategy(s: &str) -> Result<Strategy, String> {
-    s.parse()
-        .map_err(|e: tollgate::UnknownStrategy| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 fn quota(s: &str) -> Result<String, String> {
@@ -283,8 +282,7 @@ fn key_choice(s: &str) -> Result<KeyChoice, String> {
 }
 
 fn cidr(s: &str) -> Result<Cidr, String> {
-    s.parse()
-        .map_err(|e: tollgate::key::InvalidCidr| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 fn forwarded_header(s: &str) -> Result<ForwardedHeader, String> {
@@ -328,7 +326,7 @@ fn delay(s: &str) -> Result<Duration, String> {
 
 /// `--window-offset`: the library's notation ([`WindowOffset`]).
 fn window_offset(s: &str) -> Result<WindowOffset, String> {
-    s.parse().map_err(|e: tollgate::OffsetError| e.to_string())
+    s.parse().map_err(|e: tollgate::ParseError| e.to_string())
 }
 
 // ---- the meaning of the flags together ----
@@ -1152,7 +1150,7 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
     match Rules::new(&text, rules_options(o), move || store.clone()) {
         Ok(rules) => {
             if o.lease {
-                warn_unleased(&text);
+                warn_unleased(&rules);
             }
             serve_rules(rules, path, o).await
         }
@@ -1163,16 +1161,13 @@ async fn serve_redis_rules(url: &RedisUrl, path: &Path, o: &Settings) -> ExitCod
 /// Names the rules file's limits `--redis-lease` does not lease (their strategy leasing cannot
 /// bound), in one warning.
 #[cfg(feature = "redis")]
-fn warn_unleased(text: &str) {
-    let Ok(file) = tollgate::rules::RulesFile::parse(text) else {
-        return;
-    };
-    let unleased: Vec<String> = file
-        .limits
-        .iter()
-        .filter_map(|l| {
-            let strategy = l.rule.strategy();
-            Leasing::unleasable(strategy).map(|_| format!("{:?} ({strategy})", l.name))
+fn warn_unleased<St: tollgate::store::Store<Vec<u8>>>(rules: &Rules<St>) {
+    let unleased: Vec<String> = rules
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let strategy = rules.rule(&name)?.strategy();
+            Leasing::unleasable(strategy).map(|_| format!("{name:?} ({strategy})"))
         })
         .collect();
     if !unleased.is_empty() {

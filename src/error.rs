@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::quota::{ParseQuotaError, Quota};
+use crate::quota::{ParseError, Quota};
 use crate::strategy::Strategy;
 
 /// A rule or limiter that cannot be built. Found at build time, never per request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// A rule needs at least one quota.
@@ -17,7 +17,7 @@ pub enum ConfigError {
     /// More quotas in one rule than the limit (16).
     TooManyQuotas(usize),
     /// A quota's text did not parse.
-    Parse(ParseQuotaError),
+    Parse(ParseError),
     /// For the bucket strategies, `period / limit` must be at least one tick of the store's clock
     /// (1 ns in memory, 1 µs on Redis).
     IntervalBelowResolution {
@@ -31,24 +31,26 @@ pub enum ConfigError {
     MovingWindowLimitTooLarge(Quota),
     /// `burst * period / limit` exceeds the longest period a quota may have.
     BurstTooLarge(Quota),
-    /// A store refuses a rule or a setting (the message says which): what a custom
-    /// [`Store::validate`](crate::store::Store::validate) answers.
-    Store(String),
-    /// The Redis store's connection URL cannot be used: `url` as given (any password masked as
-    /// `***`) and why (a scheme that is not a Redis one, a Sentinel URL without its service, a
-    /// Cluster URL without a node, a URL the `redis` crate refuses).
+    /// A store refuses a rule or a setting: what a custom
+    /// [`Store::validate`](crate::store::Store::validate) answers, with the store's own error
+    /// (also the [`source`](std::error::Error::source), for `downcast_ref`). Made with
+    /// [`ConfigError::store`].
+    Store(Arc<dyn std::error::Error + Send + Sync + 'static>),
+    /// The Redis store leases quotas (feature `redis`, `RedisStoreBuilder::leases`), and leasing
+    /// cannot bound this strategy (unless `Leasing::skip_unleasable` checks such rules unleased):
+    /// the message says why.
+    Unleasable(Strategy),
+    /// The Redis store's connection URL cannot be used: the URL as given (any password masked as
+    /// `***`) and why.
     RedisUrl {
         /// The URL, its password masked.
         url: String,
         /// What is wrong with it.
-        reason: String,
+        problem: UrlProblem,
     },
     /// The Redis store's key prefix is longer than 64 bytes or holds a brace (`{` or `}`), which
     /// would change the Cluster hash tag of every key.
     RedisPrefix(String),
-    /// A CA bundle or client certificate was given for a Redis URL that is not a TLS one
-    /// (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`); the URL has its password masked.
-    TlsNeedsTlsUrl(String),
     /// A TLS file given to the Redis store cannot be used.
     TlsFile {
         /// Which option: `"CA bundle"`, `"client certificate"` or `"client key"`.
@@ -103,8 +105,14 @@ impl fmt::Display for ConfigError {
                 "quota {q}: burst {} makes the bucket deeper than allowed",
                 q.burst()
             ),
-            Self::Store(msg) => write!(f, "store configuration: {msg}"),
-            Self::RedisUrl { url, reason } => write!(f, "Redis URL {url}: {reason}"),
+            Self::Store(e) => write!(f, "store configuration: {e}"),
+            Self::Unleasable(s) => write!(
+                f,
+                "quota leasing is not offered for the {s} strategy: {}; use fixed-window, \
+                 sliding-window or token-bucket, or a Redis store without leases",
+                lease_refusal(*s).unwrap_or("leasing cannot bound it")
+            ),
+            Self::RedisUrl { url, problem } => write!(f, "Redis URL {url}: {problem}"),
             Self::RedisPrefix(prefix) => {
                 if prefix.contains(['{', '}']) {
                     write!(
@@ -120,11 +128,6 @@ impl fmt::Display for ConfigError {
                     )
                 }
             }
-            Self::TlsNeedsTlsUrl(url) => write!(
-                f,
-                "Redis URL {url}: a CA bundle or client certificate needs a TLS URL (rediss://, \
-                 rediss+cluster://, rediss+sentinel://)"
-            ),
             Self::TlsFile {
                 role,
                 path,
@@ -156,11 +159,177 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl ConfigError {
+    /// A store's refusal of a rule or a setting ([`ConfigError::Store`]), its cause `error`.
+    pub fn store(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Store(Arc::new(error))
+    }
+}
+
+/// Whether the Redis store's quota leasing can bound `strategy`, and why not
+/// ([`ConfigError::Unleasable`]).
+pub(crate) fn lease_refusal(strategy: Strategy) -> Option<&'static str> {
+    match strategy {
+        Strategy::FixedWindow | Strategy::SlidingWindow | Strategy::TokenBucket => None,
+        Strategy::MovingWindow => Some(
+            "the moving window stamps each unit with its own time, and a lease's units would all \
+             carry the lease's time: they would leave the window before the requests they admit \
+             do, so more than the limit could pass within one window",
+        ),
+        Strategy::FixedWindowFirstHit => Some(
+            "a first-hit window opens at each key's first request as Redis saw it, so no instance \
+             knows its end from the clock; leases are drawn only from windows fixed by the clock \
+             and from buckets",
+        ),
+        Strategy::LeakyBucket => Some(
+            "the leaky bucket meters an even outflow (and the shaping queue paces requests by its \
+             waits); a lease lets one instance release its whole slice at once, the burst a leaky \
+             bucket exists to prevent: use token-bucket for a leased bucket",
+        ),
+    }
+}
+
+impl PartialEq for ConfigError {
+    /// Variant and fields equal; two [`Store`](Self::Store) refusals are equal when they are
+    /// the same error or say the same.
+    fn eq(&self, other: &Self) -> bool {
+        use ConfigError as E;
+        // Every variant has its arm: a new one needs its own.
+        match (self, other) {
+            (E::NoQuota, E::NoQuota) => true,
+            (E::TooManyQuotas(a), E::TooManyQuotas(b))
+            | (E::QueueNeedsOneQuota(a), E::QueueNeedsOneQuota(b)) => a == b,
+            (E::Parse(a), E::Parse(b)) => a == b,
+            (
+                E::IntervalBelowResolution { quota: a, tick: x },
+                E::IntervalBelowResolution { quota: b, tick: y },
+            ) => a == b && x == y,
+            (E::MovingWindowLimitTooLarge(a), E::MovingWindowLimitTooLarge(b))
+            | (E::BurstTooLarge(a), E::BurstTooLarge(b)) => a == b,
+            (E::Store(a), E::Store(b)) => Arc::ptr_eq(a, b) || a.to_string() == b.to_string(),
+            (E::Unleasable(a), E::Unleasable(b))
+            | (E::QueueNeedsLeakyBucket(a), E::QueueNeedsLeakyBucket(b)) => a == b,
+            (E::RedisUrl { url: a, problem: x }, E::RedisUrl { url: b, problem: y }) => {
+                a == b && x == y
+            }
+            (E::RedisPrefix(a), E::RedisPrefix(b))
+            | (E::InvalidName(a), E::InvalidName(b))
+            | (E::DuplicateName(a), E::DuplicateName(b)) => a == b,
+            (
+                E::TlsFile {
+                    role: r1,
+                    path: p1,
+                    problem: x,
+                },
+                E::TlsFile {
+                    role: r2,
+                    path: p2,
+                    problem: y,
+                },
+            ) => r1 == r2 && p1 == p2 && x == y,
+            (
+                E::QueueWaitTooShort {
+                    max_wait: a,
+                    interval: x,
+                },
+                E::QueueWaitTooShort {
+                    max_wait: b,
+                    interval: y,
+                },
+            ) => a == b && x == y,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for ConfigError {}
+
 impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Parse(e) => Some(e),
+            Self::Store(e) => Some(&**e),
+            Self::RedisUrl { problem, .. } => problem.source(),
             _ => None,
+        }
+    }
+}
+
+/// Why the Redis store's connection URL cannot be used ([`ConfigError::RedisUrl`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum UrlProblem {
+    /// Not a Redis scheme: `redis://`, `rediss://`, `redis+unix://`, `redis+cluster://`,
+    /// `rediss+cluster://`, `redis+sentinel://` or `rediss+sentinel://`.
+    Scheme,
+    /// A Cluster URL without a node.
+    NoClusterNode,
+    /// A Sentinel URL without a sentinel address.
+    NoSentinel,
+    /// A Sentinel URL's address (as given) without a port, or with a port that is not a number.
+    SentinelAddress(String),
+    /// A Sentinel URL without its service (`redis+sentinel://HOST:PORT/SERVICE[/DB]`), or with
+    /// more after it.
+    SentinelPath,
+    /// A Sentinel URL's database (as given) that is not a number.
+    Database(String),
+    /// A CA bundle or client certificate was given for a URL that is not a TLS one (`rediss://`,
+    /// `rediss+cluster://`, `rediss+sentinel://`).
+    NotTls,
+    /// The `redis` crate refuses the URL (or the TLS files with it): its error, also the
+    /// [`source`](std::error::Error::source). Its message is shown with any password masked.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Refused(Arc<redis::RedisError>),
+}
+
+impl UrlProblem {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Refused(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for UrlProblem {
+    /// Variant and fields equal; two refusals of the `redis` crate are equal when they say the
+    /// same.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            #[cfg(feature = "redis")]
+            (Self::Refused(a), Self::Refused(b)) => a.to_string() == b.to_string(),
+            (Self::SentinelAddress(a), Self::SentinelAddress(b))
+            | (Self::Database(a), Self::Database(b)) => a == b,
+            // The variants without fields (those with fields differ here only across variants).
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        }
+    }
+}
+
+impl Eq for UrlProblem {}
+
+impl fmt::Display for UrlProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Scheme => f.write_str(
+                "expected redis://host:port, rediss://host:port, \
+                 redis+cluster://host1:port1,host2:port2 or redis+sentinel://host:port/service",
+            ),
+            Self::NoClusterNode => f.write_str("no Cluster node given"),
+            Self::NoSentinel => f.write_str("no sentinel address"),
+            Self::SentinelAddress(a) => write!(f, "sentinel address {a:?} needs a numeric port"),
+            Self::SentinelPath => {
+                f.write_str("expected /SERVICE[/DB] (redis+sentinel://HOST:PORT/SERVICE)")
+            }
+            Self::Database(d) => write!(f, "bad database number {d:?}"),
+            Self::NotTls => f.write_str(
+                "a CA bundle or client certificate needs a TLS URL (rediss://, \
+                 rediss+cluster://, rediss+sentinel://)",
+            ),
+            #[cfg(feature = "redis")]
+            Self::Refused(e) => f.write_str(&crate::store::redis::redact(&e.to_string())),
         }
     }
 }
@@ -184,8 +353,8 @@ impl fmt::Display for TlsFileProblem {
     }
 }
 
-impl From<ParseQuotaError> for ConfigError {
-    fn from(e: ParseQuotaError) -> Self {
+impl From<ParseError> for ConfigError {
+    fn from(e: ParseError) -> Self {
         Self::Parse(e)
     }
 }

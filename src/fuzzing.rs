@@ -427,7 +427,7 @@ pub fn forwarded(data: &[u8]) {
     let mut req = Request::new(());
     *req.headers_mut() = header_map(name, &lines);
     req.extensions_mut()
-        .insert(PeerAddr(SocketAddr::new(peer, 4711)));
+        .insert(PeerAddr::new(SocketAddr::new(peer, 4711)));
     let (parts, ()) = req.into_parts();
     let x = x.ipv6_prefix(v6_prefix);
     let key = x.extract(&parts).expect("a peer address is present");

@@ -68,8 +68,8 @@
 //! - `rules`: limits from a TOML rules file, reloaded without losing state, with metrics through
 //!   the `metrics` facade (`tollgate::rules`).
 //! - `serde` (on with `rules`): `Serialize`/`Deserialize` on [`Quota`] (with its burst),
-//!   [`Strategy`], [`WindowOffset`], [`Rule`] (with its window offset), a rules file's limit (with
-//!   `rules`) and the layer's options; each reads back what it writes as an equal value.
+//!   [`Strategy`], [`WindowOffset`], [`Rule`] (with its window offset) and the layer's options;
+//!   each reads back what it writes as an equal value.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics outside tests: a panic on the request path takes the service down.
 #![cfg_attr(
@@ -112,14 +112,15 @@ mod wait;
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TokioClock};
 pub use decision::{Decision, Outcome, Reservation};
-pub use error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProblem};
+pub use error::{BuildError, ConfigError, StoreError, StoreErrorKind, TlsFileProblem, UrlProblem};
 pub use layer::{RateLimitLayer, RateLimitService};
-pub use limiter::{Builder, DEFAULT_NAME, Given, IntoStore, RateLimiter, WaitError, validate_name};
-pub use offset::{OffsetError, WindowOffset};
-pub use quota::{ParseQuotaError, ParseQuotaErrorKind, Quota, QuotaError, parse_quotas};
+pub use limiter::{Builder, RateLimiter, WaitError};
+pub(crate) use limiter::{DEFAULT_NAME, validate_name};
+pub use offset::WindowOffset;
+pub use quota::{ParseError, ParseErrorKind, Quota, QuotaError, parse_quotas};
 pub use rule::Rule;
 pub use stats::Stats;
-pub use strategy::{Op, Strategy, UnknownStrategy};
+pub use strategy::{Op, Strategy};
 
 /// The README's code blocks, compiled and run as doctests (`cargo test --doc`).
 #[cfg(doctest)]

@@ -479,7 +479,8 @@ impl fmt::Display for WaitError {
 
 impl std::error::Error for WaitError {}
 
-/// What a [`Builder`] turns into its store: the memory store's options, or a store given whole.
+/// What a [`Builder`] turns into its store: the memory store's options, or a store given whole
+/// ([`Builder::store`]). Sealed, and not nameable outside the crate.
 pub trait IntoStore<K>: sealed::Sealed {
     /// The store.
     type Store: Store<K>;
@@ -675,13 +676,11 @@ impl<K, S: IntoStore<K>, C: Clock> Builder<K, S, C> {
 }
 
 /// The name of a limiter built without [`Builder::name`].
-pub const DEFAULT_NAME: &str = "default";
+pub(crate) const DEFAULT_NAME: &str = "default";
 
-/// Whether `name` is a valid limiter name: `[A-Za-z0-9_.-]{1,64}`.
-///
-/// # Errors
-/// [`ConfigError::InvalidName`] otherwise.
-pub fn validate_name(name: &str) -> Result<(), ConfigError> {
+/// Whether `name` is a valid limiter name: `[A-Za-z0-9_.-]{1,64}`; [`ConfigError::InvalidName`]
+/// otherwise.
+pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
     let ok = (1..=64).contains(&name.len())
         && name
             .bytes()

@@ -5,26 +5,9 @@
 //! atomic add per metric it touches; install the recorder before building the layers. The key is
 //! never a label; a layer's `limit` label is its limiter's [name](crate::Builder::name).
 //!
-//! | Metric | Kind | Labels | What |
-//! | --- | --- | --- | --- |
-//! | `tollgate_requests_total` | counter | `limit`, `outcome` | requests decided, by outcome: `allowed`, `rejected`, `shadow_rejected` (rules file), `fail_open`, `fail_closed`, `local_allowed`, `local_rejected` (the Redis store's local fallback, `RedisStoreBuilder::local_fallback`, decided during an outage), `no_key`, `shed` (the Redis store rejected the check without asking Redis, having no room to ask it within its timeout: overload, `Decision::was_shed`) |
-//! | `tollgate_units_total` | counter | `limit` | units charged to admitted requests, once settled (a [`Settle`](crate::layer::Settle) marker, a settle source, the body's end; the estimate when nothing settled it) |
-//! | `tollgate_store_errors_total` | counter | `limit` | store calls that failed |
-//! | `tollgate_store_latency_seconds` | histogram | `limit` | the time of a decision that was not ready at once (remote stores only; buckets: [`STORE_LATENCY_BUCKETS`]) |
-//! | `tollgate_keys` | gauge | `limit` | keys the memory store holds (refreshed every second) |
-//! | `tollgate_evictions_total` | counter | `limit` | keys the memory store evicted (refreshed every second) |
-//! | `tollgate_breaker_open` | gauge | `limit` | 1 while the store's circuit breaker is open (Redis; refreshed every second) |
-//! | `tollgate_store_up` | gauge | `limit` | 0 while the store cannot be used (the Redis store before it first connects, e.g. a host name that does not resolve, and while its circuit breaker is open), else 1; refreshed every second |
-//! | `tollgate_in_flight` | gauge | `limit` | requests a concurrency cap ([`ConcurrencyLimit`](crate::layer::ConcurrencyLimit), or a rules file's `concurrency`) holds a slot for in this process; a cap's 429 counts as `rejected` in `tollgate_requests_total` under the same name |
-//! | `tollgate_settle_dropped_units_total` | counter | `limit` | units settled above a reservation that a moving window could not record, its log already full (`Stats::settle_dropped_units`: the count of the limiter's store, so limiters sharing one store each show the store's total; not published for a rules file on a shared store such as Redis) |
-//! | `tollgate_rules_reloads_total` | counter | `result` (`ok`, `error`) | reloads of the rules file (the initial load is not counted) |
-//! | `tollgate_settle_unmatched_total` | counter | `limit` (the marker's name, `""` when unnamed; past 256 names, `(other)`) | [`Settle`](crate::layer::Settle) markers a layer saw and no layer took, counted when the response goes (sent or dropped), logged once per name; resolved when counted |
-//!
-//! The store figures (`tollgate_keys`, `tollgate_evictions_total`, `tollgate_breaker_open`,
-//! `tollgate_store_up`, `tollgate_settle_dropped_units_total`) of every live layer and rules file are refreshed once a second by one
-//! thread of the process (started with the first layer, ended with the last), so they are at
-//! most about a second old; [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
-//! or `Rules::publish_stats` (feature `rules`) publishes them at once.
+//! Every metric ([`METRIC_NAMES`]), its labels and what it counts, and how often the store
+//! figures are refreshed, are in the guide's chapter [metrics and tracing](crate::guide::metrics);
+//! [`STORE_LATENCY_BUCKETS`] are the latency histogram's buckets.
 //!
 //! A second limiter (or concurrency cap) with the `limit` label of one still alive in the process
 //! logs one warning when its layer is built: their series add up. Two layers on one limiter

@@ -4,6 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::quota::{ParseError, ParseErrorKind};
+
 /// The UTC offset of the time zone whose clock a rule's clock-aligned windows follow: with `+8h` a
 /// `1/day` window resets at midnight in UTC+8 (16:00 UTC), with `-5h` at 05:00 UTC, with `30m` an
 /// hourly window resets at half past every UTC hour. Applied modulo each quota's period, to the
@@ -39,10 +41,10 @@ impl WindowOffset {
     /// An offset of `minutes` (east of UTC positive).
     ///
     /// # Errors
-    /// [`OffsetError`] when `|minutes|` is 24 hours or more.
-    pub fn from_minutes(minutes: i32) -> Result<Self, OffsetError> {
+    /// [`ParseError`] ([`ParseErrorKind::OffsetTooLarge`]) when `|minutes|` is 24 hours or more.
+    pub fn from_minutes(minutes: i32) -> Result<Self, ParseError> {
         if minutes.unsigned_abs() > MAX_MINUTES.unsigned_abs() {
-            return Err(OffsetError::new(&minutes.to_string(), "24 hours or more"));
+            return Err(too_large(&minutes.to_string()));
         }
         Ok(Self { minutes })
     }
@@ -82,39 +84,16 @@ impl fmt::Display for WindowOffset {
     }
 }
 
-/// A window offset that cannot be read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OffsetError {
-    input: String,
-    reason: &'static str,
+/// The error of an offset of 24 hours or more, written `input`.
+fn too_large(input: &str) -> ParseError {
+    ParseError::offset(input, ParseErrorKind::OffsetTooLarge, "24 hours or more")
 }
-
-impl OffsetError {
-    fn new(input: &str, reason: &'static str) -> Self {
-        Self {
-            input: input.to_owned(),
-            reason,
-        }
-    }
-}
-
-impl fmt::Display for OffsetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid window offset {:?}: {} (expected [+-]HH:MM, or [+-] followed by Nh, Nm or NhMm, under 24 hours)",
-            self.input, self.reason
-        )
-    }
-}
-
-impl std::error::Error for OffsetError {}
 
 impl FromStr for WindowOffset {
-    type Err = OffsetError;
+    type Err = ParseError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let err = |reason| OffsetError::new(input, reason);
+        let err = |note| ParseError::offset(input, ParseErrorKind::InvalidOffset, note);
         let s = input.trim();
         let (negative, body) = match s.as_bytes().first() {
             Some(b'-') => (true, &s[1..]),
@@ -122,7 +101,7 @@ impl FromStr for WindowOffset {
             Some(_) => (false, s),
             None => return Err(err("empty")),
         };
-        let number = |digits: &str| -> Result<u32, OffsetError> {
+        let number = |digits: &str| -> Result<u32, ParseError> {
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 4
             {
                 return Err(err("not a number"));
@@ -154,9 +133,9 @@ impl FromStr for WindowOffset {
         } else {
             return Err(err("no unit"));
         };
-        let minutes = i32::try_from(minutes).map_err(|_| err("24 hours or more"))?;
+        let minutes = i32::try_from(minutes).map_err(|_| too_large(input))?;
         if minutes > MAX_MINUTES {
-            return Err(err("24 hours or more"));
+            return Err(too_large(input));
         }
         Ok(Self {
             minutes: if negative { -minutes } else { minutes },

@@ -160,46 +160,68 @@ impl fmt::Display for QuotaError {
 
 impl std::error::Error for QuotaError {}
 
-/// A quota string that could not be parsed: the input, the byte offset of the problem, and what is wrong.
+/// Configuration text that did not parse: a quota (`"10/minute"`), a strategy's name
+/// (`"token-bucket"`), a window offset (`"+08:00"`) or a CIDR range (`"10.0.0.0/8"`). It gives the
+/// input, the byte offset of the problem, and what is wrong ([`kind`](Self::kind)).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseQuotaError {
+pub struct ParseError {
     input: String,
     position: usize,
-    kind: ParseQuotaErrorKind,
+    kind: ParseErrorKind,
+    /// More about a window offset's notation, for the message.
+    note: &'static str,
 }
 
-/// What is wrong with a quota string.
+/// What is wrong with configuration text ([`ParseError`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ParseQuotaErrorKind {
-    /// Nothing to parse.
+pub enum ParseErrorKind {
+    /// A quota: nothing to parse.
     Empty,
-    /// The limit is not a whole number.
+    /// A quota: the limit is not a whole number.
     InvalidLimit,
-    /// The limit is zero.
+    /// A quota: the limit is zero.
     ZeroLimit,
-    /// The limit is larger than `u32::MAX`.
+    /// A quota: the limit is larger than `u32::MAX`.
     LimitTooLarge,
-    /// No `/` or `per` between the limit and the period.
+    /// A quota: no `/` or `per` between the limit and the period.
     MissingSeparator,
-    /// The period has no unit.
+    /// A quota: the period has no unit.
     MissingUnit,
-    /// The unit is not one of the known ones.
+    /// A quota: the unit is not one of the known ones.
     UnknownUnit(String),
-    /// The number before the unit is not a whole number.
+    /// A quota: the number before the unit is not a whole number.
     InvalidPeriodCount,
-    /// The period is zero.
+    /// A quota: the period is zero.
     ZeroPeriod,
-    /// The period is longer than [`Quota::MAX_PERIOD`].
+    /// A quota: the period is longer than [`Quota::MAX_PERIOD`].
     PeriodTooLong,
+    /// Not the name of a [`Strategy`](crate::Strategy) (see [`Strategy::ALL`](crate::Strategy::ALL)).
+    UnknownStrategy,
+    /// A window offset not written `[+-]HH:MM`, or `[+-]` followed by `Nh`, `Nm` or `NhMm`.
+    InvalidOffset,
+    /// A window offset of 24 hours or more.
+    OffsetTooLarge,
+    /// Not a CIDR range: `ADDRESS` or `ADDRESS/PREFIX`, the prefix at most the address's width
+    /// (32 or 128).
+    InvalidCidr,
 }
 
-impl ParseQuotaError {
-    fn new(input: &str, position: usize, kind: ParseQuotaErrorKind) -> Self {
+impl ParseError {
+    pub(crate) fn new(input: &str, position: usize, kind: ParseErrorKind) -> Self {
         Self {
             input: input.to_owned(),
             position,
             kind,
+            note: "",
+        }
+    }
+
+    /// A window offset's error of `kind` on `input`, `note` saying more.
+    pub(crate) fn offset(input: &str, kind: ParseErrorKind, note: &'static str) -> Self {
+        Self {
+            note,
+            ..Self::new(input, 0, kind)
         }
     }
 
@@ -208,59 +230,86 @@ impl ParseQuotaError {
         &self.input
     }
 
-    /// The byte offset in [`input`](Self::input) where the problem is.
+    /// The byte offset in [`input`](Self::input) where the problem is (0 for a strategy, a
+    /// window offset or a CIDR range: the whole input).
     pub fn position(&self) -> usize {
         self.position
     }
 
     /// What is wrong.
-    pub fn kind(&self) -> &ParseQuotaErrorKind {
+    pub fn kind(&self) -> &ParseErrorKind {
         &self.kind
     }
 }
 
-impl fmt::Display for ParseQuotaError {
+impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid quota {:?} at byte {}: ",
-            self.input, self.position
-        )?;
+        let input = &self.input;
+        let quota = |f: &mut fmt::Formatter<'_>, what: fmt::Arguments<'_>| {
+            write!(
+                f,
+                "invalid quota {input:?} at byte {}: {what}",
+                self.position
+            )
+        };
         match &self.kind {
-            ParseQuotaErrorKind::Empty => f.write_str("empty quota (expected e.g. \"10/minute\")"),
-            ParseQuotaErrorKind::InvalidLimit => f.write_str("the limit must be a whole number"),
-            ParseQuotaErrorKind::ZeroLimit => f.write_str("the limit must not be zero"),
-            ParseQuotaErrorKind::LimitTooLarge => {
-                write!(f, "the limit must be at most {}", u32::MAX)
+            ParseErrorKind::Empty => {
+                quota(f, format_args!("empty quota (expected e.g. \"10/minute\")"))
             }
-            ParseQuotaErrorKind::MissingSeparator => {
-                f.write_str("expected \"/\" or \"per\" after the limit")
+            ParseErrorKind::InvalidLimit => {
+                quota(f, format_args!("the limit must be a whole number"))
             }
-            ParseQuotaErrorKind::MissingUnit => {
-                f.write_str("the period needs a unit (ms, s, m, h or d)")
+            ParseErrorKind::ZeroLimit => quota(f, format_args!("the limit must not be zero")),
+            ParseErrorKind::LimitTooLarge => {
+                quota(f, format_args!("the limit must be at most {}", u32::MAX))
             }
-            ParseQuotaErrorKind::UnknownUnit(u) => {
-                write!(f, "unknown unit {u:?} (expected ns, us, ms, s, m, h or d)")
+            ParseErrorKind::MissingSeparator => {
+                quota(f, format_args!("expected \"/\" or \"per\" after the limit"))
             }
-            ParseQuotaErrorKind::InvalidPeriodCount => {
-                f.write_str("the period count must be a whole number")
+            ParseErrorKind::MissingUnit => quota(
+                f,
+                format_args!("the period needs a unit (ms, s, m, h or d)"),
+            ),
+            ParseErrorKind::UnknownUnit(u) => quota(
+                f,
+                format_args!("unknown unit {u:?} (expected ns, us, ms, s, m, h or d)"),
+            ),
+            ParseErrorKind::InvalidPeriodCount => {
+                quota(f, format_args!("the period count must be a whole number"))
             }
-            ParseQuotaErrorKind::ZeroPeriod => f.write_str("the period must not be zero"),
-            ParseQuotaErrorKind::PeriodTooLong => {
-                write!(
-                    f,
+            ParseErrorKind::ZeroPeriod => quota(f, format_args!("the period must not be zero")),
+            ParseErrorKind::PeriodTooLong => quota(
+                f,
+                format_args!(
                     "the period must be at most {} days",
                     MAX_PERIOD.as_secs() / 86_400
-                )
+                ),
+            ),
+            ParseErrorKind::UnknownStrategy => {
+                write!(f, "unknown strategy {input:?} (expected one of")?;
+                for s in crate::Strategy::ALL {
+                    write!(f, " {s}")?;
+                }
+                f.write_str(")")
             }
+            ParseErrorKind::InvalidOffset | ParseErrorKind::OffsetTooLarge => write!(
+                f,
+                "invalid window offset {input:?}: {} (expected [+-]HH:MM, or [+-] followed by \
+                 Nh, Nm or NhMm, under 24 hours)",
+                self.note
+            ),
+            ParseErrorKind::InvalidCidr => write!(
+                f,
+                "invalid CIDR range {input:?} (expected ADDRESS or ADDRESS/PREFIX)"
+            ),
         }
     }
 }
 
-impl std::error::Error for ParseQuotaError {}
+impl std::error::Error for ParseError {}
 
 impl FromStr for Quota {
-    type Err = ParseQuotaError;
+    type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse_one(s, s, 0)
@@ -271,8 +320,8 @@ impl FromStr for Quota {
 /// a request. Empty items (a trailing `;`) are ignored, but at least one quota is required.
 ///
 /// # Errors
-/// [`ParseQuotaError`] for the first item that does not parse, with its position in the whole input.
-pub fn parse_quotas(s: &str) -> Result<Vec<Quota>, ParseQuotaError> {
+/// [`ParseError`] for the first item that does not parse, with its position in the whole input.
+pub fn parse_quotas(s: &str) -> Result<Vec<Quota>, ParseError> {
     let mut quotas = Vec::new();
     let mut offset = 0;
     for part in s.split([';', ',']) {
@@ -282,24 +331,24 @@ pub fn parse_quotas(s: &str) -> Result<Vec<Quota>, ParseQuotaError> {
         offset += part.len() + 1;
     }
     if quotas.is_empty() {
-        return Err(ParseQuotaError::new(s, 0, ParseQuotaErrorKind::Empty));
+        return Err(ParseError::new(s, 0, ParseErrorKind::Empty));
     }
     Ok(quotas)
 }
 
 /// Parses one quota `part` that starts at byte `offset` of `whole` (for error positions).
-fn parse_one(whole: &str, part: &str, offset: usize) -> Result<Quota, ParseQuotaError> {
-    let err = |at: usize, kind| ParseQuotaError::new(whole, offset + at, kind);
+fn parse_one(whole: &str, part: &str, offset: usize) -> Result<Quota, ParseError> {
+    let err = |at: usize, kind| ParseError::new(whole, offset + at, kind);
     let lead = part.len() - part.trim_start().len();
     let body = part.trim();
     if body.is_empty() {
-        return Err(err(0, ParseQuotaErrorKind::Empty));
+        return Err(err(0, ParseErrorKind::Empty));
     }
     let digits = body
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(body.len());
     if digits == 0 {
-        return Err(err(lead, ParseQuotaErrorKind::InvalidLimit));
+        return Err(err(lead, ParseErrorKind::InvalidLimit));
     }
     let limit = parse_limit(&body[..digits]).map_err(|k| err(lead, k))?;
 
@@ -312,11 +361,11 @@ fn parse_one(whole: &str, part: &str, offset: usize) -> Result<Quota, ParseQuota
     } else if let Some(r) = strip_prefix_ignore_case(trimmed, "per") {
         // "per" must be a word of its own: "10 perminute" is not accepted.
         if !r.starts_with(char::is_whitespace) {
-            return Err(err(sep_at, ParseQuotaErrorKind::MissingSeparator));
+            return Err(err(sep_at, ParseErrorKind::MissingSeparator));
         }
         r
     } else {
-        return Err(err(sep_at, ParseQuotaErrorKind::MissingSeparator));
+        return Err(err(sep_at, ParseErrorKind::MissingSeparator));
     };
     let period_text = after_sep.trim();
     let period_at = sep_at
@@ -327,20 +376,20 @@ fn parse_one(whole: &str, part: &str, offset: usize) -> Result<Quota, ParseQuota
         err(
             period_at,
             match e {
-                QuotaError::ZeroPeriod => ParseQuotaErrorKind::ZeroPeriod,
-                QuotaError::PeriodTooLong => ParseQuotaErrorKind::PeriodTooLong,
+                QuotaError::ZeroPeriod => ParseErrorKind::ZeroPeriod,
+                QuotaError::PeriodTooLong => ParseErrorKind::PeriodTooLong,
             },
         )
     })
 }
 
-fn parse_limit(digits: &str) -> Result<NonZeroU32, ParseQuotaErrorKind> {
+fn parse_limit(digits: &str) -> Result<NonZeroU32, ParseErrorKind> {
     let value: u64 = match digits.parse() {
         Ok(v) => v,
-        Err(_) => return Err(ParseQuotaErrorKind::LimitTooLarge),
+        Err(_) => return Err(ParseErrorKind::LimitTooLarge),
     };
-    let value = u32::try_from(value).map_err(|_| ParseQuotaErrorKind::LimitTooLarge)?;
-    NonZeroU32::new(value).ok_or(ParseQuotaErrorKind::ZeroLimit)
+    let value = u32::try_from(value).map_err(|_| ParseErrorKind::LimitTooLarge)?;
+    NonZeroU32::new(value).ok_or(ParseErrorKind::ZeroLimit)
 }
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
@@ -350,9 +399,9 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 }
 
 /// Parses `"minute"`, `"30s"`, `"1h"`, `"30 seconds"`; positions are relative to `text`.
-fn parse_period(text: &str) -> Result<Duration, (usize, ParseQuotaErrorKind)> {
+fn parse_period(text: &str) -> Result<Duration, (usize, ParseErrorKind)> {
     if text.is_empty() {
-        return Err((0, ParseQuotaErrorKind::MissingUnit));
+        return Err((0, ParseErrorKind::MissingUnit));
     }
     let digits = text
         .find(|c: char| !c.is_ascii_digit())
@@ -362,25 +411,21 @@ fn parse_period(text: &str) -> Result<Duration, (usize, ParseQuotaErrorKind)> {
     } else {
         text[..digits]
             .parse()
-            .map_err(|_| (0, ParseQuotaErrorKind::PeriodTooLong))?
+            .map_err(|_| (0, ParseErrorKind::PeriodTooLong))?
     };
     let unit_text = text[digits..].trim_start();
     let unit_at = text.len() - unit_text.len();
     if unit_text.is_empty() {
-        return Err((unit_at, ParseQuotaErrorKind::MissingUnit));
+        return Err((unit_at, ParseErrorKind::MissingUnit));
     }
-    let nanos_per_unit = unit_nanos(unit_text).ok_or_else(|| {
-        (
-            unit_at,
-            ParseQuotaErrorKind::UnknownUnit(unit_text.to_owned()),
-        )
-    })?;
+    let nanos_per_unit = unit_nanos(unit_text)
+        .ok_or_else(|| (unit_at, ParseErrorKind::UnknownUnit(unit_text.to_owned())))?;
     if count == 0 {
-        return Err((0, ParseQuotaErrorKind::ZeroPeriod));
+        return Err((0, ParseErrorKind::ZeroPeriod));
     }
     let nanos = count
         .checked_mul(nanos_per_unit)
-        .ok_or((0, ParseQuotaErrorKind::PeriodTooLong))?;
+        .ok_or((0, ParseErrorKind::PeriodTooLong))?;
     Ok(Duration::from_nanos(nanos))
 }
 
@@ -476,34 +521,30 @@ mod tests {
 
     #[test]
     fn rejects_bad_text_with_kind_and_position() {
-        let cases: &[(&str, ParseQuotaErrorKind, usize)] = &[
-            ("", ParseQuotaErrorKind::Empty, 0),
-            ("   ", ParseQuotaErrorKind::Empty, 0),
-            ("ten/minute", ParseQuotaErrorKind::InvalidLimit, 0),
-            ("0/minute", ParseQuotaErrorKind::ZeroLimit, 0),
-            ("4294967296/s", ParseQuotaErrorKind::LimitTooLarge, 0),
+        let cases: &[(&str, ParseErrorKind, usize)] = &[
+            ("", ParseErrorKind::Empty, 0),
+            ("   ", ParseErrorKind::Empty, 0),
+            ("ten/minute", ParseErrorKind::InvalidLimit, 0),
+            ("0/minute", ParseErrorKind::ZeroLimit, 0),
+            ("4294967296/s", ParseErrorKind::LimitTooLarge, 0),
             (
                 "99999999999999999999999/s",
-                ParseQuotaErrorKind::LimitTooLarge,
+                ParseErrorKind::LimitTooLarge,
                 0,
             ),
-            ("10 minute", ParseQuotaErrorKind::MissingSeparator, 3),
-            ("10 perminute", ParseQuotaErrorKind::MissingSeparator, 3),
-            ("10/", ParseQuotaErrorKind::MissingUnit, 3),
-            ("10/30", ParseQuotaErrorKind::MissingUnit, 5),
+            ("10 minute", ParseErrorKind::MissingSeparator, 3),
+            ("10 perminute", ParseErrorKind::MissingSeparator, 3),
+            ("10/", ParseErrorKind::MissingUnit, 3),
+            ("10/30", ParseErrorKind::MissingUnit, 5),
             (
                 "10/fortnight",
-                ParseQuotaErrorKind::UnknownUnit("fortnight".into()),
+                ParseErrorKind::UnknownUnit("fortnight".into()),
                 3,
             ),
-            ("10/0s", ParseQuotaErrorKind::ZeroPeriod, 3),
-            ("10/3661d", ParseQuotaErrorKind::PeriodTooLong, 3),
-            (
-                "10/99999999999999999999d",
-                ParseQuotaErrorKind::PeriodTooLong,
-                3,
-            ),
-            ("-1/s", ParseQuotaErrorKind::InvalidLimit, 0),
+            ("10/0s", ParseErrorKind::ZeroPeriod, 3),
+            ("10/3661d", ParseErrorKind::PeriodTooLong, 3),
+            ("10/99999999999999999999d", ParseErrorKind::PeriodTooLong, 3),
+            ("-1/s", ParseErrorKind::InvalidLimit, 0),
         ];
         for (text, kind, at) in cases {
             let e = text.parse::<Quota>().unwrap_err();

@@ -89,8 +89,8 @@
 //! configuration service can store rules: a `Quota` is its notation (`"10/minute"`), or
 //! `{ quota = "10/minute", burst = 50 }` when a burst was set; a `Strategy` its name; a
 //! `WindowOffset` `"+08:00"`; a `Rule` `{ strategy, quotas, window_offset }` (the offset only when
-//! not UTC, refused on a strategy without clock-aligned windows); a rules file's `LimitSpec` its
-//! `[[limit]]` table, read back through the file's own validation.
+//! not UTC, refused on a strategy without clock-aligned windows). A rules file is its own text:
+//! store the TOML.
 //!
 //! ```
 //! use tollgate::{Op, RateLimiter, Rule, Strategy};

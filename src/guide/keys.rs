@@ -40,7 +40,7 @@
 //!     // A client wrote 1.2.3.4 itself; the proxy appended the address it saw.
 //!     let (parts, ()) = http::Request::get("/")
 //!         .header("x-forwarded-for", "1.2.3.4, 198.51.100.7")
-//!         .extension(PeerAddr(peer))
+//!         .extension(PeerAddr::new(peer))
 //!         .body(())
 //!         .unwrap()
 //!         .into_parts();

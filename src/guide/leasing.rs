@@ -44,7 +44,7 @@
 //!   the current window or bucket and dies at its end). The token bucket's leases die `size x T` after
 //!   they are drawn: over any span `d`, at most `B + L + d / T` (one lease `L` more than the bucket).
 //!   `build()` refuses leasing for the moving window, the first-hit window and the leaky bucket with a
-//!   `ConfigError::Store` that says why.
+//!   `ConfigError::Unleasable` whose message says why.
 //! - **What it costs in accuracy**: under-admission only. Units leased by other instances and not yet
 //!   used are held back from this one: at most `(instances - 1) x limit / 20` at once, for at most the
 //!   idle time (250 ms), or until the window ends when their instance died holding them. Near the limit,

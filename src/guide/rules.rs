@@ -42,6 +42,9 @@
 //! methods = ["GET"]           # default all
 //! ```
 //!
+//! A file is at most 16 MiB (a bigger one is refused before it is read whole), with at most 10,000
+//! limits and 10,000 exemptions, each listing at most 16 `methods`.
+//!
 //! - **Keys and tiers from code.** `RulesOptions::key("user", ExtensionKey::<UserId>::new())`
 //!   registers an extractor by name: a limit keys by it (`key = "user"`, or `"user+ip"`: a
 //!   registered key goes before any header in a composite) or reads its plan from it
@@ -150,7 +153,7 @@
 //!   layer that answers with a page of its own. `Rules::with_clock` runs the limits on another clock
 //!   (tests). The `login` example (`examples/login.rs`) puts it together: per IP + username and per
 //!   IP from a rules file, all or nothing, only failures counted.
-//! - **One layer type.** `rules.layer()` is a `RateLimitLayer` (of `rules::FileLimits`), the same
+//! - **One layer type.** `rules.layer()` is a `RateLimitLayer` (of the file's limits), the same
 //!   pipeline as a single limiter's: `on_rejected(ProblemJson)`, `respond_with(..)`,
 //!   `failure_policy(..)` (the `RulesOptions`' by default), `pacing(..)`, `skip(..)` and
 //!   `headers_on_allowed(..)` apply to a file's limits, gRPC calls get trailers-only

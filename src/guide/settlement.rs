@@ -8,7 +8,7 @@
 //!
 //! - `SettleFrom::header(name)`: a response header with a decimal count; the response's rate-limit
 //!   fields show the settled state.
-//! - `SettleFrom::extension()`: a `layer::UsedUnits(n)` in the response's extensions, read (not taken)
+//! - `SettleFrom::extension()`: a `layer::UsedUnits::new(n)` in the response's extensions, read (not taken)
 //!   by every stacked limiter configured with it, each settling its own reservation.
 //! - `SettleFrom::trailer(name)`: a trailer at the body's end (a gRPC service's usage in its trailing
 //!   metadata); a body that ends without it, or is dropped first, leaves the estimate.

@@ -40,7 +40,11 @@
 //!   period) or the buckets a key costs its own size plus 8 bytes in the map (the state packed in one
 //!   word, updated by compare-and-swap; a first-hit window whose start does not fit whole stores it
 //!   rounded up, by less than 131 µs for windows up to a day and 0.54 s for a ten-year window: the window
-//!   ends that much later, never sooner). A rule of several window quotas keeps one word per quota in the key's entry; keys
+//!   ends that much later, never sooner; a sliding window counter whose two counts do not fit whole
+//!   rounds the previous window's count up, by under 1.2 x 10^-4 of the limit at `u32::MAX` per
+//!   second; a window index that does not fit whole is kept on a ring of two days at least, so a
+//!   custom [`Clock`](crate::Clock) stepped back more than 6 hours forgets the counts, where the
+//!   crate's clocks never go back). A rule of several window quotas keeps one word per quota in the key's entry; keys
 //!   known to be blocked are answered from a small front cache without touching the map (the flood case).
 //!   The default clock (`SystemClock::suited_to` the rule) reads a process-wide time refreshed every
 //!   millisecond when every quota has windows of a second or more and buckets at least 2 ms deep, and
@@ -223,12 +227,16 @@
 //!
 //! - [`ConfigError`](crate::ConfigError) at build time: a quota, rule, name or queue that cannot
 //!   work, and for the Redis store a URL, key prefix or TLS option or file that cannot
-//!   ([`ConfigError::RedisUrl`](crate::ConfigError::RedisUrl): a scheme, Sentinel or Cluster URL
-//!   that cannot work; [`RedisPrefix`](crate::ConfigError::RedisPrefix): a brace or more than 64
-//!   bytes; [`TlsNeedsTlsUrl`](crate::ConfigError::TlsNeedsTlsUrl): a CA bundle or client
-//!   certificate with a plain URL; [`TlsFile`](crate::ConfigError::TlsFile): a TLS file missing,
-//!   unreadable or not PEM), found before any connection. Its message says what to fix (a URL's
-//!   password masked). A rules file's mistakes are `RulesError`s with their line and column
+//!   ([`ConfigError::RedisUrl`](crate::ConfigError::RedisUrl) with its
+//!   [`UrlProblem`](crate::UrlProblem): a scheme, Sentinel or Cluster URL that cannot work, a CA
+//!   bundle or client certificate with a plain URL, or the `redis` crate's refusal, its error the
+//!   `source`; [`RedisPrefix`](crate::ConfigError::RedisPrefix): a brace or more than 64 bytes;
+//!   [`TlsFile`](crate::ConfigError::TlsFile): a TLS file missing, unreadable or not PEM), found
+//!   before any connection, and a limiter whose strategy quota leasing cannot bound
+//!   ([`Unleasable`](crate::ConfigError::Unleasable)). Its message says what to fix (a URL's
+//!   password masked). A custom store's refusal is
+//!   [`ConfigError::Store`](crate::ConfigError::Store) with the store's own error. A rules file's
+//!   mistakes are `RulesError`s with their line and column
 //!   ([rules](super::rules)).
 //! - [`StoreError`](crate::StoreError) per call (and when a store that answered refuses to connect):
 //!   its [`kind`](crate::StoreError::kind) drives the failure policy; its message, what logs print,

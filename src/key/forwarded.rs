@@ -5,8 +5,9 @@ use std::net::IpAddr;
 use http::HeaderMap;
 use http::request::Parts;
 
-use super::ip::{Cidr, DEFAULT_IPV6_PREFIX, InvalidCidr, normalize_ip, parse_node, trim_ows};
+use super::ip::{Cidr, DEFAULT_IPV6_PREFIX, normalize_ip, parse_node, trim_ows};
 use super::{KeyError, KeyExtractor, peer_ip};
+use crate::ParseError;
 
 /// The most entries of a forwarded header examined ([`ForwardedIp::MAX_ENTRIES`]).
 pub(crate) const MAX_FORWARDED_ENTRIES: usize = 64;
@@ -83,7 +84,7 @@ impl std::str::FromStr for ForwardedHeader {
 /// let xff = ForwardedIp::new(["10.0.0.0/8"]).unwrap();
 /// let req = |peer: &str, header: &str| {
 ///     let mut req = Request::builder().header("x-forwarded-for", header).body(()).unwrap();
-///     req.extensions_mut().insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
+///     req.extensions_mut().insert(PeerAddr::new(peer.parse::<SocketAddr>().unwrap()));
 ///     req.into_parts().0
 /// };
 /// // Behind the proxy 10.0.0.2: the right-most untrusted entry is the client.
@@ -121,8 +122,8 @@ impl ForwardedIp {
     /// Trusts the proxies in `ranges` (CIDR notation, or single addresses).
     ///
     /// # Errors
-    /// [`InvalidCidr`] for a range that does not parse.
-    pub fn new<I, S>(ranges: I) -> Result<Self, InvalidCidr>
+    /// [`ParseError`] for a range that does not parse.
+    pub fn new<I, S>(ranges: I) -> Result<Self, ParseError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,

@@ -4,6 +4,8 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use crate::quota::{ParseError, ParseErrorKind};
+
 /// The default prefix IPv6 clients are keyed by ([`PeerIp::DEFAULT_IPV6_PREFIX`](super::PeerIp)).
 pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 56;
 
@@ -67,8 +69,9 @@ impl Cidr {
     /// The range of `addr`'s first `prefix` bits.
     ///
     /// # Errors
-    /// [`InvalidCidr`] when `prefix` exceeds the address width (32 or 128).
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, InvalidCidr> {
+    /// [`ParseError`](crate::ParseError) ([`InvalidCidr`](crate::ParseErrorKind::InvalidCidr))
+    /// when `prefix` exceeds the address width (32 or 128).
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, ParseError> {
         // An IPv4-mapped range (`::ffff:10.0.0.0/104`) is the IPv4 range it maps: addresses are
         // compared in their IPv4 form, so the mapped form would otherwise match nothing.
         let (addr, prefix) = match addr {
@@ -82,7 +85,7 @@ impl Cidr {
             IpAddr::V6(a) => (IpAddr::V6(mask_v6(a, prefix)), 128),
         };
         if prefix > max {
-            return Err(InvalidCidr(format!("{addr}/{prefix}")));
+            return Err(invalid(&format!("{addr}/{prefix}")));
         }
         Ok(Self { addr, prefix })
     }
@@ -124,11 +127,16 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// The error of a CIDR range written `input` that cannot be one.
+fn invalid(input: &str) -> ParseError {
+    ParseError::new(input, 0, ParseErrorKind::InvalidCidr)
+}
+
 impl FromStr for Cidr {
-    type Err = InvalidCidr;
+    type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || InvalidCidr(s.to_owned());
+        let bad = || invalid(s);
         let s = s.trim();
         match s.split_once('/') {
             Some((a, p)) => {
@@ -151,29 +159,6 @@ impl From<IpAddr> for Cidr {
         Self { addr, prefix }
     }
 }
-
-/// A CIDR range that did not parse (`10.0.0.0/33`, `not-an-ip`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidCidr(String);
-
-impl InvalidCidr {
-    /// The text that did not parse.
-    pub fn input(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for InvalidCidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid CIDR range {:?} (expected ADDRESS or ADDRESS/PREFIX)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for InvalidCidr {}
 
 /// Parses one address as it appears in a forwarded header: `1.2.3.4`, `1.2.3.4:80`, `::1`,
 /// `[::1]`, `[::1]:80`, `"[2001:db8::1]:4711"`, `fe80::1%eth0` (zone dropped). `None` for anything

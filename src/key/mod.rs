@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::HeaderName;
-pub use http::header::InvalidHeaderName;
+use http::header::InvalidHeaderName;
 use http::request::Parts;
 use sha2::{Digest, Sha256};
 
@@ -35,7 +35,7 @@ use crate::store::StoreKey;
 pub(crate) use forwarded::MAX_FORWARDED_ENTRIES;
 pub use forwarded::{ForwardedHeader, ForwardedIp};
 pub(crate) use ip::DEFAULT_IPV6_PREFIX;
-pub use ip::{Cidr, InvalidCidr, normalize_ip};
+pub use ip::{Cidr, normalize_ip};
 
 /// Finds the key a request is counted under.
 ///
@@ -137,7 +137,25 @@ impl std::error::Error for KeyError {}
 /// The peer address of a connection, for servers without axum: insert it into every request's
 /// extensions (see the `hyper` example). [`PeerIp`] and [`ForwardedIp`] read it first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PeerAddr(pub SocketAddr);
+pub struct PeerAddr(SocketAddr);
+
+impl PeerAddr {
+    /// The peer address `addr`.
+    pub const fn new(addr: SocketAddr) -> Self {
+        Self(addr)
+    }
+
+    /// The address.
+    pub const fn addr(&self) -> SocketAddr {
+        self.0
+    }
+}
+
+impl From<SocketAddr> for PeerAddr {
+    fn from(addr: SocketAddr) -> Self {
+        Self(addr)
+    }
+}
 
 static WARNED_NO_PEER: AtomicBool = AtomicBool::new(false);
 static WARNED_FORWARDED: AtomicBool = AtomicBool::new(false);
@@ -219,7 +237,7 @@ fn checked_prefix(prefix: u8) -> u8 {
 /// let ip_and_key = (PeerIp::default(), HeaderKey::new("x-api-key"));
 /// let mut req = Request::builder().header("x-api-key", "k1").body(()).unwrap();
 /// let peer: SocketAddr = "[2001:db8:0:1::5]:443".parse().unwrap();
-/// req.extensions_mut().insert(PeerAddr(peer));
+/// req.extensions_mut().insert(PeerAddr::new(peer));
 /// let (ip, key) = ip_and_key.extract(&req.into_parts().0).unwrap();
 /// assert_eq!(ip.to_string(), "2001:db8::", "IPv6 keyed by its /56");
 /// assert_eq!(key.as_bytes(), b"\0k1");
@@ -311,6 +329,14 @@ impl ValueKey {
         Self(out.into_boxed_slice())
     }
 
+    /// A username as a key: surrounding whitespace trimmed, Unicode lowercase (so `Alice` and
+    /// `alice` share a bucket), then as [`ValueKey::new`] (a 10 KB name costs a fixed-size key).
+    /// Unicode normalisation (NFC) is not applied: normalise earlier if your usernames may arrive
+    /// decomposed.
+    pub fn username(name: &str) -> Self {
+        Self::new(name.trim().to_lowercase().as_bytes())
+    }
+
     /// The key's bytes (tag byte first).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
@@ -355,7 +381,7 @@ impl HeaderKey {
     /// Keys by the header `name`.
     ///
     /// # Errors
-    /// When `name` is not a valid header name.
+    /// `http`'s `InvalidHeaderName` when `name` is not a valid header name.
     pub fn try_new(name: &str) -> Result<Self, InvalidHeaderName> {
         HeaderName::from_bytes(name.as_bytes()).map(|name| Self { name })
     }
@@ -449,13 +475,6 @@ impl KeyExtractor for GlobalKey {
     }
 }
 
-/// A username as a key: surrounding whitespace trimmed, Unicode lowercase (so `Alice` and `alice`
-/// share a bucket), then as [`ValueKey`] (a 10 KB name costs a fixed-size key). Unicode
-/// normalisation (NFC) is not applied: normalise earlier if your usernames may arrive decomposed.
-pub fn username_key(name: &str) -> ValueKey {
-    ValueKey::new(name.trim().to_lowercase().as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,7 +514,7 @@ mod tests {
         let k = ValueKey::new(&long);
         assert_eq!(k.as_bytes().len(), 33);
         assert_ne!(ValueKey::new(k.as_bytes()), k);
-        assert_eq!(username_key(" Alice "), username_key("alice"));
+        assert_eq!(ValueKey::username(" Alice "), ValueKey::username("alice"));
     }
 
     #[test]

@@ -192,7 +192,7 @@ impl<K: StoreKey> ConcurrencyLimit<K> {
     }
 
     /// At most `cap` requests in flight per key across every instance that uses `store` with
-    /// this `name` (a limiter name, see [`validate_name`](crate::validate_name)).
+    /// this `name` (a limiter name, as [`Builder::name`](crate::Builder::name)).
     ///
     /// # Errors
     /// [`ConfigError::InvalidName`](crate::ConfigError) for a name outside `[A-Za-z0-9_.-]{1,64}`.

@@ -19,7 +19,19 @@ use crate::strategy::Op;
 /// configured with [`SettleFrom::extension`] (each settles its own reservation to it; the value is
 /// read, not taken). Values above `u32::MAX` leave the estimate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct UsedUnits(pub u64);
+pub struct UsedUnits(u64);
+
+impl UsedUnits {
+    /// `units` used.
+    pub const fn new(units: u64) -> Self {
+        Self(units)
+    }
+
+    /// The units used.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// Where a layer learns what a request actually cost, once the handler ran: the request is
 /// admitted on its estimate ([`RateLimitLayer::cost`](super::RateLimitLayer::cost), at least 1

@@ -10,15 +10,15 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::{Rule, Strategy, WindowOffset, validate_name};
-pub use pattern::PathPattern;
+pub(crate) use pattern::PathPattern;
 
-/// [`RulesFile::MAX_BYTES`].
+/// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
 pub(crate) const MAX_RULES_FILE_BYTES: usize = 16 << 20;
 
-/// [`RulesFile::MAX_LIMITS`].
+/// The most limits (and the most exemptions) a rules file may have.
 const MAX_LIMITS: usize = 10_000;
 
-/// [`RulesFile::MAX_METHODS`].
+/// The most entries a limit's (or an exemption's) `methods` may list.
 const MAX_METHODS: usize = 16;
 
 /// A rules file that cannot be used: where (1-based line and column, when known) and why.
@@ -148,7 +148,7 @@ pub enum MissingKey {
 
 /// One part of a limit's key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum KeyPart {
+pub(crate) enum KeyPart {
     /// The client's IP (the peer's, or the forwarded one from trusted proxies).
     Ip,
     /// One key shared by every request.
@@ -204,26 +204,19 @@ pub(crate) fn is_extractor_name(name: &str) -> bool {
 
 /// A limit's key: one part or a composite (`ip+header:x-user`), every part required.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct KeySpec {
+pub(crate) struct KeySpec {
     parts: Vec<KeyPart>,
 }
 
 impl KeySpec {
     /// The parts, in the file's order.
-    pub fn parts(&self) -> &[KeyPart] {
+    pub(crate) fn parts(&self) -> &[KeyPart] {
         &self.parts
     }
 
     /// Parses `ip`, `global`, `header:NAME`, the name of a key extractor registered in code, or a
     /// composite joined by `+` (a `+` that does not start another part belongs to the header name
-    /// before it).
-    ///
-    /// # Errors
-    /// A [`RulesError`] without a position, saying what is wrong.
-    pub fn parse(text: &str) -> Result<Self, RulesError> {
-        Self::parse_text(text).map_err(RulesError::whole)
-    }
-
+    /// before it); the error says what is wrong.
     fn parse_text(text: &str) -> Result<Self, String> {
         let mut pieces: Vec<String> = Vec::new();
         for piece in text.split('+') {
@@ -250,19 +243,6 @@ impl KeySpec {
     }
 }
 
-impl serde::Serialize for KeySpec {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for KeySpec {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        KeySpec::parse_text(&text).map_err(serde::de::Error::custom)
-    }
-}
-
 impl fmt::Display for KeySpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, p) in self.parts.iter().enumerate() {
@@ -278,7 +258,7 @@ impl fmt::Display for KeySpec {
 /// What a store failure on one limit of a rules file does (its `fail_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum FailMode {
+pub(crate) enum FailMode {
     /// `"open"`: the limit is skipped (the request goes on to the other limits), counted in
     /// [`Stats::fail_open`](crate::Stats::fail_open).
     Open,
@@ -291,72 +271,61 @@ pub enum FailMode {
     Local,
 }
 
-impl FailMode {
-    /// The file's word for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Closed => "closed",
-            Self::Local => "local",
-        }
-    }
-}
-
 /// One limit of a rules file, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LimitSpec {
+pub(crate) struct LimitSpec {
     /// Unique name: the state's identity, the metrics label and the header item name.
-    pub name: String,
+    pub(crate) name: String,
     /// Which paths it applies to.
-    pub path: PathPattern,
+    pub(crate) path: PathPattern,
     /// Which methods (empty: all).
-    pub methods: Vec<Method>,
+    pub(crate) methods: Vec<Method>,
     /// What identifies a client.
-    pub key: KeySpec,
+    pub(crate) key: KeySpec,
     /// Without a key: `None` takes the process-wide default.
-    pub on_missing_key: Option<MissingKey>,
+    pub(crate) on_missing_key: Option<MissingKey>,
     /// Strategy and quotas.
-    pub rule: Rule,
+    pub(crate) rule: Rule,
     /// Units per request.
-    pub cost: u32,
+    pub(crate) cost: u32,
     /// Decided and counted, never rejects.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// A shaping queue (`queue_ms`): the longest a request may wait for its departure. The rule
     /// is then the queue's: the leaky bucket's one quota with a burst of the queue's depth
     /// (`queue_ms / T + 1` places, `T = period / limit`).
-    pub queue: Option<std::time::Duration>,
+    pub(crate) queue: Option<std::time::Duration>,
     /// Where the request's actual cost comes from once the handler answered (`settle`); `None`:
     /// the estimate (`cost`) stands, unless a [`Settle`](crate::layer::Settle) marker names the
     /// limit.
-    pub settle: Option<SettleSpec>,
+    pub(crate) settle: Option<SettleSpec>,
     /// The most requests in flight per key among the matching ones (`concurrency`), taken once
     /// every quota admitted a request and held until its response body ends or it is dropped.
-    pub concurrency: Option<std::num::NonZeroU32>,
+    pub(crate) concurrency: Option<std::num::NonZeroU32>,
     /// What a store failure on this limit does (`fail_mode`); `None`: the layer's policy (and,
     /// on a store with a local fallback, that fallback).
-    pub fail_mode: Option<FailMode>,
+    pub(crate) fail_mode: Option<FailMode>,
     /// Where a request's tier is read (`tier`): a header (`header:x-plan`) or a key extractor
     /// registered in code; `None`: no tiers, `rule` applies to every request.
-    pub tier: Option<KeyPart>,
+    pub(crate) tier: Option<KeyPart>,
     /// The rule of each tier (`tiers`), by the tier's value; a request whose value is missing or
     /// not listed takes `rule` (the default tier). Each tier has the limit's strategy, burst and
     /// window offset.
-    pub tiers: Vec<(String, Rule)>,
+    pub(crate) tiers: Vec<(String, Rule)>,
 }
 
 /// Requests no limit applies to (`[[exempt]]`): a path pattern and, optionally, methods.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Exempt {
+pub(crate) struct Exempt {
     /// Which paths.
-    pub path: PathPattern,
+    pub(crate) path: PathPattern,
     /// Which methods (empty: all).
-    pub methods: Vec<Method>,
+    pub(crate) methods: Vec<Method>,
 }
 
 impl Exempt {
     /// Whether a request of `method` on raw path `path` is exempt.
     #[inline]
-    pub fn matches(&self, method: &Method, path: &str) -> bool {
+    pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.contains(method)) && self.path.matches(path)
     }
 }
@@ -364,7 +333,7 @@ impl Exempt {
 /// Where a limit of a rules file learns what a request actually cost (its `settle` field).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum SettleSpec {
+pub(crate) enum SettleSpec {
     /// `"marker"`: a [`Settle`](crate::layer::Settle) marker without a limiter name, as well as
     /// one naming the limit (which every limit takes).
     Marker,
@@ -400,7 +369,7 @@ impl SettleSpec {
 impl LimitSpec {
     /// Whether the limit applies to a request of `method` on raw path `path`.
     #[inline]
-    pub fn matches(&self, method: &Method, path: &str) -> bool {
+    pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.contains(method)) && self.path.matches(path)
     }
 
@@ -415,23 +384,14 @@ impl LimitSpec {
 
 /// A parsed and validated rules file: its limits in the file's order, and its exemptions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RulesFile {
+pub(crate) struct RulesFile {
     /// The limits.
-    pub limits: Vec<LimitSpec>,
+    pub(crate) limits: Vec<LimitSpec>,
     /// Requests no limit applies to (a health check, say).
-    pub exempt: Vec<Exempt>,
+    pub(crate) exempt: Vec<Exempt>,
 }
 
 impl RulesFile {
-    /// The largest rules file read (16 MiB): a bigger one is refused with an error, never parsed.
-    pub const MAX_BYTES: usize = MAX_RULES_FILE_BYTES;
-
-    /// The most limits (and the most exemptions) a rules file may have.
-    pub const MAX_LIMITS: usize = MAX_LIMITS;
-
-    /// The most entries a limit's (or an exemption's) `methods` may list.
-    pub const MAX_METHODS: usize = MAX_METHODS;
-
     /// Parses and validates the text of a rules file.
     ///
     /// # Errors
@@ -439,10 +399,11 @@ impl RulesFile {
     /// unknown field, strategy or key, a quota that does not parse, a duplicate or invalid name,
     /// a path that can never match, a `burst` with a window strategy, a `window_offset` that does
     /// not parse or with a strategy without clock-aligned windows, a `queue_ms` that a queue
-    /// cannot honour, a reserved field, more than [`RulesFile::MAX_LIMITS`] limits or [`RulesFile::MAX_METHODS`]
+    /// cannot honour, a reserved field, more than [`MAX_LIMITS`] limits or [`MAX_METHODS`]
     /// methods in one limit. A limit's `fail_mode = "local"` is accepted here: whether its store
     /// has a local fallback is checked when [`Rules`](super::Rules) are built on one.
-    pub fn parse(text: &str) -> Result<Self, RulesError> {
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str) -> Result<Self, RulesError> {
         Self::parse_on(text, true)
     }
 

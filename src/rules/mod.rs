@@ -4,7 +4,7 @@
 //! in the guide's chapter [rules files and reloads](crate::guide::rules).
 //!
 //! [`Rules::layer`] is a [`RateLimitLayer`](crate::layer::RateLimitLayer), the pipeline of a single
-//! limiter with a file's limits in place of the limiter (see [`FileLimits`]): its response hooks,
+//! limiter with a file's limits in place of the limiter: its response hooks,
 //! gRPC answers, failure policy (the [`RulesOptions`]' by default), pacing and `skip` apply here
 //! too, and it wraps any inner service body (tonic's included).
 //!
@@ -26,9 +26,7 @@ mod reload;
 mod slots;
 mod store_kind;
 use crate::metrics;
-pub use decided::{RulesAnswer, RulesDecided};
 use enforce::Held;
-pub use limits::{FileLimits, RulesKeys};
 pub use reload::ReloadReport;
 use reload::{content_hash, read_rules};
 
@@ -43,10 +41,9 @@ use http::request::Parts;
 
 pub use named::NamedKeys;
 
-pub use file::{
-    Exempt, FailMode, KeyPart, KeySpec, LimitSpec, MissingKey, PathPattern, RulesError, RulesFile,
-    SettleSpec,
-};
+// The schema's Rust types are internal: the TOML keys are the contract.
+use file::{FailMode, LimitSpec, SettleSpec};
+pub use file::{MissingKey, RulesError};
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyExtractor, PeerIp};
@@ -464,6 +461,18 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         Some(limit.limiter.stats())
     }
 
+    /// The rule of the limit named `limit` now (its default tier's, for a limit with tiers): its
+    /// strategy and quotas as the file gives them. `None` when the current rules have no such
+    /// limit.
+    pub fn rule(&self, limit: &str) -> Option<Rule> {
+        let current = self.shared.current.load();
+        current
+            .limits
+            .iter()
+            .find(|l| l.spec.name == limit && TierMatch::is_default(l.tier.as_ref()))
+            .map(|l| l.rule().clone())
+    }
+
     /// The names of the current limits, in the file's order.
     pub fn names(&self) -> Vec<String> {
         let current = self.shared.current.load();
@@ -620,7 +629,7 @@ fn write_success_headers<St, C, B>(
 #[cfg(test)]
 mod tests {
     use super::compile::{LONE_CHECK_MAX, lone_enforced};
-    use super::*;
+    use super::file::{PathPattern, RulesFile};
 
     fn lone(text: &str) -> bool {
         let file = RulesFile::parse(text).expect("a valid file");

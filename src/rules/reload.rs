@@ -206,7 +206,7 @@ pub(super) const RETIRE_WAIT: Duration = Duration::from_millis(200);
 /// How long a changed rules file must keep the same content before it is loaded.
 pub(super) const SETTLE_TIME: Duration = Duration::from_millis(25);
 
-/// Reads a rules file, refusing one above [`RulesFile::MAX_BYTES`](super::RulesFile::MAX_BYTES) before reading it whole.
+/// Reads a rules file, refusing one above [`MAX_RULES_FILE_BYTES`] before reading it whole.
 pub(super) fn read_rules(path: &Path) -> Result<String, RulesError> {
     use std::io::Read as _;
     let fail = |e: &dyn std::fmt::Display| RulesError::whole(format!("{}: {e}", path.display()));

@@ -50,7 +50,8 @@ pub trait Store<K>: Send + Sync + 'static {
     /// Redis counts in microseconds, so a bucket quota finer than that is a [`ConfigError`].
     ///
     /// # Errors
-    /// [`ConfigError`] for a rule the store cannot represent.
+    /// [`ConfigError`] for a rule the store cannot represent (a custom store's own reason:
+    /// [`ConfigError::store`]).
     fn validate(&self, rule: &Rule) -> Result<(), ConfigError> {
         let _ = rule;
         Ok(())
@@ -88,7 +89,7 @@ pub trait Store<K>: Send + Sync + 'static {
     /// item whose store failed is answered with its error, charged nothing, and blocks no other:
     /// the caller's failure policy decides (fail-closed: settle the others to 0).
     ///
-    /// The default is the two-phase protocol ([`apply_all_in_turn`]): the items are reserved in
+    /// The default is the two-phase protocol ([`AllAnswer::in_turn`]): the items are reserved in
     /// the given order (one [`Store::apply`] each), and on a rejection the reservations already
     /// made are settled to 0. It never over-admits (each item admits within its own quota); a
     /// concurrent request on one of the keys may be falsely rejected for the time of one
@@ -100,7 +101,7 @@ pub trait Store<K>: Send + Sync + 'static {
         Self: Sized,
         K: Sync,
     {
-        AllAnswer::later(Box::pin(apply_all_in_turn(items, now)))
+        AllAnswer::in_turn(items, now)
     }
 }
 
@@ -128,12 +129,15 @@ impl<K, S> Copy for Item<'_, K, S> {}
 /// The answers of [`Store::apply_all`]: `(item index, answer)` in the items' order, ending with
 /// the first rejection if any, or (the memory store) every item answered, rejections included,
 /// and the admitted ones given back when one rejected.
-pub type Answers = Vec<(usize, Result<Decision, StoreError>)>;
+pub(crate) type Answers = Vec<(usize, Result<Decision, StoreError>)>;
 
 /// A future of [`Answers`] borrowing the items.
-pub type AnswersFuture<'a> = Pin<Box<dyn Future<Output = Answers> + Send + 'a>>;
+type AnswersFuture<'a> = Pin<Box<dyn Future<Output = Answers> + Send + 'a>>;
 
-/// The answer of [`Store::apply_all`]: ready now (the memory store), or a future.
+/// The answer of [`Store::apply_all`]: ready now (the memory store), or a future. Its output is
+/// one `(item index, answer)` pair per item decided, in the items' order, ending with the first
+/// rejection if any (the memory store answers every item, rejections included, and gives the
+/// admitted ones back when one rejected).
 pub struct AllAnswer<'a> {
     inner: AllInner<'a>,
 }
@@ -154,16 +158,18 @@ impl std::fmt::Debug for AllAnswer<'_> {
 
 impl<'a> AllAnswer<'a> {
     /// Answers known at once.
-    pub fn now(answers: Answers) -> Self {
+    pub fn now(answers: Vec<(usize, Result<Decision, StoreError>)>) -> Self {
         Self {
             inner: AllInner::Now(Some(answers)),
         }
     }
 
-    /// Answers that come later.
-    pub fn later(future: AnswersFuture<'a>) -> Self {
+    /// Answers that come later, from `future` (boxed here: one allocation).
+    pub fn later(
+        future: impl Future<Output = Vec<(usize, Result<Decision, StoreError>)>> + Send + 'a,
+    ) -> Self {
         Self {
-            inner: AllInner::Later(future),
+            inner: AllInner::Later(Box::pin(future)),
         }
     }
 
@@ -171,7 +177,8 @@ impl<'a> AllAnswer<'a> {
     ///
     /// # Errors
     /// The answer itself, when it is a future.
-    pub fn into_now(self) -> Result<Answers, Self> {
+    #[allow(clippy::type_complexity)]
+    pub fn into_now(self) -> Result<Vec<(usize, Result<Decision, StoreError>)>, Self> {
         match self.inner {
             AllInner::Now(Some(a)) => Ok(a),
             inner => Err(Self { inner }),
@@ -180,7 +187,7 @@ impl<'a> AllAnswer<'a> {
 }
 
 impl Future for AllAnswer<'_> {
-    type Output = Answers;
+    type Output = Vec<(usize, Result<Decision, StoreError>)>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answers> {
         match &mut self.inner {
@@ -190,13 +197,17 @@ impl Future for AllAnswer<'_> {
     }
 }
 
-/// The two-phase [`Store::apply_all`] (its default): each item reserved in the given order with
-/// [`Store::apply`], and on a rejection the reservations already made settled to 0 (a failed
-/// settlement is logged: its units stay spent, which under-admits, never over-admits).
-pub async fn apply_all_in_turn<K: Sync, S: Store<K>>(
-    items: &[Item<'_, K, S>],
-    now: u64,
-) -> Answers {
+impl<'a> AllAnswer<'a> {
+    /// The two-phase [`Store::apply_all`] (its default): each item reserved in the given order with
+    /// [`Store::apply`], and on a rejection the reservations already made settled to 0 (a failed
+    /// settlement is logged: its units stay spent, which under-admits, never over-admits).
+    pub fn in_turn<K: Sync, S: Store<K>>(items: &'a [Item<'a, K, S>], now: u64) -> Self {
+        Self::later(apply_all_in_turn(items, now))
+    }
+}
+
+/// The answers of [`AllAnswer::in_turn`].
+async fn apply_all_in_turn<K: Sync, S: Store<K>>(items: &[Item<'_, K, S>], now: u64) -> Answers {
     let mut out: Answers = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
         let answer = it

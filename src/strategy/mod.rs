@@ -13,6 +13,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::decision::Outcome;
+use crate::quota::{ParseError, ParseErrorKind};
 
 pub(crate) use moving_window::MAX_MOVING_WINDOW_LIMIT;
 
@@ -101,37 +102,14 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// An unknown strategy name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnknownStrategy(String);
-
-impl UnknownStrategy {
-    /// The name that is not a strategy's.
-    pub fn input(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for UnknownStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown strategy {:?} (expected one of", self.0)?;
-        for s in Strategy::ALL {
-            write!(f, " {s}")?;
-        }
-        f.write_str(")")
-    }
-}
-
-impl std::error::Error for UnknownStrategy {}
-
 impl FromStr for Strategy {
-    type Err = UnknownStrategy;
+    type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Strategy::ALL
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+            .ok_or_else(|| ParseError::new(s, 0, ParseErrorKind::UnknownStrategy))
     }
 }
 

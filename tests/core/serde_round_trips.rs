@@ -1,6 +1,6 @@
 //! The configuration types written with serde read back as equal values: `Quota` (with its burst
-//! when one was set), `Strategy`, `WindowOffset`, `Rule` (with its window offset) and a rules
-//! file's `LimitSpec`, for random values (proptest), through JSON.
+//! when one was set), `Strategy`, `WindowOffset` and `Rule` (with its window offset), for
+//! random values (proptest), through JSON.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -9,7 +9,6 @@ use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tollgate::rules::{LimitSpec, RulesFile};
 use tollgate::{Quota, Rule, Strategy, WindowOffset};
 
 use crate::oracle::config;
@@ -84,112 +83,6 @@ fn arb_rule() -> impl proptest::strategy::Strategy<Value = Rule> {
         )
 }
 
-/// A rules file's one limit, written as TOML with random fields and parsed (the values the file
-/// refuses are left out).
-fn arb_limit() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
-    let paths = [
-        "/",
-        "/login",
-        "/api/*",
-        "/users/{id}/posts",
-        "/caf\u{e9} \"x\"\\y",
-    ];
-    let keys = ["ip", "global", "header:x-user", "ip+header:x-user"];
-    (
-        "[a-z][a-z0-9_-]{0,8}",
-        proptest::option::of(proptest::sample::select(paths.to_vec())),
-        proptest::option::of(proptest::sample::subsequence(
-            vec!["GET", "post", "PUT"],
-            1..3,
-        )),
-        proptest::option::of(proptest::sample::select(keys.to_vec())),
-        proptest::option::of(proptest::sample::select(vec!["reject", "global"])),
-        arb_strategy(),
-        proptest::collection::vec(arb_quota(), 1..3),
-        (proptest::option::of(1u32..100), 1u32..5, any::<bool>()),
-        (arb_offset(), proptest::option::of(1u64..100_000)),
-        (
-            proptest::option::of(1u32..1000),
-            proptest::option::of(proptest::sample::select(vec!["open", "closed", "local"])),
-        ),
-        (
-            proptest::option::of(proptest::sample::select(vec!["marker", "header:x-used"])),
-            proptest::option::of(proptest::collection::vec(arb_quota(), 1..3)),
-        ),
-    )
-        .prop_filter_map(
-            "a limit the file accepts",
-            |(
-                name,
-                path,
-                methods,
-                key,
-                missing,
-                strategy,
-                quotas,
-                (burst, cost, shadow),
-                (offset, queue),
-                (concurrency, fail_mode),
-                (settle, tiers),
-            )| {
-                let json = |s: &str| serde_json::to_string(s).expect("a string");
-                let mut t = format!(
-                    "[[limit]]\nname = {}\nstrategy = {}\n",
-                    json(&name),
-                    json(strategy.name())
-                );
-                let text: Vec<String> = quotas.iter().map(Quota::to_string).collect();
-                t += &format!(
-                    "quotas = {}\ncost = {cost}\nshadow = {shadow}\n",
-                    json(&text.join("; "))
-                );
-                if let Some(p) = path {
-                    t += &format!("path = {}\n", json(p));
-                }
-                if let Some(m) = methods {
-                    let m: Vec<String> = m.iter().map(|m| json(m)).collect();
-                    t += &format!("methods = [{}]\n", m.join(", "));
-                }
-                if let Some(k) = key {
-                    t += &format!("key = {}\n", json(k));
-                }
-                if let Some(m) = missing {
-                    t += &format!("on_missing_key = {}\n", json(m));
-                }
-                let queued = strategy == Strategy::LeakyBucket && quotas.len() == 1 && !shadow;
-                match (queue, burst) {
-                    (Some(q), _) if queued => t += &format!("queue_ms = {q}\n"),
-                    (_, Some(b)) if strategy.is_bucket() => t += &format!("burst = {b}\n"),
-                    _ => {}
-                }
-                if has_windows(strategy) {
-                    t += &format!("window_offset = {}\n", json(&offset.to_string()));
-                }
-                if let Some(c) = concurrency.filter(|_| !shadow) {
-                    t += &format!("concurrency = {c}\n");
-                }
-                if let Some(f) = fail_mode {
-                    t += &format!("fail_mode = {}\n", json(f));
-                }
-                if let Some(s) = settle {
-                    t += &format!("settle = {}\n", json(s));
-                }
-                if let Some(tiers) = tiers {
-                    let items: Vec<String> = tiers
-                        .iter()
-                        .enumerate()
-                        .map(|(i, q)| format!("t{i} = {}", json(&q.to_string())))
-                        .collect();
-                    t += &format!(
-                        "tier = \"header:x-plan\"\ntiers = {{ {} }}\n",
-                        items.join(", ")
-                    );
-                }
-                RulesFile::parse(&t).ok()?.limits.into_iter().next()
-            },
-        )
-}
-
 proptest! {
     #![proptest_config(config(REGRESSIONS))]
 
@@ -211,12 +104,6 @@ proptest! {
         let (json, back) = round_trip(&rule);
         prop_assert_eq!(back.window_offset(), rule.window_offset(), "{}", json);
         prop_assert_eq!(back, rule, "{}", json);
-    }
-
-    #[test]
-    fn rules_file_limits_read_back_equal(limit in arb_limit()) {
-        let (json, back) = round_trip(&limit);
-        prop_assert_eq!(back, limit, "{}", json);
     }
 }
 
@@ -267,30 +154,4 @@ fn written_forms_are_the_notations_and_bad_values_are_refused() {
             .to_string();
         assert!(e.contains(why), "{json}: {e}");
     }
-    // A limit reads back through the file's validation, and one the file cannot express is not
-    // written.
-    let e = serde_json::from_str::<LimitSpec>(
-        r#"{"name":"a","quotas":"1/s","strategy":"fixed-window","burst":3}"#,
-    )
-    .expect_err("burst on a window")
-    .to_string();
-    assert!(e.contains("burst has no meaning"), "{e}");
-    let mut limit = RulesFile::parse(
-        "[[limit]]\nname = \"a\"\nstrategy = \"token-bucket\"\nquotas = \"1/s; 9/minute\"\n",
-    )
-    .unwrap()
-    .limits
-    .remove(0);
-    let quotas = [
-        "1/s"
-            .parse::<Quota>()
-            .unwrap()
-            .with_burst(NonZeroU32::new(2).unwrap()),
-        "9/minute".parse().unwrap(),
-    ];
-    limit.rule = Rule::new(Strategy::TokenBucket, quotas).unwrap();
-    let e = serde_json::to_string(&limit)
-        .expect_err("two bursts")
-        .to_string();
-    assert!(e.contains("one burst"), "{e}");
 }

@@ -7,7 +7,7 @@ use http::{HeaderValue, Request};
 use proptest::prelude::*;
 use tollgate::key::{
     ExtensionKey, ForwardedHeader, ForwardedIp, HeaderKey, KeyExtractor, PeerAddr, PeerIp,
-    ValueKey, normalize_ip, username_key,
+    ValueKey, normalize_ip,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -22,7 +22,7 @@ fn parts(peer: IpAddr, headers: &[(&str, &[u8])]) -> Parts {
     }
     let mut req = b.body(()).unwrap();
     req.extensions_mut()
-        .insert(PeerAddr(SocketAddr::new(peer, 4000)));
+        .insert(PeerAddr::new(SocketAddr::new(peer, 4000)));
     req.into_parts().0
 }
 
@@ -255,7 +255,7 @@ fn composite_ip_and_username() {
     let x = (PeerIp::default(), ExtensionKey::<User>::new());
     let with = |peer: &str, name: &str| {
         let mut p = parts(ip(peer), &[]);
-        p.extensions.insert(User(username_key(name)));
+        p.extensions.insert(User(ValueKey::username(name)));
         x.extract(&p).unwrap()
     };
     assert_eq!(with("1.2.3.4", "Alice"), with("1.2.3.4", " alice "));

@@ -106,7 +106,7 @@ fn warnings_are_logged_once_not_per_request() {
                     .body(Full::default())
                     .unwrap();
                 req.extensions_mut()
-                    .insert(tollgate::key::PeerAddr("10.0.0.1:1".parse().unwrap()));
+                    .insert(tollgate::key::PeerAddr::new("10.0.0.1:1".parse().unwrap()));
                 assert_eq!(
                     svc.clone().oneshot(req).await.unwrap().status(),
                     StatusCode::OK
@@ -140,7 +140,7 @@ fn warnings_are_logged_once_not_per_request() {
                     .body(Full::default())
                     .unwrap();
                 req.extensions_mut()
-                    .insert(tollgate::key::PeerAddr("10.0.0.1:1".parse().unwrap()));
+                    .insert(tollgate::key::PeerAddr::new("10.0.0.1:1".parse().unwrap()));
                 svc.clone().oneshot(req).await.unwrap();
             }
             assert_eq!(logs.count("trusts every proxy"), 1);

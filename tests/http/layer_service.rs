@@ -648,7 +648,7 @@ proptest! {
         let mut req = b.body(Body::default()).unwrap();
         if let Some((a, b, port)) = peer {
             let addr = SocketAddr::from(([10, a, b, 1], port));
-            req.extensions_mut().insert(PeerAddr(addr));
+            req.extensions_mut().insert(PeerAddr::new(addr));
         }
         let status = run(svc.oneshot(req)).unwrap().status();
         prop_assert!([200u16, 400, 429].contains(&status.as_u16()), "{}", status);

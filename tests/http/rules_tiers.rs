@@ -276,3 +276,44 @@ fn a_file_naming_what_it_cannot_use_is_refused_saying_why() {
         .unwrap_err();
     assert!(e.to_string().contains("not ip or global"), "{e}");
 }
+
+#[test]
+fn a_limits_rule_is_its_default_tiers_and_follows_a_reload() {
+    let rules = Rules::memory(
+        r#"
+        [[limit]]
+        name = "api"
+        strategy = "token-bucket"
+        quotas = "10/minute"
+        tier = "header:x-plan"
+        tiers = { pro = "100/minute" }
+
+        [[limit]]
+        name = "login"
+        strategy = "moving-window"
+        quotas = "5/minute; 20/hour"
+        "#,
+        options(),
+    )
+    .unwrap();
+    let api = rules.rule("api").unwrap();
+    assert_eq!(api.strategy(), tollgate::Strategy::TokenBucket);
+    assert_eq!(
+        api.quotas(),
+        &["10/minute".parse::<tollgate::Quota>().unwrap()]
+    );
+    let login = rules.rule("login").unwrap();
+    assert_eq!(login.strategy(), tollgate::Strategy::MovingWindow);
+    assert_eq!(login.quotas().len(), 2);
+    assert!(rules.rule("pro").is_none() && rules.rule("nothing").is_none());
+    rules
+        .reload_text(
+            "[[limit]]\nname = \"login\"\nstrategy = \"fixed-window\"\nquotas = \"3/minute\"\n",
+        )
+        .unwrap();
+    assert_eq!(
+        rules.rule("login").map(|r| r.strategy()),
+        Some(tollgate::Strategy::FixedWindow)
+    );
+    assert!(rules.rule("api").is_none(), "removed by the reload");
+}

@@ -112,7 +112,10 @@ async fn stacked_limiters_each_settle_their_own_reservation_from_one_extension()
     let inner = limiter("per-route", "50/hour");
     let outer = limiter("per-app", "80/hour");
     let app = Router::new()
-        .route("/", get(|| async { (axum::Extension(UsedUnits(7)), "ok") }))
+        .route(
+            "/",
+            get(|| async { (axum::Extension(UsedUnits::new(7)), "ok") }),
+        )
         .layer(RateLimitLayer::new(inner.clone(), GlobalKey).settle_from(SettleFrom::extension()))
         .layer(RateLimitLayer::new(outer.clone(), GlobalKey).settle_from(SettleFrom::extension()));
     let server = TestServer::start(app).await;
@@ -133,7 +136,10 @@ async fn a_limiter_without_a_source_keeps_its_count_under_one_that_settles() {
     let inner = limiter("settles", "50/hour");
     let outer = limiter("counts", "80/hour");
     let app = Router::new()
-        .route("/", get(|| async { (axum::Extension(UsedUnits(7)), "ok") }))
+        .route(
+            "/",
+            get(|| async { (axum::Extension(UsedUnits::new(7)), "ok") }),
+        )
         .layer(RateLimitLayer::new(inner.clone(), GlobalKey).settle_from(SettleFrom::extension()))
         .layer(RateLimitLayer::new(outer.clone(), GlobalKey));
     let server = TestServer::start(app).await;

@@ -374,9 +374,18 @@ async fn a_custom_store_answering_at_once_is_decided_during_call() {
 }
 
 #[test]
-fn a_rule_the_store_cannot_represent_is_refused_at_build() {
+fn a_rule_the_store_cannot_represent_is_refused_at_build_with_the_stores_own_error() {
     #[derive(Debug, Default)]
     struct Picky(LimiterNames);
+    /// The store's own reason.
+    #[derive(Debug)]
+    struct NoBuckets;
+    impl std::fmt::Display for NoBuckets {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("no buckets here")
+        }
+    }
+    impl std::error::Error for NoBuckets {}
     impl Store<()> for Picky {
         type Future = Ready<Result<Decision, StoreError>>;
         fn apply(&self, _: &(), _: Scope<'_>, _: Op, _: u64) -> Answer<Self::Future> {
@@ -387,7 +396,7 @@ fn a_rule_the_store_cannot_represent_is_refused_at_build() {
         }
         fn validate(&self, rule: &Rule) -> Result<(), ConfigError> {
             match rule.strategy() {
-                Strategy::TokenBucket => Err(ConfigError::Store("no buckets here".into())),
+                Strategy::TokenBucket => Err(ConfigError::store(NoBuckets)),
                 _ => Ok(()),
             }
         }
@@ -405,7 +414,13 @@ fn a_rule_the_store_cannot_represent_is_refused_at_build() {
         .store(Picky::default())
         .build()
         .unwrap_err();
-    assert_eq!(e, ConfigError::Store("no buckets here".into()));
+    match &e {
+        ConfigError::Store(cause) => assert!(cause.downcast_ref::<NoBuckets>().is_some()),
+        other => panic!("{other:?}"),
+    }
+    assert!(std::error::Error::source(&e).is_some_and(|s| s.is::<NoBuckets>()));
+    assert_eq!(e.to_string(), "store configuration: no buckets here");
+    assert_eq!(e, ConfigError::store(NoBuckets));
 }
 
 /// A store whose settlements fail (Redis gone between the check and the response), counting them.

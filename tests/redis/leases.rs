@@ -489,7 +489,9 @@ fn build_refuses_leasing_for_the_strategies_it_cannot_bound_and_says_why() {
                 .store(s.clone())
                 .build();
             match built {
-                Err(ConfigError::Store(m)) => {
+                Err(e @ ConfigError::Unleasable(s)) => {
+                    assert_eq!(s, strategy);
+                    let m = e.to_string();
                     assert!(m.contains("leasing") && m.contains(why), "{m}")
                 }
                 other => panic!("{strategy}: {other:?}"),

@@ -8,7 +8,9 @@ use std::error::Error as _;
 
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Scope, Store};
-use tollgate::{BuildError, ConfigError, Op, Rule, StoreErrorKind, Strategy, TlsFileProblem};
+use tollgate::{
+    BuildError, ConfigError, Op, Rule, StoreErrorKind, Strategy, TlsFileProblem, UrlProblem,
+};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -33,11 +35,55 @@ fn configuration_mistakes_are_config_errors_at_build_with_a_clear_message() {
         let plain = format!("redis://127.0.0.1:{port}");
 
         let e = config_error(RedisStore::builder("http://127.0.0.1:1")).await;
-        assert!(matches!(e, ConfigError::RedisUrl { .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                ConfigError::RedisUrl {
+                    problem: UrlProblem::Scheme,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("expected redis://host:port"), "{e}");
         let e = config_error(RedisStore::builder("redis+sentinel://127.0.0.1:26379")).await;
+        assert!(
+            matches!(
+                e,
+                ConfigError::RedisUrl {
+                    problem: UrlProblem::SentinelPath,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("/SERVICE"), "{e}");
+        // A URL the `redis` crate refuses: its error is the cause, the message masks the password.
+        let e = config_error(RedisStore::builder("redis://:s3cret@127.0.0.1:notaport")).await;
+        let ConfigError::RedisUrl {
+            problem: UrlProblem::Refused(cause),
+            ..
+        } = &e
+        else {
+            panic!("{e:?}")
+        };
+        assert!(!cause.to_string().is_empty());
+        assert!(
+            std::error::Error::source(&e).is_some_and(|s| s.is::<redis::RedisError>()),
+            "{e:?}"
+        );
+        assert!(!e.to_string().contains("s3cret"), "{e}");
         let e = config_error(RedisStore::builder("redis+cluster://:s3cret@")).await;
+        assert!(
+            matches!(
+                e,
+                ConfigError::RedisUrl {
+                    problem: UrlProblem::NoClusterNode,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("no Cluster node"), "{e}");
         assert!(
             !e.to_string().contains("s3cret"),
@@ -65,7 +111,10 @@ fn configuration_mistakes_are_config_errors_at_build_with_a_clear_message() {
         .await;
         assert_eq!(
             e,
-            ConfigError::TlsNeedsTlsUrl(format!("redis://:***@127.0.0.1:{port}"))
+            ConfigError::RedisUrl {
+                url: format!("redis://:***@127.0.0.1:{port}"),
+                problem: UrlProblem::NotTls,
+            }
         );
         assert!(e.to_string().contains("needs a TLS URL (rediss://"), "{e}");
 

@@ -528,7 +528,7 @@ fn same_instant_requests_are_all_counted() {
 }
 
 async fn futures_join(
-    calls: Vec<tollgate::store::Answer<tollgate::store::redis::RedisFuture>>,
+    calls: Vec<tollgate::store::Answer<<RedisStore as Store<String>>::Future>>,
 ) -> Vec<Decision> {
     let handles: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
     let mut out = Vec::new();

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use redis_support::RedisServer;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Scope, Store};
-use tollgate::{BuildError, ConfigError, Op, Rule, Strategy, TlsFileProblem};
+use tollgate::{BuildError, ConfigError, Op, Rule, Strategy, TlsFileProblem, UrlProblem};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -207,7 +207,13 @@ fn rediss_with_a_private_ca_decides_exactly_and_an_unknown_ca_is_refused_at_star
             .await
             .unwrap_err();
         assert!(
-            matches!(e, BuildError::Config(ConfigError::TlsNeedsTlsUrl(_))),
+            matches!(
+                e,
+                BuildError::Config(ConfigError::RedisUrl {
+                    problem: UrlProblem::NotTls,
+                    ..
+                })
+            ),
             "{e}"
         );
         let e = RedisStore::builder(&url)

@@ -14,7 +14,7 @@ pub(super) enum Segment {
 /// for one non-empty segment. Raw path, case-sensitive, no trailing-slash folding. Matching walks
 /// the path once and allocates nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PathPattern {
+pub(crate) struct PathPattern {
     text: Box<str>,
     segments: Box<[Segment]>,
     /// Ends with `/*`: the path may go on below the segments.
@@ -28,7 +28,7 @@ impl PathPattern {
     /// A [`RulesError`] without a position for a pattern that could never match a request path:
     /// not starting with `/`, a `*` other than a final `/*`, braces that are not a whole `{name}`
     /// segment, `?` or `#`.
-    pub fn parse(text: &str) -> Result<Self, RulesError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, RulesError> {
         Self::parse_text(text).map_err(RulesError::whole)
     }
 
@@ -79,13 +79,13 @@ impl PathPattern {
     }
 
     /// The pattern as written.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 
     /// Whether the raw request path `path` matches.
     #[inline]
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         // `/*`, the default: every path (each starts with `/`), without splitting it.
         if self.prefix && matches!(&*self.segments, [Segment::Literal(l)] if l.is_empty()) {
             return path.starts_with('/');

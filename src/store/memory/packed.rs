@@ -13,37 +13,10 @@
 //! time below [`NOW_LIMIT`] fits; later times use the general entries.
 //!
 //! Windows whose absolute index and counts do not fit (large limits, short windows) store the index
-//! on a ring: modulo `2^k` with `2^k` windows spanning at least [`RING_SPAN`] (two days), read back
-//! relative to the current window: up to 7/8 of the ring behind it, up to 1/8 ahead (a clock that
-//! went back: a clock stepped back further than 1/8 of the ring, 6 hours at least, reads a state as
-//! old and forgets its counts; the crate's clocks never go back, a custom [`Clock`](crate::Clock)
-//! may). A state with zero counts reads as a new key's whatever its index. A state older than 7/8
-//! of the ring would read as one ahead of now; the store does not keep one: while decisions come,
-//! the sweep drops states once fresh (a whole rotation takes seconds), and the first decision after
-//! a gap of 3 hours or more sweeps every state read as of the gap's start (one that reads as of now
-//! as starting within a minute of now is kept, as a state another thread may have just written:
-//! after a gap of a whole ring, give or take that minute, its counts apply one window more). A sliding
-//! window counter whose two counts still do not fit keeps the previous bucket's count rounded up to
-//! a multiple of `2^s` (it only weighs on the estimate, which it can raise by less than `2^s`: again
-//! stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
-//! limit.
-//!
-//! A first-hit window starts at any nanosecond: its start is stored on a ring of `2^(63 - c)`
-//! units of `g = 2^k` ns (`c` the count's bits) spanning two days and two windows at least, read
-//! back as window indices are. `g` is the smallest power of two that makes the ring fit: 1 ns (the
-//! start whole, exact) for limits up to `2^15 - 1` per window of up to 1.6 days
-//! (`c + log2(2 W) <= 63`). Every other first-hit rule (any limit up to `u32::MAX`, any window up
-//! to the maximum) stores its start rounded UP to a multiple of `g`: the window then ends up to
-//! `g - 1` ns later than the exact strategy's (stricter by at most `g`, never more lenient); the
-//! count is never rounded (a count rounded up on every increment compounds). `g` for `u32::MAX`
-//! per window of up to a day is `2^17` ns (131 us); for a 10-year window `2^29` ns (0.54 s).
-//! The rounded end is honest everywhere: a verdict's reset and retry times point at it (not at
-//! `now + W`), the state stays held until it ([`FixedWindow::fresh_at`] of the rounded start),
-//! and the rule's horizon ([`Rule::horizon`]) is `W + g - 1` (see [`first_hit_grain`](crate::strategy::first_hit_grain)). A
-//! refund (settlement) of a reservation made in the window's first `g` ns, before its rounded
-//! start, is dropped (as one made in an earlier window is): stricter, never more lenient; a charge
-//! above such a reservation is counted in the window (and so is one above a reservation made in
-//! the previous window's last grain, which the state cannot tell apart: stricter).
+//! on a ring ([`Ring`](layout::Ring): how far behind and ahead it reads, and what the sweep does
+//! after a gap); a first-hit window's start is stored rounded up to a grain
+//! ([`FirstHit`](packable::FirstHit)). Both are stricter than the exact strategy, never more
+//! lenient; the guide's [stores](crate::guide::stores) chapter gives the bounds users see.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

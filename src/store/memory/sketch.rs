@@ -17,18 +17,13 @@
 //!   next eviction is its own spend too: over-counts never compound, whatever the number of
 //!   evict-and-return generations or the size of a flood.
 //! - **A record is never less than what the key spent.** A key's record is the maximum of its
-//!   summaries at each eviction, and each summary includes what it was restored with, so while the
-//!   record is held it bounds everything the key spent in its horizon. A record is dropped only when
-//!   its time has passed, or to make room in a full bucket, where the least spent share goes first:
-//!   a key is forgotten (and comes back as new) only when [`WAYS`] other keys' live records, each of
-//!   a share at least as spent, held its bucket within its horizon (a more spent share takes the
-//!   place of the least spent; among equals the record held first stays, so of nine equally spent
-//!   keys in one bucket the last evicted is forgotten). A flood of keys that each spend
-//!   less of their quota than a key (one-request keys against a key that spent 3 of 10) never
-//!   gives it anything back. Strictness for every key and an over-count that stays bounded cannot
-//!   both hold once a flood holds more keys than memory sized by the cap can tell apart (a key that
-//!   cannot be told from a flooded one must be charged as one, and charged again for what it spends
-//!   in turn): this design keeps the bound and gives up a record only to records more spent.
+//!   summaries at each eviction, each including what it was restored with. A record is dropped
+//!   only when its time has passed, or to make room in a full bucket, least spent share first (a
+//!   more spent share takes the place of the least spent; among equals the record held first
+//!   stays): a key comes back as new only when [`WAYS`] other live records at least as spent held
+//!   its bucket within its horizon. Why strictness and a bounded over-count cannot both hold
+//!   against any flood, and what a flood costs, are in the guide's [stores](crate::guide::stores)
+//!   chapter.
 //!
 //! A slot is 16 bytes: the fingerprint, 24 bits of units (saturated: "the whole limit"), 8 bits
 //! of rank, and the time in nanoseconds. A bucket is a small mutex around its slots: records and

@@ -134,7 +134,7 @@ impl RedisStoreBuilder {
     /// decides locally against it, so a hot key costs one Redis call per lease instead of one per
     /// request. Offered for the fixed window (clock-aligned), the sliding window counter and the
     /// token bucket; [`Builder::build`](crate::Builder::build) refuses it for the other
-    /// strategies with a [`ConfigError::Store`] that says why. See [`Leasing`] for the sizes and
+    /// strategies with a [`ConfigError::Unleasable`] (its message says why). See [`Leasing`] for the sizes and
     /// the bounds. Off by default.
     pub fn leases(mut self, leasing: Leasing) -> Self {
         self.leasing = Some(leasing);
@@ -177,10 +177,9 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     /// [`BuildError::Config`] for a configuration mistake, found before connecting: a URL that
-    /// cannot be used ([`ConfigError::RedisUrl`]), a bad prefix ([`ConfigError::RedisPrefix`]), a
-    /// CA bundle or client certificate with a URL that is not a TLS one
-    /// ([`ConfigError::TlsNeedsTlsUrl`]), a TLS file that cannot be read or is not PEM
-    /// ([`ConfigError::TlsFile`]).
+    /// cannot be used ([`ConfigError::RedisUrl`], also for a CA bundle or client certificate with
+    /// a URL that is not a TLS one), a bad prefix ([`ConfigError::RedisPrefix`]), a TLS file that
+    /// cannot be read or is not PEM ([`ConfigError::TlsFile`]).
     /// [`BuildError::Store`] when Redis answers and refuses: [`StoreErrorKind::Server`](crate::error::StoreErrorKind::Server) for a
     /// wrong password (the server's own message, such as `WRONGPASS ...`, never the password), a
     /// connection error for a TLS handshake refused; its [`source`](std::error::Error::source) is

@@ -66,6 +66,7 @@ use self::errors::{error_kind, map_error};
 use self::lanes::Lanes;
 pub use self::quota_lease::{LeaseCounters, Leasing};
 use self::target::Target;
+pub(crate) use self::target::redact;
 use super::{LimiterNames, Scope, StoreKey};
 use crate::decision::Decision;
 use crate::error::{BuildError, StoreError, StoreErrorKind};
@@ -100,7 +101,7 @@ const LATE_GRACE: Duration = Duration::from_secs(1);
 
 /// The answer of [`RedisStore`]: a boxed future (one allocation per call, next to a network round
 /// trip).
-pub type RedisFuture = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+pub(crate) type RedisFuture = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
 
 /// A [`Store`](super::Store) on Redis, single node or Cluster. Cheap to clone: clones share the connection,
 /// counters and cache.

@@ -9,7 +9,7 @@
 //! timeout, failure policy, reconnection), and a key the blocked-key cache knows to be blocked
 //! answers the request's rejection without a call.
 //!
-//! Otherwise the two-phase protocol of [`apply_all_in_turn`] runs: keys in different Cluster
+//! Otherwise the two-phase protocol of [`AllAnswer::in_turn`] runs: keys in different Cluster
 //! slots (a global key keeps its own tag, so it is never co-located with per-client keys, which
 //! would put all traffic in one slot), leasing on (each item's lease answers locally, so the
 //! reservations are local too), or a single item. A late reply of a multi-limit call (its caller
@@ -28,7 +28,7 @@ use super::send::{NoReply, Script};
 use super::{RedisStore, TICK_NANOS, decode, family, keys, limit_of, redis_keys, script_args};
 use crate::decision::Outcome;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::store::{AllAnswer, Answers, Item, StoreKey, apply_all_in_turn, name_of};
+use crate::store::{AllAnswer, Answers, Item, StoreKey, name_of};
 use crate::strategy::Op;
 
 /// The multi-limit script's hash and source, the same for every store.
@@ -62,7 +62,7 @@ impl RedisStore {
             .iter()
             .all(|it| Arc::ptr_eq(&it.store.inner, &self.inner));
         if items.len() < 2 || !same_store || self.inner.leases.is_some() {
-            return AllAnswer::later(Box::pin(apply_all_in_turn(items, now)));
+            return AllAnswer::in_turn(items, now);
         }
         let now_us = if self.inner.client_time {
             (now / TICK_NANOS).max(1)
@@ -129,7 +129,7 @@ impl RedisStore {
             .windows(2)
             .any(|w| w.first().map(|b| keys::slot_part(b)) != w.get(1).map(|b| keys::slot_part(b)));
         if !distinct || (cluster && slots_differ) {
-            return AllAnswer::later(Box::pin(apply_all_in_turn(items, now)));
+            return AllAnswer::in_turn(items, now);
         }
         // A key known to be blocked: the request is rejected without a call.
         if let Some(cache) = &self.inner.cache {
@@ -152,7 +152,7 @@ impl RedisStore {
         };
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
         let removals = self.inner.cache.as_ref().map_or(0, |c| c.removals());
-        AllAnswer::later(Box::pin(async move {
+        AllAnswer::later(async move {
             let v = match self.send_script(script, deadline, true, None, None).await {
                 Ok(v) => v,
                 Err(NoReply::Overload(why)) => {
@@ -186,7 +186,7 @@ impl RedisStore {
                 }
             }
             answers
-        }))
+        })
     }
 
     /// Every item answered with `e` (nothing was sent).

@@ -106,24 +106,7 @@ impl Leases {
 
 /// Whether a strategy can be leased, and why not.
 fn refusal(strategy: Strategy) -> Option<&'static str> {
-    match strategy {
-        Strategy::FixedWindow | Strategy::SlidingWindow | Strategy::TokenBucket => None,
-        Strategy::MovingWindow => Some(
-            "the moving window stamps each unit with its own time, and a lease's units would all \
-             carry the lease's time: they would leave the window before the requests they admit \
-             do, so more than the limit could pass within one window",
-        ),
-        Strategy::FixedWindowFirstHit => Some(
-            "a first-hit window opens at each key's first request as Redis saw it, so no instance \
-             knows its end from the clock; leases are drawn only from windows fixed by the clock \
-             and from buckets",
-        ),
-        Strategy::LeakyBucket => Some(
-            "the leaky bucket meters an even outflow (and the shaping queue paces requests by its \
-             waits); a lease lets one instance release its whole slice at once, the burst a leaky \
-             bucket exists to prevent: use token-bucket for a leased bucket",
-        ),
-    }
+    crate::error::lease_refusal(strategy)
 }
 
 /// The map key of a logical key in a scope.
@@ -366,11 +349,9 @@ impl RedisStore {
     /// store checks such rules unleased ([`Leasing::skip_unleasable`]).
     pub(super) fn validate_leasing(&self, rule: &Rule) -> Result<(), ConfigError> {
         match (&self.inner.leases, refusal(rule.strategy())) {
-            (Some(l), Some(why)) if !l.cfg.skip_unleasable => Err(ConfigError::Store(format!(
-                "quota leasing is not offered for the {} strategy: {why}; use fixed-window, \
-                 sliding-window or token-bucket, or a Redis store without leases",
-                rule.strategy()
-            ))),
+            (Some(l), Some(_)) if !l.cfg.skip_unleasable => {
+                Err(ConfigError::Unleasable(rule.strategy()))
+            }
             _ => Ok(()),
         }
     }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::error::UrlProblem;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{Cmd, ConnectionAddr, ErrorKind, RedisError, TlsMode, Value};
@@ -38,7 +39,7 @@ pub(super) struct Target {
 }
 
 /// Parses `redis+sentinel://` and `rediss+sentinel://` URLs; `None` for other schemes.
-pub(super) fn parse(url: &str) -> Option<Result<Target, String>> {
+pub(super) fn parse(url: &str) -> Option<Result<Target, UrlProblem>> {
     let lower = url.to_ascii_lowercase();
     let (secure, rest) = if lower.starts_with("redis+sentinel://") {
         (false, url.get("redis+sentinel://".len()..)?)
@@ -50,10 +51,8 @@ pub(super) fn parse(url: &str) -> Option<Result<Target, String>> {
     Some(parse_rest(secure, rest))
 }
 
-fn parse_rest(secure: bool, rest: &str) -> Result<Target, String> {
-    let (authority, path) = rest
-        .split_once('/')
-        .ok_or("expected /SERVICE after the sentinel addresses")?;
+fn parse_rest(secure: bool, rest: &str) -> Result<Target, UrlProblem> {
+    let (authority, path) = rest.split_once('/').ok_or(UrlProblem::SentinelPath)?;
     let (userinfo, hosts) = match authority.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
@@ -72,28 +71,26 @@ fn parse_rest(secure: bool, rest: &str) -> Result<Target, String> {
     for h in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
         let (host, port) = h
             .rsplit_once(':')
-            .ok_or_else(|| format!("sentinel address {h:?} has no port"))?;
+            .ok_or_else(|| UrlProblem::SentinelAddress(h.to_owned()))?;
         let port: u16 = port
             .parse()
-            .map_err(|_| format!("sentinel address {h:?}: bad port"))?;
+            .map_err(|_| UrlProblem::SentinelAddress(h.to_owned()))?;
         sentinels.push((host.trim_matches(['[', ']']).to_owned(), port));
     }
     if sentinels.is_empty() {
-        return Err("no sentinel address".into());
+        return Err(UrlProblem::NoSentinel);
     }
     let mut parts = path.split('/');
     let service = parts.next().unwrap_or_default();
     if service.is_empty() {
-        return Err("no service name (redis+sentinel://HOST:PORT/SERVICE)".into());
+        return Err(UrlProblem::SentinelPath);
     }
     let db = match parts.next() {
         None | Some("") => 0,
-        Some(d) => d
-            .parse()
-            .map_err(|_| format!("bad database number {d:?}"))?,
+        Some(d) => d.parse().map_err(|_| UrlProblem::Database(d.to_owned()))?,
     };
     if parts.next().is_some() {
-        return Err("expected /SERVICE[/DB]".into());
+        return Err(UrlProblem::SentinelPath);
     }
     Ok(Target {
         secure,

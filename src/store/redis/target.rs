@@ -7,12 +7,12 @@ use ::redis::cluster::ClusterClient;
 
 use super::tls::{TlsFiles, client_for};
 use super::{LATE_GRACE, resolve, sentinel};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, UrlProblem};
 
 /// `url` with any password replaced by `***`, for error messages and logs: a connection URL may
 /// carry credentials (`redis://:secret@host`, `redis://user:secret@host`), which must never reach a
 /// log line.
-pub(super) fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
@@ -61,14 +61,15 @@ impl Target {
         connect_timeout: Duration,
     ) -> Result<Self, ConfigError> {
         let shown = redact(url);
-        let bad = |reason: String| ConfigError::RedisUrl {
+        let bad = |problem: UrlProblem| ConfigError::RedisUrl {
             url: shown.clone(),
-            reason,
+            problem,
         };
+        let refused = |e: ::redis::RedisError| bad(UrlProblem::Refused(Arc::new(e)));
         let lower = url.to_ascii_lowercase();
         let secure = lower.starts_with("rediss");
         if !tls.is_empty() && !secure {
-            return Err(ConfigError::TlsNeedsTlsUrl(shown));
+            return Err(bad(UrlProblem::NotTls));
         }
         let cluster = ["redis+cluster://", "rediss+cluster://"]
             .into_iter()
@@ -88,7 +89,7 @@ impl Target {
                 .map(|h| format!("{scheme}://{auth}{h}"))
                 .collect();
             if nodes.is_empty() {
-                return Err(bad("no Cluster node given".into()));
+                return Err(bad(UrlProblem::NoClusterNode));
             }
             let mut builder = ClusterClient::builder(nodes.clone());
             if !tls.is_empty() {
@@ -101,21 +102,19 @@ impl Target {
                 .connection_timeout(connect_timeout)
                 .response_timeout(timeout.saturating_add(LATE_GRACE))
                 .build()
-                .map_err(|e| bad(redact(&e.to_string())))?;
+                .map_err(refused)?;
             let seeds = nodes
                 .iter()
-                .map(|n| client_for(n, &tls).map_err(|e| bad(redact(&e.to_string()))))
+                .map(|n| client_for(n, &tls).map_err(refused))
                 .collect::<Result<_, _>>()?;
             TargetKind::Cluster(client, seeds)
         } else if ["redis://", "rediss://", "redis+unix://"]
             .iter()
             .any(|p| lower.starts_with(p))
         {
-            TargetKind::Single(client_for(url, &tls).map_err(|e| bad(redact(&e.to_string())))?)
+            TargetKind::Single(client_for(url, &tls).map_err(refused)?)
         } else {
-            return Err(bad("expected redis://host:port, rediss://host:port, \
-                 redis+cluster://host1:port1,host2:port2 or redis+sentinel://host:port/service"
-                .into()));
+            return Err(bad(UrlProblem::Scheme));
         };
         Ok(Self {
             shown,

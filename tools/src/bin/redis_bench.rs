@@ -3,7 +3,7 @@
 //! interleaved rounds (the first of each pair alternating), with the median of each and of the
 //! rounds' ratios. Then
 //! a request of three limits (IP, user, global keys) decided with [`Store::apply_all`] (one
-//! script call) and with the two-phase protocol ([`apply_all_in_turn`], one call per limit), with
+//! script call) and with the two-phase protocol ([`AllAnswer::in_turn`], one call per limit), with
 //! the script calls per decision counted in `INFO commandstats`.
 //!
 //! ```text
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::store::redis::RedisStore;
-use tollgate::store::{Item, Scope, Store, apply_all_in_turn};
+use tollgate::store::{AllAnswer, Item, Scope, Store};
 use tollgate::{Op, Rule, Strategy};
 
 const IN_FLIGHT: usize = 64;
@@ -234,7 +234,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let answers = if one_call {
                     s.apply_all(&items, 0).await
                 } else {
-                    apply_all_in_turn(&items, 0).await
+                    AllAnswer::in_turn(&items, 0).await
                 };
                 answers.len() == 3
                     && answers

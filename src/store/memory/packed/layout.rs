@@ -24,7 +24,7 @@ pub(super) enum Layout {
 
 /// The layout of a first-hit window: `(ceil(start / g) mod 2^ring.bits) << count_bits | count`,
 /// the start in units of `g = 2^grain_bits` ns (rounded up) on a ring spanning at least
-/// [`RING_SPAN`] and two windows.
+/// [`RING_SPAN`](super::RING_SPAN) and two windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Hit {
     pub(super) count_bits: u32,
@@ -114,6 +114,22 @@ impl Hit {
 }
 
 /// How a window index is stored: whole, or on a ring of `2^bits` windows read relative to now.
+///
+/// Windows whose absolute index and counts do not fit (large limits, short windows) store the index
+/// on a ring: modulo `2^k` with `2^k` windows spanning at least [`RING_SPAN`] (two days), read back
+/// relative to the current window: up to 7/8 of the ring behind it, up to 1/8 ahead (a clock that
+/// went back: a clock stepped back further than 1/8 of the ring, 6 hours at least, reads a state as
+/// old and forgets its counts; the crate's clocks never go back, a custom [`Clock`](crate::Clock)
+/// may). A state with zero counts reads as a new key's whatever its index. A state older than 7/8
+/// of the ring would read as one ahead of now; the store does not keep one: while decisions come,
+/// the sweep drops states once fresh (a whole rotation takes seconds), and the first decision after
+/// a gap of 3 hours or more sweeps every state read as of the gap's start (one that reads as of now
+/// as starting within a minute of now is kept, as a state another thread may have just written:
+/// after a gap of a whole ring, give or take that minute, its counts apply one window more). A sliding
+/// window counter whose two counts still do not fit keeps the previous bucket's count rounded up to
+/// a multiple of `2^s` (it only weighs on the estimate, which it can raise by less than `2^s`: again
+/// stricter, never more lenient): for `u32::MAX` per second, `s = 19`, about 1.2 x 10^-4 of the
+/// limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Ring {
     /// 0: the whole index.

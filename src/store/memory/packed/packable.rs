@@ -177,6 +177,23 @@ impl Packable for FixedWindow {
 }
 
 /// A first-hit window, packed apart from the clock-aligned one (its own layout and arithmetic).
+///
+/// A first-hit window starts at any nanosecond: its start is stored on a ring of `2^(63 - c)`
+/// units of `g = 2^k` ns (`c` the count's bits) spanning two days and two windows at least, read
+/// back as window indices are. `g` is the smallest power of two that makes the ring fit: 1 ns (the
+/// start whole, exact) for limits up to `2^15 - 1` per window of up to 1.6 days
+/// (`c + log2(2 W) <= 63`). Every other first-hit rule (any limit up to `u32::MAX`, any window up
+/// to the maximum) stores its start rounded UP to a multiple of `g`: the window then ends up to
+/// `g - 1` ns later than the exact strategy's (stricter by at most `g`, never more lenient); the
+/// count is never rounded (a count rounded up on every increment compounds). `g` for `u32::MAX`
+/// per window of up to a day is `2^17` ns (131 us); for a 10-year window `2^29` ns (0.54 s).
+/// The rounded end is honest everywhere: a verdict's reset and retry times point at it (not at
+/// `now + W`), the state stays held until it ([`FixedWindow::fresh_at`](crate::strategy::FixedWindow::fresh_at) of the rounded start),
+/// and the rule's horizon ([`Rule::horizon`](crate::Rule::horizon)) is `W + g - 1` (see [`first_hit_grain`](crate::strategy::first_hit_grain)). A
+/// refund (settlement) of a reservation made in the window's first `g` ns, before its rounded
+/// start, is dropped (as one made in an earlier window is): stricter, never more lenient; a charge
+/// above such a reservation is counted in the window (and so is one above a reservation made in
+/// the previous window's last grain, which the state cannot tell apart: stricter).
 #[derive(PartialEq)]
 pub(super) struct FirstHit(FixedWindow);
 
