@@ -1,8 +1,11 @@
 //! Deciding a request's enforced limits all or nothing: one `Store::apply_all` call, or one limit
 //! alone, and giving back what was reserved before a rejection.
 
+use std::cell::Cell;
+
 use super::Compiled;
 use super::decided::Stop;
+use super::keys::give_back;
 use crate::layer::FailurePolicy;
 use crate::store::{Item, Store};
 use crate::{Clock, Decision, Op, StoreError, StoreErrorKind};
@@ -29,6 +32,65 @@ pub(super) struct Held {
     pub(super) index: usize,
     pub(super) key: Vec<u8>,
     pub(super) decision: Decision,
+}
+
+/// The limits a request holds (or is to decide), read as a slice. Most requests meet one limit:
+/// once the request is done with them, the list's buffer and its first key go back to the
+/// thread for the next request's (see [`give_back`]), so neither costs an allocation of its own.
+#[derive(Clone, Default)]
+pub(super) struct Holds(Vec<Held>);
+
+/// The largest list kept for the next request.
+const SPARE_LIST_MAX: usize = 8;
+
+thread_local! {
+    /// The buffer of a list of limits a request on this thread was done with, for the next one.
+    static SPARE_LIST: Cell<Vec<Held>> = const { Cell::new(Vec::new()) };
+}
+
+impl Holds {
+    /// Adds `h`; the first into the thread's spare buffer.
+    pub(super) fn push(&mut self, h: Held) {
+        if self.0.capacity() == 0 {
+            self.0 = SPARE_LIST.try_with(Cell::take).unwrap_or_default();
+        }
+        self.0.push(h);
+    }
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        let mut list = std::mem::take(&mut self.0);
+        if let Some(first) = list.first_mut() {
+            give_back(std::mem::take(&mut first.key));
+        }
+        list.clear();
+        if list.capacity() == 0 || list.capacity() > SPARE_LIST_MAX {
+            return;
+        }
+        // Past the thread's end (no spare any more) the buffer is freed.
+        let _ = SPARE_LIST.try_with(|spare| spare.set(list));
+    }
+}
+
+impl From<Vec<Held>> for Holds {
+    fn from(v: Vec<Held>) -> Self {
+        Self(v)
+    }
+}
+
+impl std::ops::Deref for Holds {
+    type Target = [Held];
+
+    fn deref(&self) -> &[Held] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Holds {
+    fn deref_mut(&mut self) -> &mut [Held] {
+        &mut self.0
+    }
 }
 
 /// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]

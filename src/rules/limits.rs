@@ -10,7 +10,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::decided::{ADMITTED, Extra, RulesAnswer, RulesDecided, Stop};
-use super::enforce::{Held, PENDING, enforce_all, enforce_keyed, rollback};
+use super::enforce::{Held, Holds, PENDING, enforce_all, enforce_keyed, rollback};
 use super::slots::take_slots;
 use super::{Compiled, FailMode, Rules, RulesOptions, SettleSpec, write_success_headers};
 use crate::Decision;
@@ -38,7 +38,7 @@ impl LayerKey for FileLimits {
 /// and the matching limits (enforced, shaping queues, shadow) with their keys.
 pub struct RulesKeys<St, C> {
     compiled: Arc<Compiled<St, C>>,
-    enforced: Vec<Held>,
+    enforced: Holds,
     queues: Vec<Held>,
     shadows: Vec<Held>,
     failure: FailurePolicy,
@@ -64,7 +64,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
         {
             return Prepared::Pass;
         }
-        let (mut enforced, mut queues, mut shadows) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut enforced, mut queues, mut shadows) = (Holds::default(), Vec::new(), Vec::new());
         // The tier value of the limit whose tiers are being looked at: read once per limit, not
         // once per tier (a limit's tiers are consecutive).
         let mut tier_value = None;
@@ -113,10 +113,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
                 // every other limit has admitted the request.
                 queues.push(held);
             } else {
-                if enforced.capacity() == 0 {
-                    // Most requests meet one enforced limit: room for it alone.
-                    enforced = Vec::with_capacity(1);
-                }
+                // Most requests meet one enforced limit: held inline.
                 enforced.push(held);
             }
         }
@@ -164,21 +161,25 @@ fn one_now<St: Store<Vec<u8>>, C: Clock>(
     result: Result<Decision, StoreError>,
 ) -> Result<RulesDecided, StoreError> {
     let Some(limit) = compiled.limits.get(h.index) else {
-        return Ok(RulesDecided::admitted(Vec::new()));
+        return Ok(RulesDecided::admitted(Holds::default()));
     };
     let failure = limit.failure(failure);
     match result {
-        Ok(d) if d.is_allowed() => Ok(RulesDecided::admitted(vec![Held {
-            index: h.index,
-            key: h.key.clone(),
-            decision: d,
-        }])),
+        Ok(d) if d.is_allowed() => {
+            let mut held = Holds::default();
+            held.push(Held {
+                index: h.index,
+                key: h.key.clone(),
+                decision: d,
+            });
+            Ok(RulesDecided::admitted(held))
+        }
         Ok(d) => Ok(RulesDecided::rejected(h.index, d)),
         Err(e) => {
             limit.store_failed(&e, failure);
             match failure {
                 FailurePolicy::FailClosed => Err(e.for_limiter(&limit.spec.name)),
-                _ => Ok(RulesDecided::admitted(Vec::new())),
+                _ => Ok(RulesDecided::admitted(Holds::default())),
             }
         }
     }
@@ -296,7 +297,7 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
                 })
             });
     Ok(RulesDecided {
-        held,
+        held: held.into(),
         rejected: None,
         extra,
     })
@@ -327,7 +328,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         // One enforced limit, and no request can match two: its limiter alone decides, at once on
         // the memory store (no task, no lock stripes).
         if let ([one], true, true, true) = (
-            keys.enforced.as_slice(),
+            &*keys.enforced,
             keys.compiled.lone,
             keys.queues.is_empty(),
             keys.shadows.is_empty(),
@@ -346,7 +347,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
                     // Admitted: its keys move into the decision (no copy, no allocation).
                     Ok(Ok(d)) if d.is_allowed() => {
                         let mut held = std::mem::take(&mut keys.enforced);
-                        for h in &mut held {
+                        for h in held.iter_mut() {
                             h.decision = d;
                         }
                         RulesAnswer::Now(Some(Ok(RulesDecided::admitted(held))))
@@ -428,7 +429,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         let compiled = Arc::clone(&keys.compiled);
         let mut d = reserved.clone();
         RulesAnswer::Later(Box::pin(async move {
-            for h in &mut d.held {
+            for h in d.held.iter_mut() {
                 let Some(limit) = compiled.limits.get(h.index) else {
                     continue;
                 };
@@ -589,7 +590,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     fn count_decided(&self, keys: &RulesKeys<St, C>, _cost: u32, d: &RulesDecided, admitted: bool) {
         let limits = &keys.compiled.limits;
         if admitted {
-            for h in &d.held {
+            for h in d.held.iter() {
                 if let Some(limit) = limits.get(h.index) {
                     // Units are counted once settled.
                     limit.metrics.decided(&h.decision);
