@@ -50,9 +50,12 @@ thread_local! {
 
 impl Holds {
     /// Adds `h`; the first into the thread's spare buffer.
+    #[inline]
     pub(super) fn push(&mut self, h: Held) {
         if self.0.capacity() == 0 {
             self.0 = SPARE_LIST.try_with(Cell::take).unwrap_or_default();
+            // Room for one (most requests meet one limit), not the four a first push makes.
+            self.0.reserve_exact(1);
         }
         self.0.push(h);
     }
@@ -60,12 +63,17 @@ impl Holds {
 
 impl Drop for Holds {
     fn drop(&mut self) {
+        // A list that never held a limit (a rejection's decision, keys moved into their decision)
+        // has nothing to give back.
+        if self.0.capacity() == 0 {
+            return;
+        }
         let mut list = std::mem::take(&mut self.0);
         if let Some(first) = list.first_mut() {
             give_back(std::mem::take(&mut first.key));
         }
         list.clear();
-        if list.capacity() == 0 || list.capacity() > SPARE_LIST_MAX {
+        if list.capacity() > SPARE_LIST_MAX {
             return;
         }
         // Past the thread's end (no spare any more) the buffer is freed.
