@@ -34,9 +34,78 @@ pub(super) struct Held {
     pub(super) decision: Decision,
 }
 
-/// The limits a request holds (or is to decide), read as a slice. Most requests meet one limit:
-/// once the request is done with them, the list's buffer and its first key go back to the
-/// thread for the next request's (see [`give_back`]), so neither costs an allocation of its own.
+/// The enforced limits a request is to decide, with their keys: one inline, the common case
+/// (its key's buffer goes back to the thread once the request is done with it, see
+/// [`give_back`]), or a list.
+pub(super) enum Enforced {
+    One { index: usize, key: Vec<u8> },
+    Many(Vec<Held>),
+}
+
+impl Default for Enforced {
+    fn default() -> Self {
+        Self::Many(Vec::new())
+    }
+}
+
+impl Enforced {
+    /// Adds limit `index` with the request's `key`: inline while it is the only one.
+    pub(super) fn push(&mut self, index: usize, key: Vec<u8>) {
+        match self {
+            Self::Many(list) if list.is_empty() => *self = Self::One { index, key },
+            Self::Many(list) => list.push(Held::pending(index, key)),
+            Self::One {
+                index: first,
+                key: first_key,
+            } => {
+                let first = Held::pending(*first, std::mem::take(first_key));
+                *self = Self::Many(vec![first, Held::pending(index, key)]);
+            }
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::One { .. } => 1,
+            Self::Many(list) => list.len(),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The limits to decide, their keys copied.
+    pub(super) fn to_pending(&self) -> Vec<Held> {
+        match self {
+            Self::One { index, key } => vec![Held::pending(*index, key.clone())],
+            Self::Many(list) => list.clone(),
+        }
+    }
+}
+
+impl Drop for Enforced {
+    fn drop(&mut self) {
+        if let Self::One { key, .. } = self {
+            give_back(std::mem::take(key));
+        }
+    }
+}
+
+impl Held {
+    /// Limit `index` to decide on `key`.
+    pub(super) fn pending(index: usize, key: Vec<u8>) -> Self {
+        Self {
+            index,
+            key,
+            decision: PENDING,
+        }
+    }
+}
+
+/// The limits that admitted a request, read as a slice. Most requests meet one limit: once the
+/// request is done with them, the list's buffer and its first key go back to the thread for the
+/// next request's (see [`give_back`]), so neither costs an allocation of its own.
 #[derive(Clone, Default)]
 pub(super) struct Holds(Vec<Held>);
 
