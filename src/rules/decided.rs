@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::enforce::{Held, PENDING};
+use super::enforce::{Held, Holds, PENDING};
 use super::slots::Slots;
 use crate::Decision;
 use crate::error::StoreError;
@@ -16,7 +16,7 @@ use crate::error::StoreError;
 #[derive(Clone)]
 pub struct RulesDecided {
     /// The enforced limits (shaping queues included) that admitted the request.
-    pub(super) held: Vec<Held>,
+    pub(super) held: Holds,
     /// The rejecting limit (the longest wait) and its decision.
     pub(super) rejected: Option<(usize, Decision)>,
     /// What shadow limits and shaping queues add, when the request met any (boxed: the common
@@ -45,7 +45,7 @@ pub(super) const ADMITTED: Decision = Decision {
 };
 
 impl RulesDecided {
-    pub(super) fn admitted(held: Vec<Held>) -> Self {
+    pub(super) fn admitted(held: Holds) -> Self {
         Self {
             held,
             rejected: None,
@@ -60,7 +60,7 @@ impl RulesDecided {
     pub(super) fn rejected(index: usize, d: Decision) -> Self {
         Self {
             rejected: Some((index, d)),
-            ..Self::admitted(Vec::new())
+            ..Self::admitted(Holds::default())
         }
     }
 }

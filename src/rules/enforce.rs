@@ -1,8 +1,11 @@
 //! Deciding a request's enforced limits all or nothing: one `Store::apply_all` call, or one limit
 //! alone, and giving back what was reserved before a rejection.
 
+use std::cell::Cell;
+
 use super::Compiled;
 use super::decided::Stop;
+use super::keys::give_back;
 use crate::layer::FailurePolicy;
 use crate::store::{Item, Store};
 use crate::{Clock, Decision, Op, StoreError, StoreErrorKind};
@@ -29,6 +32,142 @@ pub(super) struct Held {
     pub(super) index: usize,
     pub(super) key: Vec<u8>,
     pub(super) decision: Decision,
+}
+
+/// The enforced limits a request is to decide, with their keys: one inline, the common case
+/// (its key's buffer goes back to the thread once the request is done with it, see
+/// [`give_back`]), or a list.
+pub(super) enum Enforced {
+    One { index: usize, key: Vec<u8> },
+    Many(Vec<Held>),
+}
+
+impl Default for Enforced {
+    fn default() -> Self {
+        Self::Many(Vec::new())
+    }
+}
+
+impl Enforced {
+    /// Adds limit `index` with the request's `key`: inline while it is the only one.
+    pub(super) fn push(&mut self, index: usize, key: Vec<u8>) {
+        match self {
+            Self::Many(list) if list.is_empty() => *self = Self::One { index, key },
+            Self::Many(list) => list.push(Held::pending(index, key)),
+            Self::One {
+                index: first,
+                key: first_key,
+            } => {
+                let first = Held::pending(*first, std::mem::take(first_key));
+                *self = Self::Many(vec![first, Held::pending(index, key)]);
+            }
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::One { .. } => 1,
+            Self::Many(list) => list.len(),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The limits to decide, their keys copied.
+    pub(super) fn to_pending(&self) -> Vec<Held> {
+        match self {
+            Self::One { index, key } => vec![Held::pending(*index, key.clone())],
+            Self::Many(list) => list.clone(),
+        }
+    }
+}
+
+impl Drop for Enforced {
+    fn drop(&mut self) {
+        if let Self::One { key, .. } = self {
+            give_back(std::mem::take(key));
+        }
+    }
+}
+
+impl Held {
+    /// Limit `index` to decide on `key`.
+    pub(super) fn pending(index: usize, key: Vec<u8>) -> Self {
+        Self {
+            index,
+            key,
+            decision: PENDING,
+        }
+    }
+}
+
+/// The limits that admitted a request, read as a slice. Most requests meet one limit: once the
+/// request is done with them, the list's buffer and its first key go back to the thread for the
+/// next request's (see [`give_back`]), so neither costs an allocation of its own.
+#[derive(Clone, Default)]
+pub(super) struct Holds(Vec<Held>);
+
+/// The largest list kept for the next request.
+const SPARE_LIST_MAX: usize = 8;
+
+thread_local! {
+    /// The buffer of a list of limits a request on this thread was done with, for the next one.
+    static SPARE_LIST: Cell<Vec<Held>> = const { Cell::new(Vec::new()) };
+}
+
+impl Holds {
+    /// Adds `h`; the first into the thread's spare buffer.
+    #[inline]
+    pub(super) fn push(&mut self, h: Held) {
+        if self.0.capacity() == 0 {
+            self.0 = SPARE_LIST.try_with(Cell::take).unwrap_or_default();
+            // Room for one (most requests meet one limit), not the four a first push makes.
+            self.0.reserve_exact(1);
+        }
+        self.0.push(h);
+    }
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        // A list that never held a limit (a rejection's decision, keys moved into their decision)
+        // has nothing to give back.
+        if self.0.capacity() == 0 {
+            return;
+        }
+        let mut list = std::mem::take(&mut self.0);
+        if let Some(first) = list.first_mut() {
+            give_back(std::mem::take(&mut first.key));
+        }
+        list.clear();
+        if list.capacity() > SPARE_LIST_MAX {
+            return;
+        }
+        // Past the thread's end (no spare any more) the buffer is freed.
+        let _ = SPARE_LIST.try_with(|spare| spare.set(list));
+    }
+}
+
+impl From<Vec<Held>> for Holds {
+    fn from(v: Vec<Held>) -> Self {
+        Self(v)
+    }
+}
+
+impl std::ops::Deref for Holds {
+    type Target = [Held];
+
+    fn deref(&self) -> &[Held] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Holds {
+    fn deref_mut(&mut self) -> &mut [Held] {
+        &mut self.0
+    }
 }
 
 /// Decides the enforced limits of a request (not shaping queues) in one [`Store::apply_all`]

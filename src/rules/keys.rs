@@ -1,4 +1,7 @@
-//! Reading a request's key for a limit.
+//! Reading a request's key for a limit, into a buffer the previous request on the thread gave
+//! back (a key costs no allocation of its own).
+
+use std::cell::Cell;
 
 use http::request::Parts;
 
@@ -25,14 +28,15 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
 
     /// The key of a request without one, when the limit counts those in one global bucket.
     pub(super) fn global_key(&self) -> Vec<u8> {
-        let mut out = self.key_tag.to_vec();
+        let mut out = key_buffer();
+        out.extend_from_slice(&self.key_tag);
         out.push(b'G');
         out
     }
 
     /// The request's key under this limit: the key spec's tag, then each part.
     pub(super) fn key(&self, parts: &Parts, options: &RulesOptions) -> Result<Vec<u8>, KeyError> {
-        let mut out = Vec::with_capacity(40);
+        let mut out = key_buffer();
         out.extend_from_slice(&self.key_tag);
         for part in self.spec.key.parts() {
             match part {
@@ -72,4 +76,33 @@ impl<St: Store<Vec<u8>>, C: Clock> Limit<St, C> {
 pub(super) fn key_tag(spec: &KeySpec) -> [u8; 4] {
     let digest = content_hash(spec.to_string().as_bytes());
     [digest[0], digest[1], digest[2], digest[3]]
+}
+
+/// Room for most keys (a tag, an IP address, a short name or header value).
+const KEY_ROOM: usize = 40;
+
+/// The largest buffer kept for the next key: a rare long key (a long header value) is freed.
+const SPARE_MAX: usize = 256;
+
+thread_local! {
+    /// The buffer of a key a request on this thread was done with, for the next one's key.
+    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// An empty buffer for a key, with room for most: the thread's spare one, or a new one.
+fn key_buffer() -> Vec<u8> {
+    let mut out = SPARE.try_with(Cell::take).unwrap_or_default();
+    out.reserve(KEY_ROOM);
+    out
+}
+
+/// Keeps `key`'s buffer for the next key read on this thread (one at most: a previous one is
+/// freed).
+pub(super) fn give_back(mut key: Vec<u8>) {
+    if key.capacity() == 0 || key.capacity() > SPARE_MAX {
+        return;
+    }
+    key.clear();
+    // Past the thread's end (no spare any more) the buffer is freed.
+    let _ = SPARE.try_with(|spare| spare.set(key));
 }

@@ -10,7 +10,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::decided::{ADMITTED, Extra, RulesAnswer, RulesDecided, Stop};
-use super::enforce::{Held, PENDING, enforce_all, enforce_keyed, rollback};
+use super::enforce::{Enforced, Held, Holds, enforce_all, enforce_keyed, rollback};
 use super::slots::take_slots;
 use super::{Compiled, FailMode, Rules, RulesOptions, SettleSpec, write_success_headers};
 use crate::Decision;
@@ -38,7 +38,7 @@ impl LayerKey for FileLimits {
 /// and the matching limits (enforced, shaping queues, shadow) with their keys.
 pub struct RulesKeys<St, C> {
     compiled: Arc<Compiled<St, C>>,
-    enforced: Vec<Held>,
+    enforced: Enforced,
     queues: Vec<Held>,
     shadows: Vec<Held>,
     failure: FailurePolicy,
@@ -64,7 +64,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
         {
             return Prepared::Pass;
         }
-        let (mut enforced, mut queues, mut shadows) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut enforced, mut queues, mut shadows) = (Enforced::default(), Vec::new(), Vec::new());
         // The tier value of the limit whose tiers are being looked at: read once per limit, not
         // once per tier (a limit's tiers are consecutive).
         let mut tier_value = None;
@@ -101,23 +101,15 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
                     return Prepared::NoKey(StatusCode::BAD_REQUEST, error);
                 }
             };
-            let held = Held {
-                index,
-                key,
-                decision: PENDING,
-            };
             if limit.spec.shadow {
-                shadows.push(held);
+                shadows.push(Held::pending(index, key));
             } else if limit.spec.queue.is_some() {
                 // Shaping queues last: a slot is never given back, so it is only reserved once
                 // every other limit has admitted the request.
-                queues.push(held);
+                queues.push(Held::pending(index, key));
             } else {
-                if enforced.capacity() == 0 {
-                    // Most requests meet one enforced limit: room for it alone.
-                    enforced = Vec::with_capacity(1);
-                }
-                enforced.push(held);
+                // Most requests meet one enforced limit: held inline.
+                enforced.push(index, key);
             }
         }
         if enforced.is_empty() && queues.is_empty() && shadows.is_empty() {
@@ -156,29 +148,35 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     }
 }
 
-/// The decision of one enforced limit, read at once: as [`enforce_keyed`] does, without a task.
+/// The decision of one enforced limit (`index`, on `key`), read at once: as [`enforce_keyed`]
+/// does, without a task.
 fn one_now<St: Store<Vec<u8>>, C: Clock>(
     compiled: &Compiled<St, C>,
     failure: FailurePolicy,
-    h: &Held,
+    index: usize,
+    key: Vec<u8>,
     result: Result<Decision, StoreError>,
 ) -> Result<RulesDecided, StoreError> {
-    let Some(limit) = compiled.limits.get(h.index) else {
-        return Ok(RulesDecided::admitted(Vec::new()));
+    let Some(limit) = compiled.limits.get(index) else {
+        return Ok(RulesDecided::admitted(Holds::default()));
     };
     let failure = limit.failure(failure);
     match result {
-        Ok(d) if d.is_allowed() => Ok(RulesDecided::admitted(vec![Held {
-            index: h.index,
-            key: h.key.clone(),
-            decision: d,
-        }])),
-        Ok(d) => Ok(RulesDecided::rejected(h.index, d)),
+        Ok(d) if d.is_allowed() => {
+            let mut held = Holds::default();
+            held.push(Held {
+                index,
+                key,
+                decision: d,
+            });
+            Ok(RulesDecided::admitted(held))
+        }
+        Ok(d) => Ok(RulesDecided::rejected(index, d)),
         Err(e) => {
             limit.store_failed(&e, failure);
             match failure {
                 FailurePolicy::FailClosed => Err(e.for_limiter(&limit.spec.name)),
-                _ => Ok(RulesDecided::admitted(Vec::new())),
+                _ => Ok(RulesDecided::admitted(Holds::default())),
             }
         }
     }
@@ -296,7 +294,7 @@ async fn decide_all<St: Store<Vec<u8>>, C: Clock>(
                 })
             });
     Ok(RulesDecided {
-        held,
+        held: held.into(),
         rejected: None,
         extra,
     })
@@ -326,47 +324,44 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     fn check(&self, keys: &mut RulesKeys<St, C>, _cost: u32) -> RulesAnswer {
         // One enforced limit, and no request can match two: its limiter alone decides, at once on
         // the memory store (no task, no lock stripes).
-        if let ([one], true, true, true) = (
-            keys.enforced.as_slice(),
+        if let (Enforced::One { index, key }, true, true, true) = (
+            &mut keys.enforced,
             keys.compiled.lone,
             keys.queues.is_empty(),
             keys.shadows.is_empty(),
         ) {
-            if let Some(limit) = keys
-                .compiled
-                .limits
-                .get(one.index)
-                .filter(|l| l.cap.is_none())
-            {
+            let index = *index;
+            if let Some(limit) = keys.compiled.limits.get(index).filter(|l| l.cap.is_none()) {
                 let answer =
                     limit
                         .limiter
-                        .apply(&one.key, limit.rule.as_ref(), Op::Check(limit.spec.cost));
+                        .apply(key, limit.rule.as_ref(), Op::Check(limit.spec.cost));
                 return match answer.into_now() {
-                    // Admitted: its keys move into the decision (no copy, no allocation).
-                    Ok(Ok(d)) if d.is_allowed() => {
-                        let mut held = std::mem::take(&mut keys.enforced);
-                        for h in &mut held {
-                            h.decision = d;
-                        }
-                        RulesAnswer::Now(Some(Ok(RulesDecided::admitted(held))))
+                    // Rejected: the key stays with the keys.
+                    Ok(Ok(d)) if !d.is_allowed() => {
+                        RulesAnswer::Now(Some(Ok(RulesDecided::rejected(index, d))))
                     }
-                    Ok(result) => {
-                        RulesAnswer::Now(Some(one_now(&keys.compiled, keys.failure, one, result)))
-                    }
+                    // Admitted (or failed): the key moves into the decision (no copy).
+                    Ok(result) => RulesAnswer::Now(Some(one_now(
+                        &keys.compiled,
+                        keys.failure,
+                        index,
+                        std::mem::take(key),
+                        result,
+                    ))),
                     Err(later) => {
-                        let (compiled, one, failure) =
-                            (Arc::clone(&keys.compiled), one.clone(), keys.failure);
+                        let (compiled, key, failure) =
+                            (Arc::clone(&keys.compiled), key.clone(), keys.failure);
                         RulesAnswer::Later(Box::pin(async move {
                             let start = std::time::Instant::now();
                             let result = later.await;
-                            if let Some(limit) = compiled.limits.get(one.index) {
+                            if let Some(limit) = compiled.limits.get(index) {
                                 limit
                                     .metrics
                                     .store_latency
                                     .record(start.elapsed().as_secs_f64());
                             }
-                            one_now(&compiled, failure, &one, result)
+                            one_now(&compiled, failure, index, key, result)
                         }))
                     }
                 };
@@ -375,7 +370,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         let compiled = Arc::clone(&keys.compiled);
         let again = |v: &[Held]| v.to_vec();
         let (enforced, queues, shadows) = (
-            again(&keys.enforced),
+            keys.enforced.to_pending(),
             again(&keys.queues),
             again(&keys.shadows),
         );
@@ -428,7 +423,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         let compiled = Arc::clone(&keys.compiled);
         let mut d = reserved.clone();
         RulesAnswer::Later(Box::pin(async move {
-            for h in &mut d.held {
+            for h in d.held.iter_mut() {
                 let Some(limit) = compiled.limits.get(h.index) else {
                     continue;
                 };
@@ -589,7 +584,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     fn count_decided(&self, keys: &RulesKeys<St, C>, _cost: u32, d: &RulesDecided, admitted: bool) {
         let limits = &keys.compiled.limits;
         if admitted {
-            for h in &d.held {
+            for h in d.held.iter() {
                 if let Some(limit) = limits.get(h.index) {
                     // Units are counted once settled.
                     limit.metrics.decided(&h.decision);

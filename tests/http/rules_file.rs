@@ -152,6 +152,49 @@ async fn limits_apply_per_path_and_method() {
     server.stop().await;
 }
 
+/// A request's key is read into the buffer an earlier request on the thread gave back: nothing of
+/// the earlier key stays in it (a longer key, a rejected request's, one too long to be kept).
+#[tokio::test]
+async fn a_key_read_into_a_reused_buffer_is_the_same_key_every_time() {
+    let rules = Rules::memory(
+        r#"
+        [[limit]]
+        name = "user"
+        key = "header:x-user"
+        strategy = "fixed-window-first-hit"
+        quotas = "2/hour"
+        "#,
+        RulesOptions::default(),
+    )
+    .unwrap();
+    let server = serve(&rules).await;
+    let c = TestClient::new();
+    let long = "x".repeat(300);
+    let (alice, bob) = ("alice-with-a-longer-name", "bob");
+    let sequence = [
+        (alice, StatusCode::OK),
+        (bob, StatusCode::OK),
+        (bob, StatusCode::OK),
+        (bob, StatusCode::TOO_MANY_REQUESTS),
+        (long.as_str(), StatusCode::OK),
+        (bob, StatusCode::TOO_MANY_REQUESTS),
+        (alice, StatusCode::OK),
+        (alice, StatusCode::TOO_MANY_REQUESTS),
+        ("al", StatusCode::OK),
+    ];
+    for (at, (user, status)) in sequence.into_iter().enumerate() {
+        let res = c
+            .send(request(Method::GET, &server.url("/"), &[("x-user", user)]))
+            .await;
+        assert_eq!(
+            res.status,
+            status,
+            "request {at} (x-user of {} bytes)",
+            user.len()
+        );
+    }
+}
+
 #[tokio::test]
 async fn two_matching_limits_report_the_one_with_fewest_left() {
     let rules = Rules::memory(
