@@ -23,8 +23,8 @@
 //! The store figures (`tollgate_keys`, `tollgate_evictions_total`, `tollgate_breaker_open`,
 //! `tollgate_store_up`, `tollgate_settle_dropped_units_total`) of every live layer and rules file are refreshed once a second by one
 //! thread of the process (started with the first layer, ended with the last), so they are at
-//! most about a second old; [`RateLimitLayer::publish_stats`](crate::layer::RateLimitLayer::publish_stats)
-//! or `Rules::publish_stats` (feature `rules`) publishes them at once.
+//! most about a second old; [`publish_stats`] publishes those of every live layer and rules file
+//! at once (`Rules::publish_stats`, feature `rules`, those of one file).
 //!
 //! A second limiter (or concurrency cap) with the `limit` label of one still alive in the process
 //! logs one warning when its layer is built: their series add up. Two layers on one limiter
@@ -38,6 +38,14 @@ use std::sync::Arc;
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 pub(crate) use live::{Kind, LiveLabel, Refresh, refresh_every_second};
+
+/// Publishes the store figures (`tollgate_keys`, `tollgate_evictions_total`,
+/// `tollgate_breaker_open`, `tollgate_store_up`, `tollgate_settle_dropped_units_total`) of every
+/// live layer and rules file now, instead of at the next refresh (every second): e.g. before a
+/// scrape. The per-request metrics need no call.
+pub fn publish_stats() {
+    live::refresh_all_now();
+}
 
 /// The metric names this crate records (pinned: dashboards rely on them).
 pub const METRIC_NAMES: [&str; 12] = [
