@@ -167,6 +167,68 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
         headers.policy_name = Arc::from(limiter.name());
         Self::from_limits(OneLimiter::new(limiter), key, headers)
     }
+
+    /// What to do with keys (see [`KeyPolicy`]): the answer to a request without a usable key
+    /// (default `400`, text/plain; or a shared fallback key), and whether `tracing` events name
+    /// keys (default not).
+    pub fn keys(mut self, policy: KeyPolicy<X::Key>) -> Self {
+        self.hooks.missing = policy.missing;
+        self.core.options.log_keys = policy.log;
+        self
+    }
+
+    /// Computes each request's cost from its head (default 1; 0 is a peek: the request passes and
+    /// consumes nothing).
+    ///
+    /// ```
+    /// use tollgate::{RateLimiter, key::GlobalKey, layer::RateLimitLayer};
+    ///
+    /// let limiter = RateLimiter::builder().quotas("1000/minute").unwrap().build().unwrap();
+    /// let layer = RateLimitLayer::new(limiter, GlobalKey)
+    ///     .cost(|parts| if parts.uri.path().starts_with("/search") { 10 } else { 1 })
+    ///     .select_rule(|_parts| None)
+    ///     .skip(|parts| parts.method == http::Method::OPTIONS);
+    /// # let _ = layer;
+    /// ```
+    pub fn cost<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.hooks.cost = Some(Arc::new(f));
+        self
+    }
+
+    /// Chooses each request's rule from its head (tiers by plan); `None` keeps the limiter's
+    /// rule. A key's state follows the rule it is checked under: give each tier its own keys
+    /// (e.g. key by user id, one plan per user) or the tiers share counters.
+    pub fn select_rule<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<Arc<Rule>> + Send + Sync + 'static,
+    {
+        self.hooks.rule = Some(Arc::new(f));
+        self
+    }
+
+    /// Settles each request's reservation from its response (a header, an extension, the body's
+    /// end; see [`SettleFrom`]): the request is admitted on its estimate ([`cost`](Self::cost),
+    /// at least 1 here) and then charged what the response reports. Stacked layers configured with
+    /// the same source each settle their own reservation from it.
+    ///
+    /// ```
+    /// use tollgate::{RateLimiter, key::HeaderKey, layer::{RateLimitLayer, SettleFrom}};
+    ///
+    /// // An LLM gateway: 100 000 tokens an hour per API key, each call charged the tokens its
+    /// // backend reports in `x-tokens-used`, admitted on an estimate of 500.
+    /// let limiter = RateLimiter::builder().quotas("100000/hour").unwrap().build().unwrap();
+    /// let layer = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
+    ///     .cost(|_| 500)
+    ///     .settle_from(SettleFrom::header(http::HeaderName::from_static("x-tokens-used")));
+    /// # let _ = layer;
+    /// ```
+    pub fn settle_from(mut self, source: SettleFrom) -> Self {
+        self.core.options.settle = Some(source);
+        self
+    }
 }
 
 impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
@@ -183,7 +245,9 @@ impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
 
     /// How the rate-limit fields are written: which fields ([`HeaderStyle`](super::HeaderStyle)), the IETF policy
     /// name, partition key, quota unit and jitter, the reset format, whether allowed responses
-    /// carry them. See [`Headers`]; what it leaves unset stays as it was.
+    /// carry them. See [`Headers`]; what it leaves unset stays as it was. A rules file's layer
+    /// takes `on_allowed` from it; the file sets the rest (`header_style`, `reset`, the limits'
+    /// names).
     ///
     /// ```
     /// use tollgate::{RateLimiter, key::GlobalKey};
@@ -196,15 +260,6 @@ impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
     /// ```
     pub fn headers(mut self, headers: Headers) -> Self {
         headers.apply(&mut self.core.options.headers);
-        self
-    }
-
-    /// What to do with keys (see [`KeyPolicy`]): the answer to a request without a usable key
-    /// (default `400`, text/plain; or a shared fallback key), and whether `tracing` events name
-    /// keys (default not).
-    pub fn keys(mut self, policy: KeyPolicy<X::Key>) -> Self {
-        self.hooks.missing = policy.missing;
-        self.core.options.log_keys = policy.log;
         self
     }
 
@@ -266,38 +321,6 @@ impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
         Ok(self)
     }
 
-    /// Computes each request's cost from its head (default 1; 0 is a peek: the request passes and
-    /// consumes nothing).
-    ///
-    /// ```
-    /// use tollgate::{RateLimiter, key::GlobalKey, layer::RateLimitLayer};
-    ///
-    /// let limiter = RateLimiter::builder().quotas("1000/minute").unwrap().build().unwrap();
-    /// let layer = RateLimitLayer::new(limiter, GlobalKey)
-    ///     .cost(|parts| if parts.uri.path().starts_with("/search") { 10 } else { 1 })
-    ///     .select_rule(|_parts| None)
-    ///     .skip(|parts| parts.method == http::Method::OPTIONS);
-    /// # let _ = layer;
-    /// ```
-    pub fn cost<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
-    {
-        self.hooks.cost = Some(Arc::new(f));
-        self
-    }
-
-    /// Chooses each request's rule from its head (tiers by plan); `None` keeps the limiter's
-    /// rule. A key's state follows the rule it is checked under: give each tier its own keys
-    /// (e.g. key by user id, one plan per user) or the tiers share counters.
-    pub fn select_rule<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&Parts) -> Option<Arc<Rule>> + Send + Sync + 'static,
-    {
-        self.hooks.rule = Some(Arc::new(f));
-        self
-    }
-
     /// Exempts the requests for which `f` returns `true` (health checks, CORS preflight
     /// `OPTIONS`, allow-listed networks): they pass without a check and without rate-limit
     /// headers.
@@ -355,27 +378,6 @@ impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
         R: OnRejected<ResponseBody<std::convert::Infallible>>,
     {
         self.core.rejection = Some(Arc::new(Responding(responder)));
-        self
-    }
-
-    /// Settles each request's reservation from its response (a header, an extension, the body's
-    /// end; see [`SettleFrom`]): the request is admitted on its estimate ([`cost`](Self::cost),
-    /// at least 1 here) and then charged what the response reports. Stacked layers configured with
-    /// the same source each settle their own reservation from it.
-    ///
-    /// ```
-    /// use tollgate::{RateLimiter, key::HeaderKey, layer::{RateLimitLayer, SettleFrom}};
-    ///
-    /// // An LLM gateway: 100 000 tokens an hour per API key, each call charged the tokens its
-    /// // backend reports in `x-tokens-used`, admitted on an estimate of 500.
-    /// let limiter = RateLimiter::builder().quotas("100000/hour").unwrap().build().unwrap();
-    /// let layer = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
-    ///     .cost(|_| 500)
-    ///     .settle_from(SettleFrom::header(http::HeaderName::from_static("x-tokens-used")));
-    /// # let _ = layer;
-    /// ```
-    pub fn settle_from(mut self, source: SettleFrom) -> Self {
-        self.core.options.settle = Some(source);
         self
     }
 
