@@ -222,9 +222,12 @@ async fn header_options() {
                 limiter::<()>(Strategy::FixedWindow, "10/second; 3/minute", &clock),
                 GlobalKey,
             )
-            .headers(Headers::new().reset_format(ResetFormat::Unix))
-            .headers(Headers::new().style(HeaderStyle::Both))
-            .headers(Headers::new().policy_name("api")),
+            .headers(
+                Headers::new()
+                    .reset_format(ResetFormat::Unix)
+                    .style(HeaderStyle::Both)
+                    .policy_name("api"),
+            ),
         );
     let server = TestServer::start(app).await;
     let res = client.get(&server.url("/")).await;

@@ -146,8 +146,11 @@ async fn policy_with_a_partition_key_and_a_quota_unit() {
         limiter("peruser", Strategy::FixedWindow, "100/minute", &clock),
         HeaderKey::new("x-user"),
     )
-    .headers(Headers::new().style(HeaderStyle::Ietf))
-    .headers(Headers::new().partition_key("shared secret"))
+    .headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .partition_key("shared secret"),
+    )
     .layer(ok());
     let res = svc.oneshot(get(1)).await.unwrap();
     let policy = items(res.headers(), "ratelimit-policy");
@@ -159,9 +162,12 @@ async fn policy_with_a_partition_key_and_a_quota_unit() {
         limiter("peruser", Strategy::FixedWindow, "65535/10s", &clock),
         HeaderKey::new("x-user"),
     )
-    .headers(Headers::new().style(HeaderStyle::Ietf))
-    .headers(Headers::new().partition_key("shared secret"))
-    .headers(Headers::new().quota_unit("content-bytes"))
+    .headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .partition_key("shared secret")
+            .quota_unit("content-bytes"),
+    )
     .cost(cost)
     .layer(ok());
     let res = svc.oneshot(get(1000)).await.unwrap();
@@ -203,9 +209,12 @@ async fn ratelimit_field_examples() {
         limiter("default", Strategy::FixedWindow, "300001000/minute", &clock),
         HeaderKey::new("x-user"),
     )
-    .headers(Headers::new().style(HeaderStyle::Ietf))
-    .headers(Headers::new().quota_unit("content-bytes"))
-    .headers(Headers::new().partition_key("shared secret"))
+    .headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .quota_unit("content-bytes")
+            .partition_key("shared secret"),
+    )
     .cost(cost)
     .layer(ok());
     let res = svc.oneshot(get(1000)).await.unwrap();

@@ -137,8 +137,11 @@ async fn jitter_adds_up_to_its_maximum_to_t_of_allowed_responses_only() {
         .build()
         .unwrap();
     let mut svc = RateLimitLayer::new(lim, GlobalKey)
-        .headers(Headers::new().style(HeaderStyle::Both))
-        .headers(Headers::new().jitter(Duration::from_secs(5)))
+        .headers(
+            Headers::new()
+                .style(HeaderStyle::Both)
+                .jitter(Duration::from_secs(5)),
+        )
         .layer(ok());
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..100 {

@@ -97,9 +97,11 @@ async fn stacked_limiters_sharing_a_name_get_unique_item_names() {
     let clock = ManualClock::new(T0);
     let inner = RateLimitLayer::new(limiter("api", "3/minute", &clock), GlobalKey)
         .headers(Headers::new().style(HeaderStyle::Ietf));
-    let middle = RateLimitLayer::new(limiter("api", "100/minute", &clock), GlobalKey)
-        .headers(Headers::new().style(HeaderStyle::Ietf))
-        .headers(Headers::new().quota_unit("a, \"b\""));
+    let middle = RateLimitLayer::new(limiter("api", "100/minute", &clock), GlobalKey).headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .quota_unit("a, \"b\""),
+    );
     let outer = RateLimitLayer::new(
         limiter("api", "10/second; 1000/hour; 5000/day", &clock),
         GlobalKey,
@@ -343,9 +345,11 @@ async fn an_ietf_only_inner_report_in_unix_reset_format() {
     clock.advance(Duration::from_millis(12_345));
     let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
         .headers(Headers::new().style(HeaderStyle::Ietf));
-    let ip = RateLimitLayer::new(limiter("ip", "100/hour", &clock), GlobalKey)
-        .headers(Headers::new().style(HeaderStyle::XRateLimit))
-        .headers(Headers::new().reset_format(ResetFormat::Unix));
+    let ip = RateLimitLayer::new(limiter("ip", "100/hour", &clock), GlobalKey).headers(
+        Headers::new()
+            .style(HeaderStyle::XRateLimit)
+            .reset_format(ResetFormat::Unix),
+    );
     let res = ip.layer(plan.layer(ok())).oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
