@@ -2,11 +2,10 @@
 //! futures, as one value: the [`Options`] (limiter, header settings, policies, counters) and the
 //! rejection hook.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
-
-use std::borrow::Cow;
 
 use http::{Response, StatusCode};
 
@@ -43,8 +42,7 @@ impl<K> Default for MissingKey<K> {
     }
 }
 
-/// The layer's settings whose types do not change with its hooks, and the counters its services
-/// share.
+/// The layer's settings besides its hooks, and the counters its services share.
 pub struct Options<L> {
     pub(crate) limits: L,
     pub(crate) headers: HeaderConfig,

@@ -53,7 +53,8 @@ pub(crate) fn in_ticks(nanos: u64, tick: Duration) -> u64 {
 }
 
 /// Applies a [`RateLimiter`] to every request of the services it wraps. See the
-/// [module docs](crate::layer) for the behaviour and an axum example.
+/// [module docs](crate::layer) for the behaviour, and the [headers chapter](crate::guide::headers)
+/// of the guide for an axum example.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
