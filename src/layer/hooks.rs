@@ -45,21 +45,45 @@ impl<X: LayerKey> Hooks<X> {
     pub(crate) fn cost(&self, parts: &Parts) -> u32 {
         match &self.cost {
             None => 1,
-            Some(f) => f(parts),
+            Some(f) => call_cost(f, parts),
         }
     }
 
     /// The request's rule, when not the limiter's.
     #[inline]
     pub(crate) fn rule(&self, parts: &Parts) -> Option<Arc<Rule>> {
-        self.rule.as_ref().and_then(|f| f(parts))
+        match &self.rule {
+            None => None,
+            Some(f) => call_rule(f, parts),
+        }
     }
 
     /// Whether the request bypasses the limiter.
     #[inline]
     pub(crate) fn skip(&self, parts: &Parts) -> bool {
-        self.skip.as_ref().is_some_and(|f| f(parts))
+        match &self.skip {
+            None => false,
+            Some(f) => call_skip(f, parts),
+        }
     }
+}
+
+// The calls of set hooks, out of line: the request path without hooks stays a short stretch of
+// code (its callers are inlined into the service's `call`, whose size decides what else is).
+
+#[inline(never)]
+fn call_cost(f: &CostFn, parts: &Parts) -> u32 {
+    f(parts)
+}
+
+#[inline(never)]
+fn call_rule(f: &RuleFn, parts: &Parts) -> Option<Arc<Rule>> {
+    f(parts)
+}
+
+#[inline(never)]
+fn call_skip(f: &SkipFn, parts: &Parts) -> bool {
+    f(parts)
 }
 
 impl<X: LayerKey + Clone> Clone for Hooks<X> {
