@@ -16,10 +16,13 @@ use http::Request;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tollgate::layer::{PaceLayer, PaceService};
+use tollgate::layer::PaceLayer;
 use tollgate::store::MemoryStore;
 use tollgate::{Clock, RateLimiter, Strategy};
 use tower::{Layer, ServiceExt};
+
+/// The service [`paced`] returns: `inner` behind a [`PaceLayer`].
+pub type Paced<S, C> = <PaceLayer<(), MemoryStore<()>, C> as Layer<S>>::Service;
 
 /// Wraps `inner` so its calls run at most `per_second` per second (no bursts: a token bucket
 /// of capacity 1), waiting up to a minute for a slot.
@@ -27,7 +30,7 @@ pub fn paced<S, C: Clock>(
     inner: S,
     per_second: u32,
     clock: C,
-) -> Result<PaceService<S, (), MemoryStore<()>, C>, tollgate::ConfigError> {
+) -> Result<Paced<S, C>, tollgate::ConfigError> {
     let limiter = RateLimiter::builder()
         .strategy(Strategy::TokenBucket)
         .quotas(&format!("{per_second}/second"))?

@@ -31,7 +31,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use tollgate::key::{Cidr, ExtensionKey, ForwardedIp, ValueKey};
-use tollgate::layer::{RateLimitLayer, Settle};
+use tollgate::layer::{Pacing, RateLimitLayer, Settle};
 use tollgate::rules::{IpSource, RejectedBy, Rules, RulesOptions};
 use tollgate::store::{MemoryStore, StoreKey};
 use tollgate::{Clock, Decision, RateLimiter, Strategy};
@@ -145,7 +145,8 @@ pub fn app<C: Clock + Clone>(clock: C, config: Config) -> Router {
 pub fn app_with<C: Clock + Clone>(limits: Limits<C>, config: Config) -> Router {
     let per_account =
         RateLimitLayer::new(limits.per_account.clone(), ExtensionKey::<Username>::new())
-            .pacing(config.account_max_delay)
+            .pacing(Pacing::Delay(config.account_max_delay))
+            .unwrap()
             .on_rejected(|d: &Decision| blocked(d, "for this account"));
     // From the outside in: the form is read, the rules decide (their 429 becomes the page), the
     // account limit decides; a success's refund is taken by the account layer, and given again

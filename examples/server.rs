@@ -73,7 +73,8 @@ use tollgate::key::{
     Cidr, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp,
 };
 use tollgate::layer::{
-    ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, RateLimitLayer, ResetFormat, SettleFrom,
+    ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, Headers, KeyPolicy, Pacing, RateLimitLayer,
+    ResetFormat, SettleFrom,
 };
 use tollgate::rules::{IpSource, MissingKey as FileMissingKey, Rules, RulesOptions};
 #[cfg(feature = "redis")]
@@ -739,20 +740,21 @@ fn app<St: Store<Vec<u8>>, C: Clock>(
     let cost = o.cost;
     let concurrency = inflight.map(|limit| ConcurrencyLayer::new(limit, key.clone()));
     let mut layer = RateLimitLayer::new(limiter, key)
-        .reset_format(o.reset)
+        .headers(Headers::new().reset_format(o.reset))
         .failure_policy(o.failure)
         .cost(move |_: &Parts| cost);
     if o.missing_global {
-        layer = layer.fallback_key(global_key());
+        layer = layer.keys(KeyPolicy::default().fallback(global_key()));
     }
     if let Some(max_wait) = o.queue {
-        layer = layer.queue(max_wait).map_err(|e| format!("--queue: {e}"))?;
+        layer = layer
+            .pacing(Pacing::Queue(max_wait))
+            .map_err(|e| format!("--queue: {e}"))?;
     }
     if let Some(name) = &o.settle_header {
         layer = layer.settle_from(SettleFrom::header(name.clone()));
     }
-    let published = layer.clone();
-    let _ = PUBLISH.set(Box::new(move || published.publish_stats()));
+    let _ = PUBLISH.set(Box::new(tollgate::metrics::publish_stats));
     let delay = o.delay;
     let settle = o
         .settle_header

@@ -8,6 +8,8 @@
 //! Every metric ([`METRIC_NAMES`]), its labels and what it counts, and how often the store
 //! figures are refreshed, are in the guide's chapter [metrics and tracing](crate::guide::metrics);
 //! [`STORE_LATENCY_BUCKETS`] are the latency histogram's buckets.
+//! [`publish_stats`] publishes the store figures of every live layer and rules file at once
+//! (they are otherwise refreshed once a second).
 //!
 //! A second limiter (or concurrency cap) with the `limit` label of one still alive in the process
 //! logs one warning when its layer is built: their series add up. Two layers on one limiter
@@ -21,6 +23,14 @@ use std::sync::Arc;
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 pub(crate) use live::{Kind, LiveLabel, Refresh, refresh_every_second};
+
+/// Publishes the store figures (`tollgate_keys`, `tollgate_evictions_total`,
+/// `tollgate_breaker_open`, `tollgate_store_up`, `tollgate_settle_dropped_units_total`) of every
+/// live layer and rules file now, instead of at the next refresh (every second): e.g. before a
+/// scrape. The per-request metrics need no call.
+pub fn publish_stats() {
+    live::refresh_all_now();
+}
 
 /// The metric names this crate records (pinned: dashboards rely on them).
 pub const METRIC_NAMES: [&str; 12] = [

@@ -4,7 +4,7 @@
 //! is generic (`layer::ResponseBody`, the inner body or the layer's own answer). A gRPC call
 //! (`content-type: application/grpc`, `application/grpc+proto`, ...; not gRPC-Web) gets the layer's own
 //! answers as trailers-only responses (HTTP 200, `content-type: application/grpc`, no body); the HTTP
-//! response hook (`on_rejected`, `ProblemJson`) is not applied to them:
+//! response hooks (`on_rejected`, `respond_with(ProblemJson)`) are not applied to them:
 //!
 //! | HTTP answer | `grpc-status` | metadata |
 //! | --- | --- | --- |

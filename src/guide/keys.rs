@@ -24,10 +24,12 @@
 //! - Long values are hashed with SHA-256 (domain-separated), not a fast hash: nobody can craft a value
 //!   that lands in a victim's bucket.
 //! - A request without a usable key gets `400` by default, or a shared fallback key
-//!   ([`fallback_key`](crate::RateLimitLayer::fallback_key)): never a panic and never a silent pass.
+//!   ([`KeyPolicy::fallback`](crate::layer::KeyPolicy::fallback), given to
+//!   [`RateLimitLayer::keys`](crate::RateLimitLayer::keys)): never a panic and never a silent pass.
 //! - Your own key type implements [`StoreKey`](crate::store::StoreKey): a stable, injective byte
 //!   encoding (Redis names keys by it). Logs show a key only with
-//!   [`log_keys`](crate::RateLimitLayer::log_keys), and then as a short keyed hash unless it is an IP.
+//!   [`KeyPolicy::log_keys`](crate::layer::KeyPolicy::log_keys), and then as a short keyed hash
+//!   unless it is an IP.
 //!
 //! ```
 //! use std::net::{IpAddr, SocketAddr};

@@ -7,7 +7,8 @@
 //! `limit` label is its limiter's name); handles are resolved when the rules are loaded or the layer is
 //! built (install the recorder first), so a request costs one atomic add per metric. The key is never a
 //! label. The gauges are refreshed every second by one thread of the process while a layer or rules
-//! file lives (`publish_stats()`, on `Rules` or on the layer, publishes them at once). A second
+//! file lives ([`metrics::publish_stats()`](crate::metrics::publish_stats) publishes them at once,
+//! `Rules::publish_stats()` those of one file). A second
 //! limiter or cap with the `limit` label of one still alive warns once when built.
 //!
 //! | Metric | Type | Labels | Meaning |
@@ -42,7 +43,7 @@
 //!
 //! The layers log through `tracing`. A store failure under fail-open is warned about at most once a
 //! second; a misconfiguration (a flag or option without effect) is warned about once. Keys appear in
-//! events only with [`log_keys(true)`](crate::RateLimitLayer::log_keys), and then as a short keyed
+//! events only with [`KeyPolicy::log_keys(true)`](crate::layer::KeyPolicy::log_keys), and then as a short keyed
 //! hash (`#` and 12 hex digits, keyed per process) unless the key is an IP address, so that one key's
 //! events can be followed without the logs holding API keys or user ids. `RUST_LOG=tollgate=debug`
 //! gives one line per rejection in the `server` example.
@@ -54,6 +55,7 @@
 //! // Install the recorder (any `metrics` exporter) before building the layers, then:
 //! let limiter = RateLimiter::builder().name("api").quotas("100/minute").unwrap().build().unwrap();
 //! let layer = RateLimitLayer::new(limiter, PeerIp::default());
-//! layer.publish_stats(); // optional: the gauges are refreshed every second anyway
+//! # let _ = layer;
+//! tollgate::metrics::publish_stats(); // optional: the gauges are refreshed every second anyway
 //! # }
 //! ```

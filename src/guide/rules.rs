@@ -123,7 +123,7 @@
 //!   admission until the response body ends or the request is dropped (a client that goes away gives
 //!   its slot back). A slot is taken only once every quota of the request (shaping queues included)
 //!   admitted it; a full cap answers `429` at once with `Retry-After: 1` through the layer's rejection
-//!   hook (`ProblemJson`, `on_rejected`), and gives back what the quotas reserved, so its `429` spends
+//!   hook (`ProblemJson`, `respond_with`), and gives back what the quotas reserved, so its `429` spends
 //!   no quota. In memory the counts live in this process; on a Redis store they are shared by every
 //!   instance, as `ConcurrencyLimit::redis` counts them: a lease per request in a sorted set per
 //!   key and limit name, renewed every 20 s while the request runs and expiring after 60 s if its
@@ -132,7 +132,7 @@
 //!   `fail_mode`. The counts survive a reload that keeps the limit's name (a changed `N` applies to
 //!   the slots already held). A value outside `1..=4294967295`, not an integer, or on a shadow
 //!   limit is an error at its line and column.
-//! - **Shaping queues** (`queue_ms`) work as `RateLimitLayer::queue`: each request gets its departure
+//! - **Shaping queues** (`queue_ms`) work as `RateLimitLayer::pacing(Pacing::Queue(..))`: each request gets its departure
 //!   when it arrives (FIFO, one interval apart, the queue's depth `queue_ms / interval + 1`), waits for
 //!   it on tokio's timer, and is forwarded with the headers of its departure. They are checked after
 //!   every other enforced limit of the request admitted it (a queue's rejection settles those to 0),
@@ -154,9 +154,9 @@
 //!   (tests). The `login` example (`examples/login.rs`) puts it together: per IP + username and per
 //!   IP from a rules file, all or nothing, only failures counted.
 //! - **One layer type.** `rules.layer()` is a `RateLimitLayer` (of the file's limits), the same
-//!   pipeline as a single limiter's: `on_rejected(ProblemJson)`, `respond_with(..)`,
-//!   `failure_policy(..)` (the `RulesOptions`' by default), `pacing(..)`, `skip(..)` and
-//!   `headers_on_allowed(..)` apply to a file's limits, gRPC calls get trailers-only
+//!   pipeline as a single limiter's: `respond_with(ProblemJson)`, `on_rejected(..)`,
+//!   `failure_policy(..)` (the `RulesOptions`' by default), `pacing(Pacing::Delay(..))`, `skip(..)`
+//!   and `headers(..)` apply to a file's limits, gRPC calls get trailers-only
 //!   `RESOURCE_EXHAUSTED` / `INVALID_ARGUMENT` / `UNAVAILABLE` answers, and it wraps any inner body
 //!   (tonic's included). A limit's `header:NAME` key is read as `HeaderKey` reads it: one value,
 //!   trimmed, not empty.

@@ -37,7 +37,7 @@
 //!         .build()?;
 //!     Ok(router.layer(
 //!         RateLimitLayer::new(tokens, HeaderKey::new("x-api-key"))
-//!             .cost(|_: &http::request::Parts| 1_000)
+//!             .cost(|_| 1_000)
 //!             .settle_from(SettleFrom::header(HeaderName::from_static("x-tokens-used"))),
 //!     ))
 //! }

@@ -3,7 +3,8 @@
 //!
 //! # A shaping queue (leaky bucket in delay mode)
 //!
-//! Requests over the limit can wait in a queue instead of being refused: `layer.queue(MAX_WAIT)?` on a
+//! Requests over the limit can wait in a queue instead of being refused:
+//! `layer.pacing(Pacing::Queue(MAX_WAIT))?` on a
 //! `leaky-bucket` limiter with one quota (`server --strategy leaky-bucket --queue MAX_WAIT_MS`). Each
 //! request gets its departure time when it arrives (a reservation in the store, memory or Redis, so the
 //! queue is shared by every instance on Redis), `T = period / limit` after the previous waiter's — no
@@ -21,7 +22,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! use std::time::Duration;
-//! use tollgate::{RateLimitLayer, RateLimiter, Strategy, key::GlobalKey};
+//! use tollgate::{RateLimitLayer, RateLimiter, Strategy, key::GlobalKey, layer::Pacing};
 //!
 //! // At most 10 a second, leaving 100 ms apart; a request that would wait over 2 s gets a 429.
 //! let limiter = RateLimiter::builder()
@@ -29,11 +30,14 @@
 //!     .quotas("10/second").unwrap()
 //!     .build()
 //!     .unwrap();
-//! let layer = RateLimitLayer::new(limiter, GlobalKey).queue(Duration::from_secs(2)).unwrap();
+//! let layer = RateLimitLayer::new(limiter, GlobalKey)
+//!     .pacing(Pacing::Queue(Duration::from_secs(2)))
+//!     .unwrap();
 //! # let _ = layer;
 //! // A queue needs the leaky bucket with one quota: anything else is a configuration error.
 //! let windows = RateLimiter::builder().quotas("10/second").unwrap().build().unwrap();
-//! assert!(RateLimitLayer::new(windows, GlobalKey).queue(Duration::from_secs(2)).is_err());
+//! let layer = RateLimitLayer::new(windows, GlobalKey);
+//! assert!(layer.pacing(Pacing::Queue(Duration::from_secs(2))).is_err());
 //! # }
 //! ```
 //!

@@ -15,7 +15,8 @@
 //!   slot (hash tags), TTLs on every key. Each call has a short timeout (50 ms by default); on a store
 //!   error the layer fails open by default (the request passes, without headers, and is counted and
 //!   logged, warned about at most once a second), answers `503` with
-//!   [`fail_closed`](crate::RateLimitLayer::fail_closed), or decides locally (below).
+//!   [`FailurePolicy::FailClosed`](crate::layer::FailurePolicy::FailClosed)
+//!   ([`failure_policy`](crate::RateLimitLayer::failure_policy)), or decides locally (below).
 //! - **Your own**: implement [`Store`](crate::store::Store); the strategies are shared, so the
 //!   arithmetic of [strategies](super::strategies) holds for any store that applies them atomically
 //!   per key.

@@ -10,7 +10,7 @@ use http_body_util::BodyExt as _;
 use pin_project_lite::pin_project;
 
 /// The error type of [`ResponseBody`]: the inner body's error, boxed.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 
@@ -104,6 +104,18 @@ impl<B> ResponseBody<B> {
     /// Whether this is the inner service's body (not an answer of the layer's own).
     pub fn is_inner(&self) -> bool {
         matches!(self.kind, Kind::Inner { .. })
+    }
+}
+
+impl ResponseBody<std::convert::Infallible> {
+    /// An answer of the layer's own (never an inner body) as the body of any inner service.
+    pub(crate) fn cast<B>(self) -> ResponseBody<B> {
+        let kind = match self.kind {
+            Kind::Inner { body, .. } => match body {},
+            Kind::Full { data } => Kind::Full { data },
+            Kind::Boxed { body } => Kind::Boxed { body },
+        };
+        ResponseBody { kind }
     }
 }
 

@@ -592,7 +592,7 @@ impl<S: Clone, X: KeyExtractor + Clone, R> Clone for ConcurrencyService<S, X, R>
 }
 
 /// The response future of a [`ConcurrencyService`].
-pub type ConcurrencyFuture<B, E> =
+pub(crate) type ConcurrencyFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
 impl<S, ReqB, ResB, X, R> Service<Request<ReqB>> for ConcurrencyService<S, X, R>

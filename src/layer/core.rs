@@ -1,20 +1,25 @@
 //! [`Core`]: what a [`RateLimitLayer`](super::RateLimitLayer) shares with its services and their
 //! futures, as one value: the [`Options`] (limiter, header settings, policies, counters) and the
-//! rejection hook, so that a type-changing setter moves two fields, not a dozen.
+//! rejection hook.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{Response, StatusCode};
 
-use super::response::{FailurePolicy, HeaderConfig};
+use super::body::ResponseBody;
+use super::response::{
+    DefaultRejection, FailurePolicy, HeaderConfig, OnRejected, Refusal, Responder,
+};
 use super::settle::SettleFrom;
+use crate::decision::Decision;
 use crate::rule::Rule;
 
-/// How a request that cannot pass now waits.
+/// How a request that cannot pass now waits (set with [`Pacing`](super::Pacing)).
 #[derive(Clone, Debug)]
-pub(crate) enum Pacing {
+pub(crate) enum Wait {
     /// Sleeps for the wait the rejection names, then checks again; up to this long in total.
     Sleep(Duration),
     /// A shaping queue: every request is admitted under `rule` (the limiter's quota with a depth
@@ -31,13 +36,18 @@ pub(crate) enum MissingKey<K> {
     Fallback(K),
 }
 
-/// The layer's settings whose types do not change with its hooks, and the counters its services
-/// share.
+impl<K> Default for MissingKey<K> {
+    fn default() -> Self {
+        Self::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// The layer's settings besides its hooks, and the counters its services share.
 pub struct Options<L> {
     pub(crate) limits: L,
     pub(crate) headers: HeaderConfig,
     pub(crate) failure: FailurePolicy,
-    pub(crate) pacing: Option<Pacing>,
+    pub(crate) pacing: Option<Wait>,
     pub(crate) log_keys: bool,
     pub(crate) settle: Option<SettleFrom>,
     /// Requests waiting in pacing or queue mode now.
@@ -67,7 +77,7 @@ impl<L> Options<L> {
     /// The queue's rule, in queue mode.
     pub(crate) fn queue_rule(&self) -> Option<Arc<Rule>> {
         match &self.pacing {
-            Some(Pacing::Queue { rule, .. }) => Some(Arc::clone(rule)),
+            Some(Wait::Queue { rule, .. }) => Some(Arc::clone(rule)),
             _ => None,
         }
     }
@@ -91,16 +101,41 @@ impl<L: Clone> Clone for Options<L> {
 }
 
 /// Settings shared by a layer's services and their futures: the options and the rejection hook.
-pub(crate) struct Core<L, R> {
+pub(crate) struct Core<L> {
     pub(crate) options: Options<L>,
-    pub(crate) rejection: R,
+    /// The hook building the layer's own answers; `None`: the default text/plain ones, built
+    /// directly in the service's body type.
+    pub(crate) rejection: Option<Arc<dyn Responder>>,
 }
 
-impl<L: Clone, R: Clone> Clone for Core<L, R> {
+impl<L: Clone> Clone for Core<L> {
     fn clone(&self) -> Self {
         Self {
             options: self.options.clone(),
             rejection: self.rejection.clone(),
+        }
+    }
+}
+
+impl<L> Core<L> {
+    /// The `429` for `d`; `violated` names the rejecting quota's items (asked only of a hook).
+    #[inline]
+    pub(crate) fn rejected<'a, B>(
+        &self,
+        d: &Decision,
+        violated: impl FnOnce() -> Cow<'a, str>,
+    ) -> Response<ResponseBody<B>> {
+        match &self.rejection {
+            None => DefaultRejection.on_rejected(d),
+            Some(hook) => hook.rejected(d, &[&violated()]).map(ResponseBody::cast),
+        }
+    }
+
+    /// The answer to `refusal` (no key, the store failed while failing closed).
+    pub(crate) fn refused<B>(&self, refusal: Refusal<'_>) -> Response<ResponseBody<B>> {
+        match &self.rejection {
+            None => DefaultRejection.on_refused(refusal),
+            Some(hook) => hook.refused(refusal).map(ResponseBody::cast),
         }
     }
 }

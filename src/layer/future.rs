@@ -11,11 +11,11 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::core::{Core, Pacing};
+use super::core::{Core, Wait};
 use super::counted::{CountId, mark_counted};
 use super::grpc;
 use super::limits::Limits;
-use super::response::{FailurePolicy, OnRejected, Refusal, text};
+use super::response::{FailurePolicy, Refusal, text};
 use super::wait_guard::WaitGuard;
 use crate::decision::Outcome;
 use crate::error::StoreError;
@@ -44,8 +44,8 @@ impl<S: Clone, B> Pending<S, B> {
 
 /// What the future needs besides its state: the shared settings and the request's keys, cost
 /// and count marker.
-pub(crate) struct Ctx<L: Limits, R> {
-    core: Arc<Core<L, R>>,
+pub(crate) struct Ctx<L: Limits> {
+    core: Arc<Core<L>>,
     keys: L::Keys,
     cost: u32,
     /// In pacing mode, how long the request has waited for its slot.
@@ -66,9 +66,9 @@ pub(crate) struct Ctx<L: Limits, R> {
     span: Option<Box<tracing::Span>>,
 }
 
-impl<L: Limits, R> Ctx<L, R> {
+impl<L: Limits> Ctx<L> {
     pub(crate) fn new(
-        core: Arc<Core<L, R>>,
+        core: Arc<Core<L>>,
         keys: L::Keys,
         cost: u32,
         id: Option<CountId>,
@@ -127,16 +127,14 @@ impl<L: Limits, R> Ctx<L, R> {
 
     /// The answer to a rejected request; `is_grpc`: a trailers-only gRPC status instead of the
     /// hook's answer (read from the request only when answering, off the allowed path).
-    fn reject<B>(&self, d: L::Decided, is_grpc: bool) -> Response<ResponseBody<B>>
-    where
-        R: OnRejected<ResponseBody<B>>,
-    {
+    fn reject<B>(&self, d: L::Decided, is_grpc: bool) -> Response<ResponseBody<B>> {
         let decision = L::decision(&d);
         let mut res = if is_grpc {
             grpc::rejected(&decision)
         } else {
-            let violated = L::violated(&self.core.options, &self.keys, &d);
-            self.core.rejection.on_rejected_by(&decision, &[&violated])
+            self.core.rejected(&decision, || {
+                L::violated(&self.core.options, &self.keys, &d)
+            })
         };
         L::write_rejected(&self.core.options, &self.keys, d, &mut res);
         res
@@ -162,14 +160,14 @@ impl<L: Limits, R> Ctx<L, R> {
 
 pin_project! {
     /// Response future of [`RateLimitService`](super::RateLimitService).
-    pub struct ResponseFuture<S, ReqB, ResB, L, R>
+    pub struct ResponseFuture<S, ReqB, ResB, L>
     where
         S: Service<Request<ReqB>>,
         L: Limits,
     {
         #[pin]
         state: State<S, ReqB, ResB, L>,
-        ctx: Option<Ctx<L, R>>,
+        ctx: Option<Ctx<L>>,
     }
 }
 
@@ -199,7 +197,7 @@ pin_project! {
     }
 }
 
-impl<S, ReqB, ResB, L, R> ResponseFuture<S, ReqB, ResB, L, R>
+impl<S, ReqB, ResB, L> ResponseFuture<S, ReqB, ResB, L>
 where
     S: Service<Request<ReqB>>,
     L: Limits,
@@ -223,7 +221,7 @@ where
         }
     }
 
-    pub(crate) fn deciding(check: L::Answer, pending: Pending<S, ReqB>, ctx: Ctx<L, R>) -> Self {
+    pub(crate) fn deciding(check: L::Answer, pending: Pending<S, ReqB>, ctx: Ctx<L>) -> Self {
         Self {
             state: State::Deciding {
                 check,
@@ -234,11 +232,10 @@ where
     }
 }
 
-impl<S, ReqB, ResB, L, R> ResponseFuture<S, ReqB, ResB, L, R>
+impl<S, ReqB, ResB, L> ResponseFuture<S, ReqB, ResB, L>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     L: Limits,
-    R: OnRejected<ResponseBody<ResB>>,
 {
     /// The store answered during `call` (the memory store always does). An allowed request goes
     /// to `inner`, which was polled ready, without the ready-clone; a rejection is answered at
@@ -251,7 +248,7 @@ where
         inner: &mut S,
         mut parts: http::request::Parts,
         body: ReqB,
-        ctx: Ctx<L, R>,
+        ctx: Ctx<L>,
     ) -> Self {
         match result {
             Ok(d) if L::outcome(&d) == Outcome::Allowed && ctx.queue_wait(&d).is_zero() => {
@@ -269,7 +266,7 @@ where
             Ok(d)
                 if match L::outcome(&d) {
                     Outcome::Exceeds => true,
-                    Outcome::Rejected => !matches!(ctx.core.options.pacing, Some(Pacing::Sleep(_))),
+                    Outcome::Rejected => !matches!(ctx.core.options.pacing, Some(Wait::Sleep(_))),
                     Outcome::Allowed => false,
                 } =>
             {
@@ -283,12 +280,7 @@ where
     /// allowed path above stays a short stretch of code (instruction-cache misses cost it more
     /// time than its instructions).
     #[inline(never)]
-    fn rejected_now(
-        d: L::Decided,
-        inner: &mut S,
-        headers: &http::HeaderMap,
-        ctx: Ctx<L, R>,
-    ) -> Self {
+    fn rejected_now(d: L::Decided, inner: &mut S, headers: &http::HeaderMap, ctx: Ctx<L>) -> Self {
         // The request never reaches `inner`: give back what its `poll_ready` reserved
         // (e.g. a concurrency permit) rather than hold it until the next request.
         let fresh = inner.clone();
@@ -311,7 +303,7 @@ where
         inner: &mut S,
         parts: http::request::Parts,
         body: ReqB,
-        ctx: Ctx<L, R>,
+        ctx: Ctx<L>,
     ) -> Self {
         // The ready-clone idiom: the service that was polled ready goes into the future.
         let clone = inner.clone();
@@ -329,11 +321,10 @@ where
     }
 }
 
-impl<S, ReqB, ResB, L, R> Future for ResponseFuture<S, ReqB, ResB, L, R>
+impl<S, ReqB, ResB, L> Future for ResponseFuture<S, ReqB, ResB, L>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     L: Limits,
-    R: OnRejected<ResponseBody<ResB>>,
 {
     type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 
@@ -489,15 +480,14 @@ fn broken<B: From<String>, E>(what: &str) -> Poll<Result<Response<B>, E>> {
 }
 
 /// The state after the store answered: forward, pace, reject, or fail open or closed.
-fn after_check<S, ReqB, ResB, L, R>(
-    ctx: &mut Ctx<L, R>,
+fn after_check<S, ReqB, ResB, L>(
+    ctx: &mut Ctx<L>,
     result: Result<L::Decided, StoreError>,
     mut p: Pending<S, ReqB>,
 ) -> State<S, ReqB, ResB, L>
 where
     S: Service<Request<ReqB>> + Clone,
     L: Limits,
-    R: OnRejected<ResponseBody<ResB>>,
 {
     if let Some(reserved) = ctx.reserved.take() {
         // A queued request holds its slot (counted when reserved): the departure's peek only
@@ -532,7 +522,7 @@ where
                 let mut res = if grpc::is_grpc(p.request.headers()) {
                     grpc::refused(Refusal::StoreFailed(&e))
                 } else {
-                    ctx.core.rejection.on_refused(Refusal::StoreFailed(&e))
+                    ctx.core.refused(Refusal::StoreFailed(&e))
                 };
                 res.extensions_mut().insert(e);
                 return State::Done {
@@ -568,7 +558,7 @@ where
         }
         Outcome::Rejected | Outcome::Exceeds => {
             let next = match ctx.core.options.pacing {
-                Some(Pacing::Sleep(max)) => ctx.waiter.next(&L::decision(&d), max),
+                Some(Wait::Sleep(max)) => ctx.waiter.next(&L::decision(&d), max),
                 _ => Next::TooLong,
             };
             match next {

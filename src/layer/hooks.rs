@@ -1,101 +1,111 @@
-//! The per-request hooks of a [`RateLimitLayer`](super::RateLimitLayer): the request's cost, its
-//! rule, whether it is exempt; and [`Hooks`], the four of them (with the key extractor) as one
-//! value carried through the layer's type-changing setters.
+//! The per-request hooks of a [`RateLimitLayer`](super::RateLimitLayer): the request's key (and
+//! what to do without one), its cost, its rule, whether it is exempt. The closures are stored
+//! type-erased, so that a configured layer's type names only its key, store and clock; an unset
+//! hook is `None` and costs one branch.
 
 use std::sync::Arc;
 
 use http::request::Parts;
 
+use super::core::MissingKey;
+use super::limits::LayerKey;
 use crate::rule::Rule;
 
-/// The cost of a request (default 1). Implemented by [`UnitCost`] and closures
-/// `Fn(&Parts) -> u32`. Cost 0 is a peek: the request passes and consumes nothing.
-pub trait RequestCost: Send + Sync + 'static {
-    /// The request's cost.
-    fn cost(&self, parts: &Parts) -> u32;
-}
-
-/// Every request costs 1.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UnitCost;
-
-impl RequestCost for UnitCost {
-    fn cost(&self, _parts: &Parts) -> u32 {
-        1
-    }
-}
-
-impl<F: Fn(&Parts) -> u32 + Send + Sync + 'static> RequestCost for F {
-    fn cost(&self, parts: &Parts) -> u32 {
-        self(parts)
-    }
-}
-
-/// Picks the rule for a request (tiers by plan). `None` uses the limiter's own rule.
-/// Implemented by [`LimiterRule`] and closures `Fn(&Parts) -> Option<Arc<Rule>>`.
-///
-/// A key's state follows the rule it is checked under: give each tier its own keys (e.g. key by
-/// user id, one plan per user) or the tiers share counters.
-pub trait SelectRule: Send + Sync + 'static {
-    /// The rule for this request.
-    fn rule(&self, parts: &Parts) -> Option<Arc<Rule>>;
-}
-
-/// Every request uses the limiter's rule.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LimiterRule;
-
-impl SelectRule for LimiterRule {
-    fn rule(&self, _parts: &Parts) -> Option<Arc<Rule>> {
-        None
-    }
-}
-
-impl<F: Fn(&Parts) -> Option<Arc<Rule>> + Send + Sync + 'static> SelectRule for F {
-    fn rule(&self, parts: &Parts) -> Option<Arc<Rule>> {
-        self(parts)
-    }
-}
-
-/// Exempts requests from the limit (health checks, CORS preflight, allow-listed networks).
-/// Implemented by [`NoSkip`] and closures `Fn(&Parts) -> bool` (`true` = not limited).
-pub trait Skip: Send + Sync + 'static {
-    /// Whether the request bypasses the limiter.
-    fn skip(&self, parts: &Parts) -> bool;
-}
-
-/// No request is exempt.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoSkip;
-
-impl Skip for NoSkip {
-    fn skip(&self, _parts: &Parts) -> bool {
-        false
-    }
-}
-
-impl<F: Fn(&Parts) -> bool + Send + Sync + 'static> Skip for F {
-    fn skip(&self, parts: &Parts) -> bool {
-        self(parts)
-    }
-}
+/// A request's cost (`RateLimitLayer::cost`).
+pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
+/// A request's rule (`RateLimitLayer::select_rule`); `None` keeps the limiter's.
+pub(crate) type RuleFn = Arc<dyn Fn(&Parts) -> Option<Arc<Rule>> + Send + Sync>;
+/// Whether a request is exempt (`RateLimitLayer::skip`).
+pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 /// The per-request hooks: key (and what to do without one), cost, rule, skip.
-#[derive(Clone)]
-pub struct Hooks<X: super::limits::LayerKey, Co, Ru, Sk> {
+pub struct Hooks<X: LayerKey> {
     pub(crate) key: X,
-    pub(crate) missing: super::core::MissingKey<X::Key>,
-    pub(crate) cost: Co,
-    pub(crate) rule: Ru,
-    pub(crate) skip: Sk,
+    pub(crate) missing: MissingKey<X::Key>,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) rule: Option<RuleFn>,
+    pub(crate) skip: Option<SkipFn>,
 }
 
-impl<X: super::limits::LayerKey + std::fmt::Debug, Co, Ru, Sk> std::fmt::Debug
-    for Hooks<X, Co, Ru, Sk>
-{
+impl<X: LayerKey> Hooks<X> {
+    /// No hooks: every request costs 1, under the limiter's rule, none exempt; a request without
+    /// a key gets a `400`.
+    pub(crate) fn new(key: X) -> Self {
+        Self {
+            key,
+            missing: MissingKey::default(),
+            cost: None,
+            rule: None,
+            skip: None,
+        }
+    }
+
+    /// The request's cost (default 1).
+    #[inline]
+    pub(crate) fn cost(&self, parts: &Parts) -> u32 {
+        match &self.cost {
+            None => 1,
+            Some(f) => call_cost(f, parts),
+        }
+    }
+
+    /// The request's rule, when not the limiter's.
+    #[inline]
+    pub(crate) fn rule(&self, parts: &Parts) -> Option<Arc<Rule>> {
+        match &self.rule {
+            None => None,
+            Some(f) => call_rule(f, parts),
+        }
+    }
+
+    /// Whether the request bypasses the limiter.
+    #[inline]
+    pub(crate) fn skip(&self, parts: &Parts) -> bool {
+        match &self.skip {
+            None => false,
+            Some(f) => call_skip(f, parts),
+        }
+    }
+}
+
+// The calls of set hooks, out of line: the request path without hooks stays a short stretch of
+// code (its callers are inlined into the service's `call`, whose size decides what else is).
+
+#[inline(never)]
+fn call_cost(f: &CostFn, parts: &Parts) -> u32 {
+    f(parts)
+}
+
+#[inline(never)]
+fn call_rule(f: &RuleFn, parts: &Parts) -> Option<Arc<Rule>> {
+    f(parts)
+}
+
+#[inline(never)]
+fn call_skip(f: &SkipFn, parts: &Parts) -> bool {
+    f(parts)
+}
+
+impl<X: LayerKey + Clone> Clone for Hooks<X> {
+    fn clone(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            missing: self.missing.clone(),
+            cost: self.cost.clone(),
+            rule: self.rule.clone(),
+            skip: self.skip.clone(),
+        }
+    }
+}
+
+impl<X: LayerKey + std::fmt::Debug> std::fmt::Debug for Hooks<X> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |hook: bool| if hook { "<fn>" } else { "default" };
         f.debug_struct("Hooks")
             .field("key", &self.key)
+            .field("cost", &set(self.cost.is_some()))
+            .field("rule", &set(self.rule.is_some()))
+            .field("skip", &set(self.skip.is_some()))
             .finish_non_exhaustive()
     }
 }

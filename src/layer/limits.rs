@@ -14,9 +14,9 @@ use http::{Response, StatusCode};
 use super::Settle;
 use super::body::ResponseBody;
 use super::concurrency::OverCap;
-use super::core::{MissingKey, Options, Pacing};
+use super::core::{MissingKey, Options, Wait};
 use super::counted::{CountId, Counted, counted_id};
-use super::hooks::{Hooks, RequestCost, SelectRule};
+use super::hooks::Hooks;
 use super::response::{
     HeaderStyle, Reported, item_name, rejected_inside, write_allowed_headers, write_headers,
 };
@@ -50,6 +50,12 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
 
     #[doc(hidden)]
     fn name(&self) -> &str;
+    /// The rule a shaping queue drains and the store's tick, or why these limits take no queue
+    /// (a rules file sets its queues per limit).
+    #[doc(hidden)]
+    fn queue_base(&self) -> Result<(&Rule, Duration), crate::ConfigError> {
+        Err(crate::ConfigError::QueueNeedsOneQuota(0))
+    }
     #[doc(hidden)]
     fn check(&self, keys: &mut Self::Keys, cost: u32) -> Self::Answer;
     #[doc(hidden)]
@@ -138,8 +144,8 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     );
 }
 
-/// The key type of a layer's hooks ([`RateLimitLayer::fallback_key`](super::RateLimitLayer::fallback_key)):
-/// a key extractor's, or a rules file's encoded keys.
+/// The key type of a layer's hooks (a [`KeyPolicy`](super::KeyPolicy)'s fallback key): a key
+/// extractor's, or a rules file's encoded keys.
 pub trait LayerKey {
     /// The key.
     type Key: Clone + Send + Sync + 'static;
@@ -159,8 +165,8 @@ pub trait Source<St, C>: LayerKey + Sized + Send + Sync + 'static {
 
     /// The request's keys and cost, or why it is not decided.
     #[doc(hidden)]
-    fn prepare<Co: RequestCost, Ru: SelectRule, Sk>(
-        hooks: &Hooks<Self, Co, Ru, Sk>,
+    fn prepare(
+        hooks: &Hooks<Self>,
         o: &Options<Self::Limits>,
         parts: &Parts,
     ) -> Prepared<<Self::Limits as Limits>::Keys>;
@@ -189,8 +195,8 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
     type Limits = OneLimiter<X::Key, St, C>;
 
     #[inline]
-    fn prepare<Co: RequestCost, Ru: SelectRule, Sk>(
-        hooks: &Hooks<X, Co, Ru, Sk>,
+    fn prepare(
+        hooks: &Hooks<X>,
         o: &Options<Self::Limits>,
         parts: &Parts,
     ) -> Prepared<Keyed<X::Key>> {
@@ -225,7 +231,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
         // One request, one count: a second layer on the same limiter and key lets it through. The
         // request is marked when it is forwarded (a rejected one never meets another layer).
         // In queue mode the limiter's own rule gives way to the queue's.
-        let rule = hooks.rule.rule(parts).or_else(|| o.queue_rule());
+        let rule = hooks.rule(parts).or_else(|| o.queue_rule());
         let rule_ref = rule.as_deref().unwrap_or_else(|| o.limits.limiter.rule());
         let id = counted_id(&o.limits.limiter, rule_ref, &key);
         let counted = parts.extensions.get::<Counted>();
@@ -233,7 +239,7 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> Source<St, C> for X {
         if counted.is_some_and(|c| c.contains(id)) {
             return Prepared::Pass;
         }
-        let mut cost = hooks.cost.cost(parts);
+        let mut cost = hooks.cost(parts);
         if o.settle.is_some() {
             // A cost-0 peek must not pass a key deep in debt: settlement admits on at least 1.
             cost = cost.max(1);
@@ -314,6 +320,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         self.limiter.name()
     }
 
+    fn queue_base(&self) -> Result<(&Rule, Duration), crate::ConfigError> {
+        Ok((self.limiter.rule(), self.limiter.store().tick()))
+    }
+
     #[inline]
     fn check(&self, keys: &mut Keyed<K>, cost: u32) -> Self::Answer {
         self.limiter
@@ -340,7 +350,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
     #[inline]
     fn queue_wait(o: &Options<Self>, keys: &Keyed<K>, cost: u32, d: &Decision) -> Duration {
         match (&o.pacing, &keys.rule) {
-            (Some(Pacing::Queue { rule, emission }), Some(mine))
+            (Some(Wait::Queue { rule, emission }), Some(mine))
                 if d.is_allowed() && Arc::ptr_eq(rule, mine) =>
             {
                 let slot = u64::from(cost).saturating_mul(*emission);
@@ -417,7 +427,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
                 }
             }
         };
-        let queued = matches!(o.pacing, Some(Pacing::Queue { .. }));
+        let queued = matches!(o.pacing, Some(Wait::Queue { .. }));
         let Some((reservation, units)) = units
             .filter(|_| !queued)
             .and_then(|units| Some((d.reservation()?, units)))

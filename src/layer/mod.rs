@@ -1,115 +1,27 @@
-//! The Tower layer: [`RateLimitLayer`] and [`RateLimitService`], plus [`PaceLayer`] for clients.
+//! The Tower layers: [`RateLimitLayer`] (and its [`RateLimitService`]), [`ConcurrencyLayer`] for
+//! requests in flight per key, and [`PaceLayer`] for clients.
 //!
 //! For every request the service extracts a key ([`crate::key`]), asks the [`RateLimiter`] for a
-//! [`Decision`] on it (cost 1 unless [`RateLimitLayer::cost`] says otherwise), and then:
+//! [`Decision`] on it (cost 1 unless [`RateLimitLayer::cost`] says otherwise), and then forwards
+//! it with the rate-limit fields on its response (and the `Decision` in its extensions), or
+//! answers `429 Too Many Requests` with the fields and `Retry-After` without calling the inner
+//! service. A request without a key gets `400` (or a fallback key, [`KeyPolicy`]); a store
+//! failure lets the request through (fail open) or answers `503` ([`FailurePolicy`]).
 //!
-//! - **allowed**: marks the request with its `Decision` (handlers show "attempts left": an axum
-//!   extractor, or [`Decision::from_extensions`]), calls the inner service, and writes
-//!   `x-ratelimit-limit`, `x-ratelimit-remaining` and `x-ratelimit-reset` on its response
-//!   (replacing any the inner service set; turn off with
-//!   [`headers_on_allowed(false)`](RateLimitLayer::headers_on_allowed));
-//! - **rejected**: answers `429 Too Many Requests` without calling the inner service, with the same
-//!   fields, `Retry-After` (whole seconds, rounded up, at least 1), a short text/plain body, and the
-//!   `Decision` in the response's extensions. A request whose cost can never be admitted gets a 429
-//!   without `Retry-After` whose body says so;
-//! - **no key**: `400 Bad Request` (text/plain), or a shared fallback key
-//!   ([`fallback_key`](RateLimitLayer::fallback_key));
-//! - **store failure**: passes the request without rate-limit headers (fail open, the default:
-//!   warned about at most once a second and counted in [`Stats::fail_open`](crate::Stats)), or
-//!   answers `503` ([`fail_closed`](RateLimitLayer::fail_closed)).
+//! [`RateLimitLayer`]'s methods group its configuration: [`Headers`] for the fields,
+//! [`KeyPolicy`] for keys, [`Pacing`] to wait instead of rejecting, closures for the cost, the
+//! rule, exemptions and the 429, a responder ([`ProblemJson`]) for every answer of its own, and
+//! [`SettleFrom`] or the [`Settle`] marker to charge what a request used.
 //!
-//! Header values follow the [guide](crate::guide::headers) (the formulas per strategy are
-//! [there](crate::guide::strategies#formulas-per-strategy) too): `x-ratelimit-reset` is the delay in seconds
-//! (rounded up; [`ResetFormat::Unix`] for Unix time), the IETF draft's `RateLimit` and
-//! `RateLimit-Policy` fields are available with [`HeaderStyle`].
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! use std::net::SocketAddr;
-//! use std::time::Duration;
-//! use axum::{Router, body::Body, routing::get};
-//! use http::{Request, StatusCode};
-//! use tollgate::{ManualClock, RateLimiter, Strategy};
-//! use tollgate::key::PeerIp;
-//! use tollgate::layer::RateLimitLayer;
-//! use tower::ServiceExt;
-//!
-//! let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-//! let limiter = RateLimiter::builder()
-//!     .strategy(Strategy::FixedWindow)
-//!     .quotas("2/minute").unwrap()
-//!     .clock(clock.clone())
-//!     .build()
-//!     .unwrap();
-//! let app = Router::new()
-//!     .route("/", get(|| async { "ok" }))
-//!     .layer(RateLimitLayer::new(limiter, PeerIp::default()));
-//!
-//! let request = || {
-//!     let mut req = Request::get("/").body(Body::empty()).unwrap();
-//!     // `axum::serve(.., app.into_make_service_with_connect_info::<SocketAddr>())` does this.
-//!     let peer: SocketAddr = "203.0.113.9:5000".parse().unwrap();
-//!     req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-//!     req
-//! };
-//! let res = app.clone().oneshot(request()).await.unwrap();
-//! assert_eq!(res.status(), StatusCode::OK);
-//! assert_eq!(res.headers()["x-ratelimit-limit"], "2");
-//! assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
-//! assert_eq!(res.headers()["x-ratelimit-reset"], "40", "the window ends at the next whole minute");
-//! app.clone().oneshot(request()).await.unwrap();
-//! let res = app.clone().oneshot(request()).await.unwrap();
-//! assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-//! assert_eq!(res.headers()["retry-after"], "40");
-//! assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
-//! clock.advance(Duration::from_secs(40));
-//! assert_eq!(app.oneshot(request()).await.unwrap().status(), StatusCode::OK);
-//! # }
-//! ```
-//!
-//! # Options
-//! - [`cost`](RateLimitLayer::cost): a request's cost from its head (default 1; 0 = peek).
-//! - [`select_rule`](RateLimitLayer::select_rule): a rule per request, for tiers by plan.
-//! - [`skip`](RateLimitLayer::skip): exempt health checks, CORS preflight `OPTIONS`, allow-listed
-//!   networks.
-//! - [`on_rejected`](RateLimitLayer::on_rejected): build the 429 yourself (the layer still adds the
-//!   headers and the `Decision`).
-//! - [`pacing`](RateLimitLayer::pacing): wait up to a maximum delay for a slot instead of rejecting.
-//! - Settlement: a handler that inserts [`Settle`] into its response's extensions gets its request
-//!   charged what it says instead of its cost (`Settle::refund()`: nothing, "only failures count",
-//!   see the `login` example). Only the innermost layer that counted the request settles it (or the
-//!   one [`Settle::for_limiter`] names): enclosing limiters keep their count.
-//! - [`log_keys`](RateLimitLayer::log_keys): name keys in `tracing` events (off by default).
-//!
-//! # Layer order and CORS
-//! `Retry-After` and `x-ratelimit-*` are not CORS-safelisted: list them in
-//! `Access-Control-Expose-Headers`, and put the rate limiter *inside* the CORS layer (added before
-//! it with `Router::layer`) so 429s carry CORS headers too. Put it after authentication when
-//! keying by user. Stacked layers count a request once per limiter and key: a second layer on the
-//! same limiter and key (route and router level) lets the request through uncounted, and a request
-//! rejected by an outer layer never reaches, nor counts in, an inner one. When layers on different
-//! limiters both answer, an inner layer's 429 keeps its own fields (the rejecting limiter's); on
-//! allowed responses the `x-ratelimit-*` fields come from the limiter with the fewest remaining
-//! (ties: the later reset), so a client sees the budget that runs out first, and every limiter
-//! adds its items to the IETF fields: `RateLimit-Policy` one per quota (named after the limiter,
-//! `NAME-i` with several quotas), `RateLimit` one per limiter (its reported quota). Item names
-//! stay unique per response: a limiter whose names an inner one already used takes the first free
-//! suffix (`NAME-2`, ...). This holds whatever sits between the layers (a middleware that rebuilds
-//! the request) and with a rules layer (`tollgate::rules`) among them.
-//!
-//! # Metrics
-//! With the `metrics` feature (on with `rules`) the layer records the `tollgate_*` metrics of
-//! `tollgate::metrics` under its limiter's name: outcomes, units, store errors and latency per
-//! request (units once settled); keys, evictions and the circuit breaker refreshed every second
-//! (or at once with `RateLimitLayer::publish_stats`).
-//!
-//! # Plain hyper
-//! Insert [`PeerAddr`](crate::key::PeerAddr) into each request of a connection (see the `hyper`
-//! example); `tower::ServiceBuilder` stacks the layer as usual.
+//! The guide has the details: [headers, stacked layers and CORS](crate::guide::headers),
+//! [keys and proxies](crate::guide::keys), [store failures](crate::guide::stores),
+//! [settlement](crate::guide::settlement), [concurrency caps](crate::guide::concurrency),
+//! [shaping queues and pacing clients](crate::guide::shaping), [metrics and
+//! tracing](crate::guide::metrics), [gRPC](crate::guide::grpc) and [rules files](crate::guide::rules).
 
 mod body;
 mod concurrency;
+mod config;
 mod core;
 mod counted;
 mod future;
@@ -127,31 +39,26 @@ mod settle;
 mod unmatched;
 mod wait_guard;
 
+pub use body::ResponseBody;
 #[cfg(feature = "rules")]
 pub(crate) use body::Tail;
-pub use body::{BoxError, ResponseBody};
 #[cfg(feature = "rules")]
 pub(crate) use concurrency::OverCap;
 #[cfg(feature = "rules")]
 pub(crate) use concurrency::Slot;
-pub use concurrency::{ConcurrencyFuture, ConcurrencyLayer, ConcurrencyLimit, ConcurrencyService};
-#[doc(hidden)]
-pub use core::Options;
+pub use concurrency::{ConcurrencyLayer, ConcurrencyLimit};
+pub use config::{Headers, KeyPolicy, LayerStats, Pacing};
 #[cfg(feature = "rules")]
-pub use future::ResponseFuture;
-#[doc(hidden)]
-pub use hooks::Hooks;
-pub use hooks::{LimiterRule, NoSkip, RequestCost, SelectRule, Skip, UnitCost};
+pub(crate) use core::Options;
+#[cfg(feature = "rules")]
+pub(crate) use hooks::Hooks;
 pub use layer::RateLimitLayer;
 #[cfg(feature = "rules")]
 pub(crate) use layer::{in_ticks, queue_quota};
-pub use limits::{Keyed, LayerKey, Limits, OneLimiter, Prepared, Source};
-pub use pace::{PaceError, PaceFuture, PaceLayer, PaceService};
-pub use response::{
-    DefaultRejection, FailurePolicy, HeaderStyle, OnRejected, ProblemJson, QUOTA_EXCEEDED,
-    RATELIMIT, RATELIMIT_POLICY, Refusal, RejectedBy, ResetFormat, RespondWith, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-};
+#[cfg(feature = "rules")]
+pub(crate) use limits::{LayerKey, Limits, Prepared, Source};
+pub use pace::{PaceError, PaceLayer};
+pub use response::{FailurePolicy, HeaderStyle, OnRejected, ProblemJson, Refusal, ResetFormat};
 pub use service::RateLimitService;
 #[cfg(feature = "rules")]
 pub(crate) use settle::{AtEnd, BodySettle, warn_bad_value};

@@ -191,7 +191,7 @@ impl<E: std::error::Error + 'static> std::error::Error for PaceError<E> {
 }
 
 /// The future of a [`PaceService`] call.
-pub type PaceFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, PaceError<E>>> + Send>>;
+pub(crate) type PaceFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, PaceError<E>>> + Send>>;
 
 impl<S, Req, K, St, C> Service<Req> for PaceService<S, K, St, C>
 where

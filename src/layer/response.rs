@@ -7,20 +7,22 @@ use std::sync::Arc;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
+use super::body::ResponseBody;
 use super::numbers::{Numbers, num};
 use crate::decision::{Decision, Outcome, ceil_nanos_to_secs};
 use crate::rule::Rule;
 
 /// `x-ratelimit-limit`.
-pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(crate) static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// `x-ratelimit-remaining`.
-pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub(crate) static X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining");
 /// `x-ratelimit-reset`.
-pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(crate) static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `ratelimit` (IETF draft structured field).
-pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `ratelimit-policy` (IETF draft structured field).
-pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
@@ -189,9 +191,11 @@ fn write_ietf(
 
 /// Which limit of a rules file rejected a request, and its decision: in the extensions of the
 /// `429` the rules layer answers, so that an outer layer can answer with a page of its own (the
-/// `login` example does).
+/// `login` example does). Public as `tollgate::rules::RejectedBy`; without the `rules` feature
+/// nothing builds it.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
+#[cfg_attr(not(feature = "rules"), allow(dead_code, unreachable_pub))]
 pub struct RejectedBy {
     /// The limit's name.
     pub limit: std::sync::Arc<str>,
@@ -379,7 +383,12 @@ fn escape_sf_string(s: &str) -> Cow<'_, str> {
 /// Builds the response for a rejected request. The layer then adds the rate-limit headers,
 /// `Retry-After`, and the [`Decision`] (in the response's extensions) to whatever it returns.
 ///
-/// Implemented by [`DefaultRejection`] and by closures `Fn(&Decision) -> Response<B>`.
+/// Implemented by [`ProblemJson`]; implement it for a responder of your own, generic over every
+/// body `B: From<String>` (as `ProblemJson` is), and give it to
+/// [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with) or
+/// [`ConcurrencyLayer::on_rejected`](super::ConcurrencyLayer::on_rejected). For the `429` alone, a
+/// closure given to [`RateLimitLayer::on_rejected`](super::RateLimitLayer::on_rejected) is
+/// shorter.
 pub trait OnRejected<B>: Send + Sync + 'static {
     /// The response for a request rejected with `decision` (its outcome is
     /// [`Outcome::Rejected`] or [`Outcome::Exceeds`]).
@@ -395,7 +404,7 @@ pub trait OnRejected<B>: Send + Sync + 'static {
     }
 
     /// The response for a request the layer answers on its own for another reason: no key
-    /// (`400`, or the status set with `missing_key_status`), or the store failed while the layer
+    /// (`400`, or the status of a [`KeyPolicy`](super::KeyPolicy)), or the store failed while the layer
     /// fails closed (`503`). The default is a short text/plain response; implement it to answer
     /// every refusal in one format (see [`ProblemJson`]).
     fn on_refused(&self, refusal: Refusal<'_>) -> Response<B>
@@ -416,37 +425,73 @@ pub trait OnRejected<B>: Send + Sync + 'static {
     }
 }
 
-/// A closure building the 429, given to
-/// [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with).
-#[derive(Clone, Copy)]
-pub struct RespondWith<F>(pub(crate) F);
+/// The body of the layer's own answers as a hook builds them, before they take the inner
+/// service's body type ([`ResponseBody::cast`]).
+pub(crate) type OwnBody = ResponseBody<std::convert::Infallible>;
 
-impl<F> std::fmt::Debug for RespondWith<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RespondWith(<fn>)")
+/// A layer's rejection hook, type-erased: the closure of
+/// [`RateLimitLayer::on_rejected`](super::RateLimitLayer::on_rejected) or the responder of
+/// [`respond_with`](super::RateLimitLayer::respond_with).
+pub(crate) trait Responder: Send + Sync + 'static {
+    /// The `429` for `d`, given the names of the violated policies.
+    fn rejected(&self, d: &Decision, violated: &[&str]) -> Response<OwnBody>;
+    /// The answer to another refusal (no key, the store failed).
+    fn refused(&self, refusal: Refusal<'_>) -> Response<OwnBody>;
+}
+
+/// A responder ([`OnRejected`]) as a layer's hook.
+pub(crate) struct Responding<R>(pub(crate) R);
+
+impl<R: OnRejected<OwnBody>> Responder for Responding<R> {
+    fn rejected(&self, d: &Decision, violated: &[&str]) -> Response<OwnBody> {
+        self.0.on_rejected_by(d, violated)
+    }
+
+    fn refused(&self, refusal: Refusal<'_>) -> Response<OwnBody> {
+        self.0.on_refused(refusal)
     }
 }
 
-#[cfg(feature = "axum")]
-impl<B, F, T> OnRejected<B> for RespondWith<F>
+/// A closure of the decision as a layer's hook: it builds the `429`; other refusals keep the
+/// default answers.
+pub(crate) struct Replying<F>(pub(crate) F);
+
+impl<F, T> Responder for Replying<F>
 where
     F: Fn(&Decision) -> T + Send + Sync + 'static,
-    T: axum::response::IntoResponse,
-    B: From<axum::body::Body>,
+    T: Reply,
 {
-    fn on_rejected(&self, decision: &Decision) -> Response<B> {
-        axum::response::IntoResponse::into_response((self.0)(decision)).map(B::from)
+    fn rejected(&self, d: &Decision, _violated: &[&str]) -> Response<OwnBody> {
+        (self.0)(d).reply()
+    }
+
+    fn refused(&self, refusal: Refusal<'_>) -> Response<OwnBody> {
+        DefaultRejection.on_refused(refusal)
+    }
+}
+
+/// What a closure given to [`RateLimitLayer::on_rejected`](super::RateLimitLayer::on_rejected)
+/// returns: with the `axum` feature anything `axum::response::IntoResponse`, otherwise an
+/// `http::Response` whose body [`ResponseBody`] converts from. Not implemented outside this crate.
+pub trait Reply {
+    /// The response.
+    fn reply(self) -> Response<OwnBody>;
+}
+
+#[cfg(feature = "axum")]
+impl<T: axum::response::IntoResponse> Reply for T {
+    fn reply(self) -> Response<OwnBody> {
+        self.into_response().map(OwnBody::from)
     }
 }
 
 #[cfg(not(feature = "axum"))]
-impl<B, B2, F> OnRejected<B> for RespondWith<F>
+impl<B> Reply for Response<B>
 where
-    F: Fn(&Decision) -> Response<B2> + Send + Sync + 'static,
-    B: From<B2>,
+    OwnBody: From<B>,
 {
-    fn on_rejected(&self, decision: &Decision) -> Response<B> {
-        (self.0)(decision).map(B::from)
+    fn reply(self) -> Response<OwnBody> {
+        self.map(OwnBody::from)
     }
 }
 
@@ -515,7 +560,8 @@ pub(crate) fn over_cap_detail(cap: u32, waited: Option<std::time::Duration>) -> 
 pub struct ProblemJson;
 
 /// The `quota-exceeded` problem type of the IETF draft.
-pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+pub(crate) const QUOTA_EXCEEDED: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// `s` as a JSON string, quotes included.
 fn json_string(s: &str) -> String {
@@ -619,18 +665,8 @@ impl<B: From<String>> OnRejected<B> for ProblemJson {
     }
 }
 
-impl<B, B2, F> OnRejected<B> for F
-where
-    F: Fn(&Decision) -> Response<B2> + Send + Sync + 'static,
-    B: From<B2>,
-{
-    fn on_rejected(&self, decision: &Decision) -> Response<B> {
-        self(decision).map(B::from)
-    }
-}
-
 /// The default rejection: `429 Too Many Requests` with a short text/plain body that says when to
-/// retry, or that the request's cost can never be admitted.
+/// retry, or that the request's cost can never be admitted; the other refusals text/plain too.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DefaultRejection;
 

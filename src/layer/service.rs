@@ -11,10 +11,10 @@ use super::body::ResponseBody;
 use super::core::Core;
 use super::future::{Ctx, Pending, ResponseFuture, decision_span};
 use super::grpc;
-use super::hooks::{Hooks, RequestCost, SelectRule, Skip};
+use super::hooks::Hooks;
 use super::layer::RateLimitLayer;
 use super::limits::{Limits, Prepared, Source};
-use super::response::{OnRejected, Refusal};
+use super::response::Refusal;
 use crate::clock::Clock;
 use crate::key::KeyExtractor;
 use crate::limiter::RateLimiter;
@@ -25,15 +25,13 @@ use crate::store::Store;
 ///
 /// `poll_ready` only forwards to the inner service; the decision happens in `call`, and a rejected
 /// request never reaches the inner service.
-pub struct RateLimitService<S, X: Source<St, C>, St, C, R, Co, Ru, Sk> {
+pub struct RateLimitService<S, X: Source<St, C>, St, C> {
     inner: S,
-    core: Arc<Core<X::Limits, R>>,
-    hooks: Arc<Hooks<X, Co, Ru, Sk>>,
+    core: Arc<Core<X::Limits>>,
+    hooks: Arc<Hooks<X>>,
 }
 
-impl<S: Clone, X: Source<St, C>, St, C, R, Co, Ru, Sk> Clone
-    for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
-{
+impl<S: Clone, X: Source<St, C>, St, C> Clone for RateLimitService<S, X, St, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -43,8 +41,8 @@ impl<S: Clone, X: Source<St, C>, St, C, R, Co, Ru, Sk> Clone
     }
 }
 
-impl<S: fmt::Debug, X: Source<St, C> + fmt::Debug, St, C, R, Co, Ru, Sk> fmt::Debug
-    for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
+impl<S: fmt::Debug, X: Source<St, C> + fmt::Debug, St, C> fmt::Debug
+    for RateLimitService<S, X, St, C>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
@@ -54,12 +52,8 @@ impl<S: fmt::Debug, X: Source<St, C> + fmt::Debug, St, C, R, Co, Ru, Sk> fmt::De
     }
 }
 
-impl<S, X: Source<St, C>, St, C, R, Co, Ru, Sk> RateLimitService<S, X, St, C, R, Co, Ru, Sk> {
-    pub(crate) fn from_parts(
-        inner: S,
-        core: Arc<Core<X::Limits, R>>,
-        hooks: Arc<Hooks<X, Co, Ru, Sk>>,
-    ) -> Self {
+impl<S, X: Source<St, C>, St, C> RateLimitService<S, X, St, C> {
+    pub(crate) fn from_parts(inner: S, core: Arc<Core<X::Limits>>, hooks: Arc<Hooks<X>>) -> Self {
         Self { inner, core, hooks }
     }
 
@@ -87,25 +81,21 @@ impl<S, X: Source<St, C>, St, C, R, Co, Ru, Sk> RateLimitService<S, X, St, C, R,
     }
 }
 
-impl<S, X: KeyExtractor, St: Store<X::Key>, C: Clock, R, Co, Ru, Sk>
-    RateLimitService<S, X, St, C, R, Co, Ru, Sk>
-{
+impl<S, X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<S, X, St, C> {
     /// The limiter.
     pub fn limiter(&self) -> &RateLimiter<X::Key, St, C> {
         &self.core.options.limits.limiter
     }
 }
 
-impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C, (), (), (), ()> {
+impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitService<(), X, St, C> {
     /// The layer: `RateLimitService::layer(limiter, key)` is [`RateLimitLayer::new`].
     pub fn layer(limiter: RateLimiter<X::Key, St, C>, key: X) -> RateLimitLayer<X, St, C> {
         RateLimitLayer::new(limiter, key)
     }
 }
 
-impl<S: Clone, X: Source<St, C>, St, C, R, Co, Ru, Sk>
-    RateLimitService<S, X, St, C, R, Co, Ru, Sk>
-{
+impl<S: Clone, X: Source<St, C>, St, C> RateLimitService<S, X, St, C> {
     /// The answer to a request without a key. Out of line: the decided path stays a short
     /// stretch of code.
     #[cold]
@@ -115,16 +105,15 @@ impl<S: Clone, X: Source<St, C>, St, C, R, Co, Ru, Sk>
         parts: &http::request::Parts,
         status: http::StatusCode,
         e: crate::key::KeyError,
-    ) -> ResponseFuture<S, ReqB, ResB, X::Limits, R>
+    ) -> ResponseFuture<S, ReqB, ResB, X::Limits>
     where
         S: Service<Request<ReqB>, Response = Response<ResB>>,
-        R: OnRejected<ResponseBody<ResB>>,
     {
         let refusal = Refusal::NoKey { status, error: &e };
         let mut res = if grpc::is_grpc(&parts.headers) {
             grpc::refused(refusal)
         } else {
-            self.core.rejection.on_refused(refusal)
+            self.core.refused(refusal)
         };
         res.extensions_mut().insert(e);
         // Gives back what the inner service's `poll_ready` reserved.
@@ -134,19 +123,14 @@ impl<S: Clone, X: Source<St, C>, St, C, R, Co, Ru, Sk>
     }
 }
 
-impl<S, ReqB, ResB, X, St, C, R, Co, Ru, Sk> Service<Request<ReqB>>
-    for RateLimitService<S, X, St, C, R, Co, Ru, Sk>
+impl<S, ReqB, ResB, X, St, C> Service<Request<ReqB>> for RateLimitService<S, X, St, C>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     X: Source<St, C>,
-    R: OnRejected<ResponseBody<ResB>>,
-    Co: RequestCost,
-    Ru: SelectRule,
-    Sk: Skip,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqB, ResB, X::Limits, R>;
+    type Future = ResponseFuture<S, ReqB, ResB, X::Limits>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -155,7 +139,7 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let (parts, body) = req.into_parts();
         let hooks = &*self.hooks;
-        if hooks.skip.skip(&parts) {
+        if hooks.skip(&parts) {
             let fut = self.inner.call(Request::from_parts(parts, body));
             return ResponseFuture::passthrough(fut);
         }

@@ -134,8 +134,21 @@ pub(crate) fn refresh_every_second(target: Weak<dyn Refresh>) {
         Err(e) => tracing::warn!(
             error = %e,
             "rate limiter: the thread refreshing the metrics' gauges could not start; call \
-             publish_stats() before a scrape"
+             tollgate::metrics::publish_stats() before a scrape"
         ),
+    }
+}
+
+/// Refreshes the gauges of every live target now, on the calling thread.
+pub(crate) fn refresh_all_now() {
+    let live: Vec<Arc<dyn Refresh>> = REFRESHED
+        .lock()
+        .targets
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for target in live {
+        target.refresh();
     }
 }
 

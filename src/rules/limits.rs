@@ -16,11 +16,11 @@ use super::{Compiled, FailMode, Rules, RulesOptions, SettleSpec, write_success_h
 use crate::Decision;
 use crate::clock::Clock;
 use crate::error::StoreError;
+use crate::layer::response::RejectedBy;
 use crate::layer::response::{item_name, write_headers};
 use crate::layer::{
     AtEnd, BodySettle, FailurePolicy, Hooks, LayerKey, Limits, OnCancel, Options, OverCap,
-    Prepared, RateLimitLayer, RejectedBy, RequestCost, ResponseBody, SelectRule, Settle, Source,
-    leave_untaken, take_marker,
+    Prepared, RateLimitLayer, ResponseBody, Settle, Source, leave_untaken, take_marker,
 };
 use crate::store::Store;
 use crate::strategy::Op;
@@ -49,8 +49,8 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Source<St, C> for FileLimits {
 
     /// The matching limits and their keys; a request without a key for an enforced limit that
     /// rejects those is answered before anything is spent.
-    fn prepare<Co: RequestCost, Ru: SelectRule, Sk>(
-        _hooks: &Hooks<Self, Co, Ru, Sk>,
+    fn prepare(
+        _hooks: &Hooks<Self>,
         o: &Options<Rules<St, C>>,
         parts: &Parts,
     ) -> Prepared<RulesKeys<St, C>> {

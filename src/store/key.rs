@@ -16,7 +16,7 @@ pub trait StoreKey: std::hash::Hash + Eq + Clone + Send + Sync + 'static {
     /// Appends the key's encoding to `out`. Must be injective and stable across versions.
     fn encode(&self, out: &mut Vec<u8>);
 
-    /// How the key appears in logs ([`RateLimitLayer::log_keys`](crate::layer::RateLimitLayer::log_keys)):
+    /// How the key appears in logs ([`KeyPolicy::log_keys`](crate::layer::KeyPolicy::log_keys)):
     /// by default a short hash of its encoding, keyed per process (`#` and 12 hex digits), so that
     /// one key's events can be followed without the logs holding secrets (API keys, user ids).
     /// IP addresses show as text.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::key::{HeaderKey, PeerIp};
-use tollgate::layer::{ProblemJson, RateLimitLayer};
+use tollgate::layer::{FailurePolicy, ProblemJson, RateLimitLayer};
 use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{Decision, RateLimiter, Stats, StoreError, StoreErrorKind, Strategy};
 use tonic::Code;
@@ -147,7 +147,7 @@ async fn a_cost_that_can_never_be_admitted_has_no_retry_after() {
     let server = serve!(
         RateLimitLayer::new(limiter, PeerIp::default())
             .cost(|_: &http::request::Parts| 2)
-            .on_rejected(ProblemJson)
+            .respond_with(ProblemJson)
     );
     let status = server.client().await.check(check()).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
@@ -207,7 +207,9 @@ async fn a_failed_store_failing_closed_is_unavailable() {
         .store(DownStore::default())
         .build()
         .unwrap();
-    let server = serve!(RateLimitLayer::new(limiter, PeerIp::default()).fail_closed());
+    let server = serve!(
+        RateLimitLayer::new(limiter, PeerIp::default()).failure_policy(FailurePolicy::FailClosed)
+    );
     let status = server.client().await.check(check()).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     server.stop().await;
@@ -229,7 +231,7 @@ async fn peers_are_keyed_by_the_ip_of_their_connection() {
     server.client().await.check(check()).await.unwrap();
     let status = server.client().await.check(check()).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
-    assert_eq!(probe.missing_keys(), 0, "every call had a peer IP");
+    assert_eq!(probe.stats().missing_keys, 0, "every call had a peer IP");
     server.stop().await;
 }
 

@@ -11,7 +11,7 @@ use axum::routing::get;
 use http::StatusCode;
 use support::{Resp, TestClient, TestServer, ip};
 use tollgate::key::{ForwardedIp, GlobalKey, HeaderKey, KeyExtractor, PeerIp};
-use tollgate::layer::{HeaderStyle, RateLimitLayer, ResetFormat};
+use tollgate::layer::{HeaderStyle, Headers, KeyPolicy, RateLimitLayer, ResetFormat};
 use tollgate::{Decision, ManualClock, RateLimiter, Strategy};
 
 /// A whole minute (and ten seconds) since the Unix epoch: clock-aligned windows start here.
@@ -222,9 +222,12 @@ async fn header_options() {
                 limiter::<()>(Strategy::FixedWindow, "10/second; 3/minute", &clock),
                 GlobalKey,
             )
-            .reset_format(ResetFormat::Unix)
-            .header_style(HeaderStyle::Both)
-            .policy_name("api"),
+            .headers(
+                Headers::new()
+                    .reset_format(ResetFormat::Unix)
+                    .style(HeaderStyle::Both)
+                    .policy_name("api"),
+            ),
         );
     let server = TestServer::start(app).await;
     let res = client.get(&server.url("/")).await;
@@ -249,7 +252,7 @@ async fn header_options() {
             limiter::<()>(Strategy::FixedWindow, "1/minute", &clock),
             GlobalKey,
         )
-        .headers_on_allowed(false),
+        .headers(Headers::new().on_allowed(false)),
     );
     let server = TestServer::start(app).await;
     let res = client.get(&server.url("/")).await;
@@ -430,7 +433,7 @@ async fn missing_keys_get_the_configured_answer() {
         )
         .unwrap();
     let layer = RateLimitLayer::new(lim.clone(), HeaderKey::new("x-api-key"))
-        .fallback_key(fallback.clone());
+        .keys(KeyPolicy::default().fallback(fallback.clone()));
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer.clone());
@@ -444,7 +447,7 @@ async fn missing_keys_get_the_configured_answer() {
         "shared bucket"
     );
     assert_eq!(lim.peek_now(&fallback).remaining(), 0);
-    assert_eq!(layer.missing_keys(), 3, "counted");
+    assert_eq!(layer.stats().missing_keys, 3, "counted");
     server.stop().await;
 }
 

@@ -18,7 +18,7 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tollgate::key::{GlobalKey, HeaderKey};
-use tollgate::layer::{HeaderStyle, ProblemJson, QUOTA_EXCEEDED, RateLimitLayer};
+use tollgate::layer::{HeaderStyle, Headers, ProblemJson, RateLimitLayer};
 use tollgate::store::MemoryStore;
 use tollgate::{ManualClock, RateLimiter, Strategy};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -106,7 +106,7 @@ async fn policy_with_a_time_window() {
         limiter("default", Strategy::FixedWindow, "100/10s", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Ietf)
+    .headers(Headers::new().style(HeaderStyle::Ietf))
     .layer(ok());
     let res = svc.oneshot(get(1)).await.unwrap();
     assert_eq!(
@@ -123,12 +123,12 @@ async fn multiple_policies() {
         limiter("perhr", Strategy::SlidingWindow, "1000/hour", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Ietf);
+    .headers(Headers::new().style(HeaderStyle::Ietf));
     let permin = RateLimitLayer::new(
         limiter("permin", Strategy::SlidingWindow, "50/minute", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Ietf);
+    .headers(Headers::new().style(HeaderStyle::Ietf));
     let svc = perhr.layer(permin.layer(ok()));
     let res = svc.oneshot(get(1)).await.unwrap();
     assert_eq!(
@@ -146,8 +146,11 @@ async fn policy_with_a_partition_key_and_a_quota_unit() {
         limiter("peruser", Strategy::FixedWindow, "100/minute", &clock),
         HeaderKey::new("x-user"),
     )
-    .header_style(HeaderStyle::Ietf)
-    .partition_key("shared secret")
+    .headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .partition_key("shared secret"),
+    )
     .layer(ok());
     let res = svc.oneshot(get(1)).await.unwrap();
     let policy = items(res.headers(), "ratelimit-policy");
@@ -159,9 +162,12 @@ async fn policy_with_a_partition_key_and_a_quota_unit() {
         limiter("peruser", Strategy::FixedWindow, "65535/10s", &clock),
         HeaderKey::new("x-user"),
     )
-    .header_style(HeaderStyle::Ietf)
-    .partition_key("shared secret")
-    .quota_unit("content-bytes")
+    .headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .partition_key("shared secret")
+            .quota_unit("content-bytes"),
+    )
     .cost(cost)
     .layer(ok());
     let res = svc.oneshot(get(1000)).await.unwrap();
@@ -188,7 +194,7 @@ async fn ratelimit_field_examples() {
         limiter("default", Strategy::FixedWindow, "100/minute", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Ietf)
+    .headers(Headers::new().style(HeaderStyle::Ietf))
     .cost(cost)
     .layer(ok());
     let res = svc.oneshot(get(50)).await.unwrap();
@@ -203,9 +209,12 @@ async fn ratelimit_field_examples() {
         limiter("default", Strategy::FixedWindow, "300001000/minute", &clock),
         HeaderKey::new("x-user"),
     )
-    .header_style(HeaderStyle::Ietf)
-    .quota_unit("content-bytes")
-    .partition_key("shared secret")
+    .headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .quota_unit("content-bytes")
+            .partition_key("shared secret"),
+    )
     .cost(cost)
     .layer(ok());
     let res = svc.oneshot(get(1000)).await.unwrap();
@@ -225,7 +234,7 @@ async fn throttling_information_then_a_429_whose_t_is_retry_after() {
         limiter("default", Strategy::FixedWindow, "10/minute", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Ietf)
+    .headers(Headers::new().style(HeaderStyle::Ietf))
     .cost(cost)
     .layer(ok());
     let res = svc.ready().await.unwrap().call(get(10)).await.unwrap();
@@ -254,13 +263,13 @@ async fn multiple_windows_report_the_closest_limit() {
         limiter("day", Strategy::FixedWindow, "5000/day", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Both)
+    .headers(Headers::new().style(HeaderStyle::Both))
     .cost(cost);
     let hour = RateLimitLayer::new(
         limiter("hour", Strategy::FixedWindow, "1000/hour", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Both)
+    .headers(Headers::new().style(HeaderStyle::Both))
     .cost(cost);
     let mut svc = day.layer(hour.layer(ok()));
     for _ in 0..14 {
@@ -299,7 +308,7 @@ async fn policy_and_current_limit_after_two_seconds() {
             limiter(name, Strategy::FixedWindow, "100/minute", &clock),
             GlobalKey,
         )
-        .header_style(HeaderStyle::Ietf)
+        .headers(Headers::new().style(HeaderStyle::Ietf))
         .cost(cost)
         .layer(ok());
         let res = svc.oneshot(get(used)).await.unwrap();
@@ -327,8 +336,8 @@ async fn the_problem_type_is_quota_exceeded_with_the_violated_policy() {
         .build()
         .unwrap();
     let mut svc = RateLimitLayer::new(lim, GlobalKey)
-        .header_style(HeaderStyle::Ietf)
-        .on_rejected(ProblemJson)
+        .headers(Headers::new().style(HeaderStyle::Ietf))
+        .respond_with(ProblemJson)
         .layer(ok());
     for _ in 0..5 {
         let res = svc.ready().await.unwrap().call(get(1)).await.unwrap();
@@ -349,7 +358,10 @@ async fn the_problem_type_is_quota_exceeded_with_the_violated_policy() {
     assert_eq!(res.headers()["content-type"], "application/problem+json");
     let body = res.into_body().collect().await.unwrap().to_bytes();
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["type"], QUOTA_EXCEEDED);
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
     assert_eq!(body["status"], 429);
     assert_eq!(body["violated-policies"], serde_json::json!(["default"]));
     assert_eq!(body["retry_after"], 5);

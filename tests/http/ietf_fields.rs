@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::GlobalKey;
-use tollgate::layer::{HeaderStyle, RateLimitLayer};
+use tollgate::layer::{HeaderStyle, Headers, RateLimitLayer};
 use tollgate::{ManualClock, RateLimiter, Strategy};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -53,7 +53,7 @@ async fn a_rejections_t_is_its_retry_after_under_every_strategy() {
             .build()
             .unwrap();
         let mut svc = RateLimitLayer::new(lim, GlobalKey)
-            .header_style(HeaderStyle::Both)
+            .headers(Headers::new().style(HeaderStyle::Both))
             .layer(ok());
         let mut rejected = 0;
         for _ in 0..60 {
@@ -115,7 +115,7 @@ async fn bucket_policies_advertise_the_burst_over_the_time_it_takes_to_refill() 
             .build()
             .unwrap();
         let svc = RateLimitLayer::new(lim, GlobalKey)
-            .header_style(HeaderStyle::Ietf)
+            .headers(Headers::new().style(HeaderStyle::Ietf))
             .layer(ok());
         let res = svc.oneshot(get()).await.unwrap();
         assert_eq!(
@@ -137,8 +137,11 @@ async fn jitter_adds_up_to_its_maximum_to_t_of_allowed_responses_only() {
         .build()
         .unwrap();
     let mut svc = RateLimitLayer::new(lim, GlobalKey)
-        .header_style(HeaderStyle::Both)
-        .jitter(Duration::from_secs(5))
+        .headers(
+            Headers::new()
+                .style(HeaderStyle::Both)
+                .jitter(Duration::from_secs(5)),
+        )
         .layer(ok());
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..100 {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::{ForwardedIp, GlobalKey, HeaderKey, PeerIp};
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{KeyPolicy, RateLimitLayer};
 use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{Decision, ManualClock, RateLimiter, Stats, StoreError, StoreErrorKind};
 use tower::{Layer, ServiceExt, service_fn};
@@ -191,7 +191,7 @@ fn warnings_are_logged_once_not_per_request() {
             };
             let quiet = RateLimitLayer::new(lim1(), HeaderKey::new("x-api-key")).layer(echo());
             let loud = RateLimitLayer::new(lim1(), HeaderKey::new("x-api-key"))
-                .log_keys(true)
+                .keys(KeyPolicy::default().log_keys(true))
                 .layer(echo());
             for svc in [quiet, loud] {
                 for _ in 0..2 {

@@ -12,7 +12,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use tollgate::key::{ExtensionKey, ForwardedIp, GlobalKey, HeaderKey, PeerAddr};
-use tollgate::layer::{RateLimitLayer, Settle};
+use tollgate::layer::{FailurePolicy, Pacing, RateLimitLayer, Settle};
 use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{
     Decision, ManualClock, Outcome, RateLimiter, Rule, Stats, StoreError, StoreErrorKind, Strategy,
@@ -421,7 +421,7 @@ async fn store_failures_follow_the_policy() {
     }
     assert_eq!(lim.stats().fail_open, 3);
     let closed = RateLimitLayer::new(lim.clone(), GlobalKey)
-        .fail_closed()
+        .failure_policy(FailurePolicy::FailClosed)
         .layer(echo(calls.clone()));
     let res = closed.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -444,7 +444,9 @@ async fn pacing_mode_waits_for_a_slot_then_rejects() {
         .clock(TokioClock::new())
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(lim, GlobalKey).pacing(Duration::from_secs(2));
+    let layer = RateLimitLayer::new(lim, GlobalKey)
+        .pacing(Pacing::Delay(Duration::from_secs(2)))
+        .unwrap();
     let svc = layer.clone().layer(echo(Arc::default()));
     let start = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..4)
@@ -474,7 +476,7 @@ async fn pacing_mode_waits_for_a_slot_then_rejects() {
         out.iter().all(|(_, e)| *e <= Duration::from_secs(2)),
         "no wait beyond the max"
     );
-    assert_eq!(layer.waiting(), 0);
+    assert_eq!(layer.stats().waiting, 0);
 }
 
 /// 10^4 waiting requests, half cancelled: waits stay within the maximum, cancelled waiters
@@ -488,7 +490,9 @@ async fn cancelled_waiters_give_their_place_back() {
         .clock(TokioClock::new())
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(lim, GlobalKey).pacing(Duration::from_secs(2));
+    let layer = RateLimitLayer::new(lim, GlobalKey)
+        .pacing(Pacing::Delay(Duration::from_secs(2)))
+        .unwrap();
     let svc = layer.clone().layer(echo(Arc::default()));
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
@@ -500,7 +504,11 @@ async fn cancelled_waiters_give_their_place_back() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(layer.waiting(), 10_000 - 10, "all but the first 10 wait");
+    assert_eq!(
+        layer.stats().waiting,
+        10_000 - 10,
+        "all but the first 10 wait"
+    );
     for t in tasks.iter().skip(1).step_by(2) {
         t.abort();
     }
@@ -529,7 +537,7 @@ async fn cancelled_waiters_give_their_place_back() {
     assert_eq!(cancelled, 5_000 - 5);
     assert_eq!(ok, 30, "admitted");
     assert_eq!(ok + rejected + cancelled, 10_000);
-    assert_eq!(layer.waiting(), 0, "no waiter left");
+    assert_eq!(layer.stats().waiting, 0, "no waiter left");
 }
 
 /// The response body may be any type `From<String>`: axum's `Body` too.
@@ -667,7 +675,9 @@ async fn a_paced_request_holds_no_inner_capacity_while_it_waits() {
         .clock(TokioClock::new())
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(lim, HeaderKey::new("x-user")).pacing(Duration::from_secs(5));
+    let layer = RateLimitLayer::new(lim, HeaderKey::new("x-user"))
+        .pacing(Pacing::Delay(Duration::from_secs(5)))
+        .unwrap();
     let inner = tower::limit::ConcurrencyLimitLayer::new(1).layer(echo(Arc::default()));
     let svc = layer.layer(inner);
     let as_user = |u: &str| {
@@ -748,7 +758,8 @@ async fn the_memory_store_path_never_clones_the_inner_service() {
         limiter(Strategy::TokenBucket, "1/minute", &clock),
         GlobalKey,
     )
-    .pacing(Duration::from_secs(1))
+    .pacing(Pacing::Delay(Duration::from_secs(1)))
+    .unwrap()
     .layer(CountClones(clones.clone()));
     let res = paced.ready().await.unwrap().call(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);

@@ -25,6 +25,7 @@ mod ietf_draft_examples;
 mod ietf_fields;
 mod keys_spoofing;
 mod layer_future;
+mod layer_hooks;
 mod layer_metrics;
 mod layer_misconfig;
 mod layer_service;

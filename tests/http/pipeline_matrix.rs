@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Request, Response, StatusCode};
 use tollgate::key::HeaderKey;
-use tollgate::layer::{ProblemJson, RateLimitLayer, Settle, SettleFrom};
+use tollgate::layer::{Pacing, ProblemJson, RateLimitLayer, Settle, SettleFrom};
 use tollgate::rules::{Rules, RulesOptions};
 use tollgate::store::MemoryStore;
 use tollgate::{ManualClock, RateLimiter, Strategy};
@@ -177,10 +177,10 @@ macro_rules! finish {
     ($layer:expr, $cfg:expr, $start:expr) => {{
         let inner = tower::service_fn(handler);
         match $cfg {
-            Cfg::Problem => boxed($layer.on_rejected(ProblemJson).layer(inner)),
+            Cfg::Problem => boxed($layer.respond_with(ProblemJson).layer(inner)),
             Cfg::Closure => boxed(
                 $layer
-                    .respond_with(|d: &tollgate::Decision| {
+                    .on_rejected(|d: &tollgate::Decision| {
                         let wait = d.retry_after_secs().unwrap_or(0);
                         (
                             StatusCode::TOO_MANY_REQUESTS,
@@ -362,7 +362,9 @@ fn paced_builders(max: Duration) -> Vec<(&'static str, Svc)> {
         .clock(tollgate::TokioClock::new())
         .build()
         .unwrap();
-    let single = RateLimitLayer::new(limiter, HeaderKey::new("x-k")).pacing(max);
+    let single = RateLimitLayer::new(limiter, HeaderKey::new("x-k"))
+        .pacing(Pacing::Delay(max))
+        .unwrap();
     let rules = Rules::with_clock(
         "[[limit]]\nname = \"l\"\nkey = \"header:x-k\"\nstrategy = \"token-bucket\"\n\
          quotas = \"1/second\"\n",
@@ -371,7 +373,7 @@ fn paced_builders(max: Duration) -> Vec<(&'static str, Svc)> {
         tollgate::TokioClock::new(),
     )
     .unwrap();
-    let file = rules.layer().pacing(max);
+    let file = rules.layer().pacing(Pacing::Delay(max)).unwrap();
     vec![
         (
             "one limiter",
@@ -444,7 +446,7 @@ fn queued_builders() -> Vec<(&'static str, Svc)> {
         .build()
         .unwrap();
     let single = RateLimitLayer::new(limiter, HeaderKey::new("x-k"))
-        .queue(Duration::from_secs(2))
+        .pacing(Pacing::Queue(Duration::from_secs(2)))
         .unwrap();
     let rules = Rules::with_clock(
         "[[limit]]\nname = \"l\"\nkey = \"header:x-k\"\nstrategy = \"leaky-bucket\"\n\

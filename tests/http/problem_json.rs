@@ -9,7 +9,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tollgate::key::{GlobalKey, HeaderKey};
-use tollgate::layer::{ConcurrencyLayer, ConcurrencyLimit, ProblemJson, RateLimitLayer};
+use tollgate::layer::{
+    ConcurrencyLayer, ConcurrencyLimit, FailurePolicy, ProblemJson, RateLimitLayer,
+};
 use tollgate::store::{Answer, LimiterNames, Scope, Store};
 use tollgate::{Decision, ManualClock, Op, RateLimiter, Stats, StoreError, StoreErrorKind};
 use tower::{Layer, ServiceExt, service_fn};
@@ -45,7 +47,7 @@ async fn rate_limited_and_keyless_requests_get_problem_documents() {
         .build()
         .unwrap();
     let svc = RateLimitLayer::new(limiter, HeaderKey::new("x-api-key"))
-        .on_rejected(ProblemJson)
+        .respond_with(ProblemJson)
         .layer(ok());
     let keyed = || {
         Request::get("/")
@@ -102,8 +104,8 @@ async fn failing_closed_answers_a_problem_document() {
         .build()
         .unwrap();
     let svc = RateLimitLayer::new(limiter, GlobalKey)
-        .fail_closed()
-        .on_rejected(ProblemJson)
+        .failure_policy(FailurePolicy::FailClosed)
+        .respond_with(ProblemJson)
         .layer(ok());
     let res = svc
         .oneshot(Request::get("/").body(Body::default()).unwrap())

@@ -148,7 +148,7 @@ async fn a_caps_429_goes_through_the_layers_rejection_hook() {
             get(move || async move { slow.hold(Duration::from_millis(400)).await }),
         )
         .route("/", get(|| async { "ok" }))
-        .layer(rules("1000/hour", 1).layer().on_rejected(ProblemJson));
+        .layer(rules("1000/hour", 1).layer().respond_with(ProblemJson));
     let server = TestServer::start(app).await;
     let client = TestClient::new();
     let url = server.url("/slow");

@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tokio::time::Instant;
 use tollgate::key::GlobalKey;
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{FailurePolicy, Pacing, RateLimitLayer};
 use tollgate::store::{Answer, LimiterNames, MemoryStore, Scope, Store};
 use tollgate::{
     ConfigError, Op, RateLimiter, Stats, StoreError, StoreErrorKind, Strategy, TokioClock,
@@ -56,7 +56,7 @@ async fn waiters_leave_in_arrival_order_at_the_constant_rate_within_the_maximum_
     // 10/s: T = 100 ms. Maximum wait 1 s: departures at 0, 100, ..., 1000 ms; 11 of 20 pass.
     let log = Arc::new(Mutex::new(Vec::new()));
     let layer = RateLimitLayer::new(limiter(Strategy::LeakyBucket, "10/second"), GlobalKey)
-        .queue(Duration::from_secs(1))
+        .pacing(Pacing::Queue(Duration::from_secs(1)))
         .unwrap();
     let svc = layer.layer(recorder(Arc::clone(&log)));
     let start = Instant::now();
@@ -110,7 +110,7 @@ async fn waiters_leave_in_arrival_order_at_the_constant_rate_within_the_maximum_
 async fn a_cancelled_waiter_leaves_a_gap_and_the_others_keep_their_departures() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let layer = RateLimitLayer::new(limiter(Strategy::LeakyBucket, "10/second"), GlobalKey)
-        .queue(Duration::from_secs(1))
+        .pacing(Pacing::Queue(Duration::from_secs(1)))
         .unwrap();
     let svc = layer.clone().layer(recorder(Arc::clone(&log)));
     let start = Instant::now();
@@ -118,7 +118,7 @@ async fn a_cancelled_waiter_leaves_a_gap_and_the_others_keep_their_departures() 
     let gone = tokio::spawn(svc.clone().oneshot(get(1)));
     let third = tokio::spawn(svc.clone().oneshot(get(2)));
     tokio::task::yield_now().await;
-    assert_eq!(layer.waiting(), 2);
+    assert_eq!(layer.stats().waiting, 2);
     gone.abort();
     assert!(gone.await.unwrap_err().is_cancelled());
     first.await.unwrap().unwrap();
@@ -131,14 +131,14 @@ async fn a_cancelled_waiter_leaves_a_gap_and_the_others_keep_their_departures() 
         (2, start + Duration::from_millis(200)),
         "the gap stays"
     );
-    assert_eq!(layer.waiting(), 0);
+    assert_eq!(layer.stats().waiting, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_last_waiter_gives_its_slot_to_the_next_arrival() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let layer = RateLimitLayer::new(limiter(Strategy::LeakyBucket, "10/second"), GlobalKey)
-        .queue(Duration::from_secs(1))
+        .pacing(Pacing::Queue(Duration::from_secs(1)))
         .unwrap();
     let svc = layer.clone().layer(recorder(Arc::clone(&log)));
     let start = Instant::now();
@@ -146,11 +146,11 @@ async fn a_cancelled_last_waiter_gives_its_slot_to_the_next_arrival() {
     let second = tokio::spawn(svc.clone().oneshot(get(1)));
     let gone = tokio::spawn(svc.clone().oneshot(get(2)));
     tokio::task::yield_now().await;
-    assert_eq!(layer.waiting(), 2);
+    assert_eq!(layer.stats().waiting, 2);
     // The last reservation (departure at 200 ms) goes away: its slot is free again.
     gone.abort();
     assert!(gone.await.unwrap_err().is_cancelled());
-    assert_eq!(layer.waiting(), 1);
+    assert_eq!(layer.stats().waiting, 1);
     let next = tokio::spawn(svc.clone().oneshot(get(3)));
     for t in [first, second, next] {
         assert_eq!(t.await.unwrap().unwrap().status(), StatusCode::OK);
@@ -165,13 +165,13 @@ async fn a_cancelled_last_waiter_gives_its_slot_to_the_next_arrival() {
         ],
         "the next arrival takes the departure the cancelled waiter gave back"
     );
-    assert_eq!(layer.waiting(), 0);
+    assert_eq!(layer.stats().waiting, 0);
 }
 
 #[test]
 fn a_queue_needs_one_leaky_bucket_quota_and_a_wait_of_at_least_one_interval() {
     let e = RateLimitLayer::new(limiter(Strategy::TokenBucket, "10/second"), GlobalKey)
-        .queue(Duration::from_secs(1))
+        .pacing(Pacing::Queue(Duration::from_secs(1)))
         .unwrap_err();
     assert_eq!(
         e,
@@ -182,12 +182,12 @@ fn a_queue_needs_one_leaky_bucket_quota_and_a_wait_of_at_least_one_interval() {
         limiter(Strategy::LeakyBucket, "10/second; 100/minute"),
         GlobalKey,
     )
-    .queue(Duration::from_secs(1))
+    .pacing(Pacing::Queue(Duration::from_secs(1)))
     .unwrap_err();
     assert_eq!(e, ConfigError::QueueNeedsOneQuota(2), "{e}");
     assert!(e.to_string().contains("exactly one"), "{e}");
     let e = RateLimitLayer::new(limiter(Strategy::LeakyBucket, "10/second"), GlobalKey)
-        .queue(Duration::from_millis(99))
+        .pacing(Pacing::Queue(Duration::from_millis(99)))
         .unwrap_err();
     let interval = Duration::from_millis(100);
     let max_wait = Duration::from_millis(99);
@@ -236,8 +236,8 @@ async fn a_queued_request_leaves_with_its_reservation_when_the_departure_peek_fa
         .unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let layer = RateLimitLayer::new(lim, GlobalKey)
-        .fail_closed()
-        .queue(Duration::from_secs(1))
+        .failure_policy(FailurePolicy::FailClosed)
+        .pacing(Pacing::Queue(Duration::from_secs(1)))
         .unwrap();
     let svc = layer.clone().layer(recorder(Arc::clone(&log)));
     let start = Instant::now();
@@ -255,5 +255,5 @@ async fn a_queued_request_leaves_with_its_reservation_when_the_departure_peek_fa
         log,
         vec![(0, start), (1, start + Duration::from_millis(100))]
     );
-    assert_eq!(layer.waiting(), 0);
+    assert_eq!(layer.stats().waiting, 0);
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::GlobalKey;
-use tollgate::layer::{HeaderStyle, RateLimitLayer, ResetFormat};
+use tollgate::layer::{HeaderStyle, Headers, RateLimitLayer, ResetFormat};
 use tollgate::rules::{Rules, RulesOptions};
 use tollgate::store::MemoryStore;
 use tollgate::{ManualClock, RateLimiter, Strategy};
@@ -51,9 +51,9 @@ async fn an_allowed_response_shows_the_budget_that_runs_out_first() {
     // Per IP 100/minute outside, the plan's 3/minute inside: the client must see the plan's.
     let clock = ManualClock::new(T0);
     let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     let ip = RateLimitLayer::new(limiter("ip", "100/minute; 1000/hour", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     let svc = ip.layer(plan.layer(ok()));
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -96,15 +96,17 @@ async fn stacked_limiters_sharing_a_name_get_unique_item_names() {
     // others take the first free suffix; a `qu` holding a comma does not confuse the names.
     let clock = ManualClock::new(T0);
     let inner = RateLimitLayer::new(limiter("api", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Ietf);
-    let middle = RateLimitLayer::new(limiter("api", "100/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Ietf)
-        .quota_unit("a, \"b\"");
+        .headers(Headers::new().style(HeaderStyle::Ietf));
+    let middle = RateLimitLayer::new(limiter("api", "100/minute", &clock), GlobalKey).headers(
+        Headers::new()
+            .style(HeaderStyle::Ietf)
+            .quota_unit("a, \"b\""),
+    );
     let outer = RateLimitLayer::new(
         limiter("api", "10/second; 1000/hour; 5000/day", &clock),
         GlobalKey,
     )
-    .header_style(HeaderStyle::Ietf);
+    .headers(Headers::new().style(HeaderStyle::Ietf));
     let svc = outer.layer(middle.layer(inner.layer(ok())));
     for _ in 0..2 {
         // The same names on every response.
@@ -131,9 +133,9 @@ async fn stacked_limiters_sharing_a_name_get_unique_item_names() {
 async fn a_middleware_rebuilding_the_request_between_layers_keeps_the_tighter_fields() {
     let clock = ManualClock::new(T0);
     let inner = RateLimitLayer::new(limiter("inner", "2/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     let outer = RateLimitLayer::new(limiter("outer", "5/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     // A fresh request: method, URI and headers only, as a retry policy's `clone_request` makes.
     let rebuild = tower::util::MapRequestLayer::new(|req: Request<Body>| {
         let mut fresh = Request::builder()
@@ -172,7 +174,7 @@ const RULES_100: &str = "[[limit]]\nname = \"rules\"\nkey = \"global\"\n\
 async fn a_rules_layer_around_a_plain_layer_keeps_the_tighter_fields_and_the_inner_items() {
     let clock = ManualClock::new(T0);
     let inner = RateLimitLayer::new(limiter("inner", "2/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     let svc = rules(RULES_100, &clock).layer().layer(inner.layer(ok()));
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -248,7 +250,7 @@ async fn a_rules_layers_rejection_keeps_its_fields_under_a_plain_layer() {
 async fn an_inner_services_own_fields_are_replaced_even_when_tighter() {
     let clock = ManualClock::new(T0);
     let layer = RateLimitLayer::new(limiter("api", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     let app = service_fn(|_req: Request<Body>| {
         let res = Response::builder()
             .header("x-ratelimit-limit", "1")
@@ -284,9 +286,9 @@ async fn an_ietf_only_inner_limiter_that_runs_out_first_fills_the_outer_x_rateli
     // too. Before, the tighter inner limiter won and nobody wrote `x-ratelimit-*`: none at all.
     let clock = ManualClock::new(T0);
     let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Ietf);
+        .headers(Headers::new().style(HeaderStyle::Ietf));
     let ip = RateLimitLayer::new(limiter("ip", "100/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Both);
+        .headers(Headers::new().style(HeaderStyle::Both));
     let svc = ip.layer(plan.layer(ok()));
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -299,9 +301,9 @@ async fn an_ietf_only_inner_limiter_that_runs_out_first_fills_the_outer_x_rateli
     );
     // The outer limiter wins once it has fewer left: its own fields.
     let ip = RateLimitLayer::new(limiter("ip2", "1/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::XRateLimit);
+        .headers(Headers::new().style(HeaderStyle::XRateLimit));
     let plan = RateLimitLayer::new(limiter("plan2", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Ietf);
+        .headers(Headers::new().style(HeaderStyle::Ietf));
     let res = ip.layer(plan.layer(ok())).oneshot(get()).await.unwrap();
     assert_eq!(res.headers()["x-ratelimit-limit"], "1");
     assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
@@ -316,11 +318,11 @@ async fn an_ietf_only_limiter_between_two_x_ratelimit_ones_that_runs_out_first_f
     // writes them when the response has none; here the innermost limiter's fields are there.
     let clock = ManualClock::new(T0);
     let inner = RateLimitLayer::new(limiter("inner", "50/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::XRateLimit);
+        .headers(Headers::new().style(HeaderStyle::XRateLimit));
     let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Ietf);
+        .headers(Headers::new().style(HeaderStyle::Ietf));
     let ip = RateLimitLayer::new(limiter("ip", "100/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::XRateLimit);
+        .headers(Headers::new().style(HeaderStyle::XRateLimit));
     let svc = ip.layer(plan.layer(inner.layer(ok())));
     let res = svc.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -342,10 +344,12 @@ async fn an_ietf_only_inner_report_in_unix_reset_format() {
     let clock = ManualClock::new(T0);
     clock.advance(Duration::from_millis(12_345));
     let plan = RateLimitLayer::new(limiter("plan", "3/minute", &clock), GlobalKey)
-        .header_style(HeaderStyle::Ietf);
-    let ip = RateLimitLayer::new(limiter("ip", "100/hour", &clock), GlobalKey)
-        .header_style(HeaderStyle::XRateLimit)
-        .reset_format(ResetFormat::Unix);
+        .headers(Headers::new().style(HeaderStyle::Ietf));
+    let ip = RateLimitLayer::new(limiter("ip", "100/hour", &clock), GlobalKey).headers(
+        Headers::new()
+            .style(HeaderStyle::XRateLimit)
+            .reset_format(ResetFormat::Unix),
+    );
     let res = ip.layer(plan.layer(ok())).oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["x-ratelimit-remaining"], "2");

@@ -12,7 +12,7 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::key::HeaderKey;
-use tollgate::layer::{HeaderStyle, RateLimitLayer};
+use tollgate::layer::{HeaderStyle, Headers, RateLimitLayer};
 use tollgate::{ManualClock, RateLimiter, Rule, Strategy, WindowOffset};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -62,7 +62,7 @@ async fn each_users_daily_window_ends_at_their_own_midnight() {
             .map(|(_, r)| Arc::clone(r))
     };
     let mut svc = RateLimitLayer::new(limiter, HeaderKey::new("x-user"))
-        .header_style(HeaderStyle::Both)
+        .headers(Headers::new().style(HeaderStyle::Both))
         .select_rule(pick)
         .layer(service_fn(|_req: Request<Body>| {
             ready(Ok::<_, Infallible>(Response::new(Body::default())))

@@ -185,7 +185,7 @@ fn an_open_breaker_answers_a_dead_redis_without_a_timeout_per_call() {
 }
 
 /// The layer's metrics during an outage: the local fallback's decisions under their own outcomes,
-/// and `tollgate_breaker_open` 1 once the breaker opened (published by `publish_stats`).
+/// and `tollgate_breaker_open` 1 once the breaker opened (published by `metrics::publish_stats`).
 #[test]
 fn the_layer_counts_local_decisions_and_publishes_the_open_breaker() {
     use tollgate::RateLimiter;
@@ -235,7 +235,7 @@ fn the_layer_counts_local_decisions_and_publishes_the_open_breaker() {
                 store.counters()
             );
         }
-        layer.publish_stats();
+        tollgate::metrics::publish_stats();
         let page = page.render();
         let value = |series: &str| {
             page.lines()

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redis_support::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
+use tollgate::layer::FailurePolicy;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Scope, Store};
 use tollgate::{Op, Rule, StoreErrorKind, Strategy};
@@ -624,7 +625,7 @@ fn wrong_password_is_a_store_error_and_fail_closed_never_admits() {
             })
         };
         let closed = RateLimitLayer::new(lim.clone(), GlobalKey)
-            .fail_closed()
+            .failure_policy(FailurePolicy::FailClosed)
             .layer(inner);
         let get = || http::Request::new(String::new());
         let res = closed.clone().oneshot(get()).await.unwrap();
@@ -705,7 +706,11 @@ fn redis_down_five_seconds_over_http() {
                 .unwrap();
             let app = |closed: bool| {
                 let layer = RateLimitLayer::new(lim.clone(), GlobalKey);
-                let layer = if closed { layer.fail_closed() } else { layer };
+                let layer = if closed {
+                    layer.failure_policy(FailurePolicy::FailClosed)
+                } else {
+                    layer
+                };
                 Router::new()
                     .route("/", get(|| async { "ok" }))
                     .layer(layer)

@@ -14,7 +14,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_support::RedisServer;
 use tollgate::key::GlobalKey;
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{Pacing, RateLimitLayer};
 use tollgate::store::redis::RedisStore;
 use tollgate::{RateLimiter, Strategy};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -50,7 +50,7 @@ async fn waiters_leave_in_order_one_interval_apart_and_the_rest_are_refused_at_o
         ready(Ok::<_, Infallible>(Response::new(Body::default())))
     });
     let mut svc = RateLimitLayer::new(limiter, GlobalKey)
-        .queue(Duration::from_millis(2000))
+        .pacing(Pacing::Queue(Duration::from_millis(2000)))
         .unwrap()
         .layer(handler);
     let start = Instant::now();
@@ -241,7 +241,7 @@ async fn a_request_on_an_empty_redis_queue_leaves_at_once_without_a_second_round
         .build()
         .unwrap();
     let layer = RateLimitLayer::new(limiter, GlobalKey)
-        .queue(Duration::from_secs(1))
+        .pacing(Pacing::Queue(Duration::from_secs(1)))
         .unwrap();
     let handler =
         service_fn(|_: Request<Body>| ready(Ok::<_, Infallible>(Response::new(Body::default()))));
@@ -257,5 +257,5 @@ async fn a_request_on_an_empty_redis_queue_leaves_at_once_without_a_second_round
         0,
         "not paced: no peek at a departure"
     );
-    assert_eq!(layer.waiting(), 0);
+    assert_eq!(layer.stats().waiting, 0);
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode};
 use tollgate::key::GlobalKey;
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{Pacing, RateLimitLayer};
 use tollgate::store::Store;
 use tollgate::{Clock, RateLimiter, Strategy};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -75,7 +75,7 @@ async fn run<St: Store<()>, C: Clock>(limiter: RateLimiter<(), St, C>, o: &Optio
         log.lock().unwrap().push((id, Instant::now()));
         async { Ok::<_, Infallible>(Response::new(Body::empty())) }
     });
-    let layer = match RateLimitLayer::new(limiter, GlobalKey).queue(max_wait) {
+    let layer = match RateLimitLayer::new(limiter, GlobalKey).pacing(Pacing::Queue(max_wait)) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("queue_gaps: {e}");
