@@ -48,31 +48,10 @@ impl<K> Store<K> for DownStore {
 }
 
 /// The once-flags are process-wide and other tests of this binary trip them too, so this test runs
-/// itself again in a process of its own: one test, one thread, one captured subscriber.
+/// in a process of its own.
 #[test]
 fn warnings_are_logged_once_not_per_request() {
-    const ALONE: &str = "TOLLGATE_TEST_ALONE";
-    if std::env::var_os(ALONE).is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "layer_misconfig::warnings_are_logged_once_not_per_request",
-                "--test-threads=1",
-                "--nocapture",
-            ])
-            .env(ALONE, "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            text.contains("1 passed"),
-            "the test did not run alone: {text}"
-        );
+    if !crate::logs::alone("layer_misconfig::warnings_are_logged_once_not_per_request") {
         return;
     }
     let logs = Logs::default();

@@ -56,3 +56,32 @@ pub(crate) fn capturing<T>(f: impl FnOnce() -> T) -> (T, Logs) {
     let out = tracing::subscriber::with_default(log_into(&logs, tracing::Level::INFO), f);
     (out, logs)
 }
+
+/// `tracing`'s level and interest caches are process-wide: a test that asserts what is logged (or
+/// what is not) races the subscribers of the binary's other tests. Such a test starts with
+/// `if !alone("module::test_name") { return; }`: in the test binary's own run this runs the test
+/// again in a process of its own (one test, one thread) and asserts that it passed; in that
+/// process it returns `true` and the test goes on.
+#[allow(dead_code)] // Not every test binary uses it.
+pub(crate) fn alone(test: &str) -> bool {
+    const ALONE: &str = "TOLLGATE_TEST_ALONE";
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--test-threads=1", "--nocapture"])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 passed"),
+        "{test} did not run alone: {text}"
+    );
+    false
+}
