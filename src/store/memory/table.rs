@@ -169,8 +169,9 @@ pub(super) struct RoomScan<'a> {
 /// The operations the store runs on every table, whatever its value type.
 pub(super) trait Segmented: Send + Sync {
     /// Drops the keys of segment `i` fresh at `now` (their states read as of `read_at`, see
-    /// [`Held::is_fresh`]), shrinking it when mostly empty; returns how many.
-    fn sweep(&self, i: usize, read_at: u64, now: u64) -> usize;
+    /// [`Held::is_fresh`]), shrinking it when mostly empty; returns how many, and how many keys
+    /// it looked at.
+    fn sweep(&self, i: usize, read_at: u64, now: u64) -> (usize, usize);
     /// Frees up to the scan's batch in segment `i`: fresh keys, then the keys with room nearest a
     /// new key's state (the least spent, unused since the last look first). Never a blocked key.
     fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>);
@@ -255,12 +256,12 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
     // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
-    fn sweep(&self, i: usize, read_at: u64, now: u64) -> usize {
+    fn sweep(&self, i: usize, read_at: u64, now: u64) -> (usize, usize) {
         let segment = &self.maps[i];
         // Most segments of a store far below its cap hold nothing: no write lock, no visit.
-        let (len, capacity) = fill(segment);
-        if len == 0 && capacity <= SHRINK_SLACK {
-            return 0;
+        let (visited, capacity) = fill(segment);
+        if visited == 0 && capacity <= SHRINK_SLACK {
+            return (0, 0);
         }
         let mut removed = 0;
         segment.retain(|_, v| {
@@ -277,7 +278,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         if capacity > 5 * len / 2 + SHRINK_SLACK {
             segment.shrink_to_fit();
         }
-        removed
+        (removed, visited)
     }
 
     // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels

@@ -567,9 +567,10 @@ fn a_segment_holds_at_most_8_k_keys_on_average_at_the_cap_up_to_a_cap_of_33_mill
     assert_eq!(Spread::for_cap(usize::MAX).count(), SEGMENTS << 6);
 }
 
-/// The work of a paced step, in entries visited: the keys of one segment, whatever the keys held.
+/// The work of a paced step, in entries visited: the keys of one segment; of a decision after a
+/// pause, the steps due up to the keys of a segment at the cap, whatever the keys held.
 #[test]
-fn a_paced_step_visits_the_keys_of_one_segment_only() {
+fn a_paced_step_visits_one_segment_and_a_decision_at_most_a_segment_at_the_cap_s_keys() {
     let store = MemoryStore::<u64>::new();
     let rule = Rule::parse(Strategy::TokenBucket, "10/s").unwrap();
     let keys = 50_000u64;
@@ -596,10 +597,42 @@ fn a_paced_step_visits_the_keys_of_one_segment_only() {
             "segment {i}: {visited} of {held} keys in {count} segments"
         );
     }
-    // The step a decision runs is that step: one segment (a peek inserts nothing).
+    // The last timed step was during the inserts, 10 s ago: a decision now runs the steps due
+    // while they have looked at fewer keys than a segment at the cap holds (a peek inserts
+    // nothing): more than one step, far fewer than all.
+    let before = store.len();
+    store.decide(&u64::MAX, &rule, Op::Peek, now);
+    let dropped = before - store.len();
+    assert!(
+        (KEYS_PER_SEGMENT..=KEYS_PER_SEGMENT + 3 * held / count).contains(&dropped),
+        "{dropped} keys dropped"
+    );
+    // The next step is due one interval later: a decision then runs one step, one segment.
     let before = store.len();
     now += store.pacing.0.step_every;
     store.decide(&u64::MAX, &rule, Op::Peek, now);
     let dropped = before - store.len();
-    assert!(dropped <= 3 * held / count, "{dropped} keys dropped");
+    assert!(
+        (1..=3 * held / count).contains(&dropped),
+        "{dropped} keys dropped"
+    );
+}
+
+/// With few keys, rare decisions still sweep every segment within a rotation: a decision runs
+/// every step due since the last one (a store far below its cap has small segments).
+#[test]
+fn rare_decisions_sweep_a_small_store_within_a_rotation() {
+    let store = MemoryStore::<u64>::new();
+    let rule = Rule::parse(Strategy::TokenBucket, "10/s").unwrap();
+    let mut now = 100 * S;
+    for k in 0..1_000 {
+        store.decide(&k, &rule, Op::Check(1), now);
+    }
+    assert_eq!(store.len(), 1_000);
+    // One decision a second (1024 segments: a step is due every 7.8 ms).
+    for _ in 0..8 {
+        now += S;
+        store.decide(&u64::MAX, &rule, Op::Peek, now);
+    }
+    assert_eq!(store.len(), 0);
 }
