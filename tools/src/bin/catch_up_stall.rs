@@ -10,8 +10,9 @@
 //! Printed per rule: the first decision after the gap; the slowest of the next 10^4 decisions, one
 //! every millisecond (one in 8 at the default cap, one in 125 with 64 segments, runs a paced
 //! step: these 10 s finish the catch-up and sweep every segment); how many of them took over 1 ms;
-//! the paced step before the gap (a decision 125 ms after the fill); an ordinary decision (mean of
-//! 1000); keys held at the end.
+//! the paced step before the gap (a decision 125 ms after the fill: one step with 64 segments; with
+//! more, the steps due in 125 ms, up to 8 k keys looked at); an ordinary decision (mean of 1000);
+//! keys held at the end.
 
 use std::time::{Duration, Instant};
 
