@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::MemoryStore;
 use super::packed::{self, PackedRule};
-use super::table::SEGMENTS;
 
 /// A gap between decisions after which the first one sweeps every segment first
 /// ([`MemoryStore::catch_up`]): 1/16 of the shortest ring, well before any ring time aliases.
@@ -39,11 +38,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             // Another gap before the last catch-up reached every segment (traffic resumed, then
             // stopped for hours again within a rotation): its segments are swept now, as of its
             // own start (rare; the pause of the sweep before this change).
-            for i in 0..SEGMENTS {
+            for i in 0..self.spread.count() {
                 self.sweep_segment(i, now);
             }
         }
-        self.caught.store(0, Ordering::Relaxed);
+        self.clear_caught();
         self.pacing.0.catch_up_from.store(due, Ordering::Release);
     }
 
@@ -66,7 +65,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         cell: &AtomicU64,
         now: u64,
     ) {
-        if !rule.keeps_a_ring() || self.caught.load(Ordering::Acquire) & (1u64 << i) != 0 {
+        if !rule.keeps_a_ring() || self.is_caught(i) {
             return;
         }
         let word = cell.load(Ordering::Relaxed);
@@ -80,7 +79,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     /// state from before the gap as of now. Returns how many keys that dropped (room made).
     pub(super) fn catch_up_segment(&self, i: usize, now: u64) -> usize {
         let from = self.pacing.0.catch_up_from.load(Ordering::Acquire);
-        if from != 0 && self.caught.load(Ordering::Acquire) & (1u64 << i) == 0 {
+        if from != 0 && !self.is_caught(i) {
             self.sweep_segment(i, now)
         } else {
             0

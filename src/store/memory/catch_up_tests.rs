@@ -1,7 +1,6 @@
 //! The catch-up after a gap ([`MemoryStore::catch_up`]) sweeps in the paced steps while other
 //! threads keep deciding; it reads every state as of `due`, the gap's start, including states
 //! those threads wrote at `now`, after `due`.
-use super::table::SEGMENTS;
 use super::*;
 use crate::strategy::Strategy;
 
@@ -28,7 +27,7 @@ fn catch_up_keeps_a_state_written_after_due_by_another_thread() {
         let due = store.pacing.0.next_step_at.load(Ordering::Relaxed);
         assert!(due > t0 && due <= t0 + S);
         // Thread A: `timed_step(due, later)` wins the compare-and-swap ...
-        let next = later + SWEEP_STEP_EVERY;
+        let next = later + store.pacing.0.step_every;
         store
             .pacing
             .0
@@ -87,7 +86,7 @@ fn the_catch_up_runs_in_paced_steps_and_reads_unswept_keys_as_of_the_gap() {
             .decide(&u64::MAX, &rule, Op::Check(1), later)
             .is_allowed()
     );
-    // One segment of 64 swept (about 156 keys), not all of them.
+    // One segment of 1024 swept (about 10 keys), not all of them.
     assert!(store.len() > 10_000 - 400, "keys held: {}", store.len());
     assert_ne!(store.pacing.0.catch_up_from.load(Ordering::Relaxed), 0);
     // Spent in full 70 h ago: a whole quota again, not misread as blocked.
@@ -100,12 +99,12 @@ fn the_catch_up_runs_in_paced_steps_and_reads_unswept_keys_as_of_the_gap() {
         );
         assert!(!store.decide(&key, &rule, Op::Check(1), later).is_allowed());
     }
-    for step in 1..=SEGMENTS as u64 {
+    for step in 1..=store.spread.count() as u64 {
         store.decide(
             &u64::MAX,
             &rule,
             Op::Check(1),
-            later + step * SWEEP_STEP_EVERY,
+            later + step * store.pacing.0.step_every,
         );
     }
     assert_eq!(store.pacing.0.catch_up_from.load(Ordering::Relaxed), 0);

@@ -4,8 +4,8 @@
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
 
-use super::table::{RoomScan, SEGMENTS, Segmented};
-use super::{MemoryStore, SWEEP_STEP_EVERY};
+use super::MemoryStore;
+use super::table::{RoomScan, Segmented};
 
 /// Segments a new key may examine to make room at the cap: bounds the work one request causes.
 const SEGMENTS_PER_ROOM_CALL: usize = 2;
@@ -26,7 +26,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         // Small batches, taken first from the segment the new key goes to: segments stay near
         // their share of the cap, so their tables stop growing once the cap is reached.
         let mut scan = RoomScan {
-            batch: (self.max_keys / SEGMENTS / 16).clamp(1, 256),
+            batch: (self.max_keys / self.spread.count() / 16).clamp(1, 256),
             freed: 0,
             evicted: 0,
             soonest_room: u64::MAX,
@@ -65,12 +65,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         let scanned = self
             .fruitless
             .fetch_add(SEGMENTS_PER_ROOM_CALL, Ordering::Relaxed);
-        if scanned + SEGMENTS_PER_ROOM_CALL >= 2 * SEGMENTS {
+        if scanned + SEGMENTS_PER_ROOM_CALL >= 2 * self.spread.count() {
             self.fruitless.store(0, Ordering::Relaxed);
             // No blocked key seen: the keys had room but sat elsewhere; look again after a step
             // rather than never.
             let until = match self.soonest_room.swap(u64::MAX, Ordering::Relaxed) {
-                u64::MAX => now.saturating_add(SWEEP_STEP_EVERY),
+                u64::MAX => now.saturating_add(self.pacing.0.step_every),
                 until => until,
             };
             self.full_until.store(until, Ordering::Relaxed);
@@ -84,7 +84,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     pub(super) fn evict_nearest(&self, home_i: usize, now: u64, scan: &mut RoomScan<'_>) -> usize {
         let mut best: Option<(u16, usize, usize)> = None;
         let mut i = home_i;
-        for _ in 0..SEGMENTS {
+        let segments = self.spread.count();
+        for _ in 0..segments {
             let swept = self.catch_up_segment(i, now);
             if swept > 0 {
                 return swept;
@@ -99,7 +100,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             if best.is_some_and(|(n, _, _)| n == 0) || scan.visited >= ENTRIES_PER_EVICTION {
                 break;
             }
-            i = (i + 1) % SEGMENTS;
+            i = (i + 1) % segments;
         }
         if let Some((n, t, i)) = best {
             if let Some(table) = self.tables().nth(t) {

@@ -1,8 +1,10 @@
 //! The embedded store: per-key state in [`DashMap`]s, evicted automatically.
 //!
-//! Keys are spread over [`SEGMENTS`](table::SEGMENTS) maps per table so that eviction can work one segment at a time:
-//! a sweep never holds more than one shard lock, and a concurrent check waits at most for one
-//! shard's scan. A one-quota rule of the fixed window, sliding window counter or buckets gets a table
+//! Keys are spread over segment maps per table ([`Spread`](table::Spread): at least
+//! [`SEGMENTS`](table::SEGMENTS), more for a large cap, so that a segment holds at most about
+//! [`KEYS_PER_SEGMENT`](table::KEYS_PER_SEGMENT) keys at the cap) so that eviction can work one
+//! segment at a time: a sweep never holds more than one shard lock, a concurrent check waits at
+//! most for one shard's scan, and a decision that runs a paced sweep step scans one segment. A one-quota rule of the fixed window, sliding window counter or buckets gets a table
 //! of packed 8-byte states updated by compare-and-swap ([`packed`]); other rules keep general
 //! entries ([`general`]).
 
@@ -37,8 +39,8 @@ use self::general::{Entry, Rules};
 use self::packed::{NOW_LIMIT, PackedRule};
 pub(crate) use self::sketch::MAX_SKETCH_BYTES;
 use self::sketch::Sketch;
-use self::sweep::{Pacing, SWEEP_STEP_EVERY};
-use self::table::{Held, Segmented, Table, segment_of};
+use self::sweep::{Pacing, caught_bits};
+use self::table::{Held, Segmented, Spread, Table};
 use super::{Answer, LimiterNames, Scope, Store};
 use crate::decision::{Decision, Outcome, to_decision};
 use crate::error::StoreError;
@@ -124,6 +126,8 @@ pub struct MemoryStore<K> {
     /// Keys of packed tables known to be blocked (see [`blocked`]).
     blocked: BlockedCache,
     route: RandomState,
+    /// How keys are spread over segments (the same in every table).
+    spread: Spread,
     max_keys: usize,
     /// Keys held: an insert writes its thread's stripe, not a line the other threads read.
     keys: HeldCount,
@@ -133,8 +137,9 @@ pub struct MemoryStore<K> {
     /// Read by every decision, so alone on its line (the counters beside it are written by
     /// inserts and sweeps).
     pacing: CacheLine<Pacing>,
-    /// During a catch-up ([`MemoryStore::catch_up`]): bit `i` set once segment `i` was swept.
-    caught: AtomicU64,
+    /// During a catch-up ([`MemoryStore::catch_up`]): bit `i % 64` of word `i / 64` set once
+    /// segment `i` was swept.
+    caught: Box<[AtomicU64]>,
     full_until: AtomicU64,
     /// Segments examined at the cap since room was last found, and the soonest time a blocked key
     /// among them frees up: after two rotations without room, `full_until` takes that time.
@@ -194,14 +199,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     pub(super) fn with_cap(max_keys: usize) -> Self {
         let route = RandomState::default();
         let names = LimiterNames::default();
+        let spread = Spread::for_cap(max_keys);
         Self {
-            general: Table::new(Rules::new(names.clone()), route),
+            general: Table::new(Rules::new(names.clone()), route, spread),
             sketch: Sketch::new(max_keys),
             packed: std::array::from_fn(|_| OnceLock::new()),
             unpackable: AtomicU64::new(0),
             handed: AtomicBool::new(false),
             blocked: BlockedCache::default(),
             route,
+            spread,
             max_keys,
             // Gathered per thread only where the cap is large enough for that to be noise: a
             // store with a small cap keeps an exact count (and its overshoot bound) at every moment.
@@ -212,8 +219,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             }),
             cursor: AtomicUsize::new(0),
             inserts: AtomicU64::new(0),
-            pacing: CacheLine(Pacing::default()),
-            caught: AtomicU64::new(0),
+            pacing: CacheLine(Pacing::new(spread)),
+            caught: caught_bits(spread),
             full_until: AtomicU64::new(0),
             fruitless: AtomicUsize::new(0),
             soonest_room: AtomicU64::new(u64::MAX),
@@ -362,7 +369,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         // before a key can be inserted there.
         Some(slot.get_or_init(|| {
             self.general.ctx.register_table(t, rule, tag);
-            Table::new(packed, self.route)
+            Table::new(packed, self.route, self.spread)
         }))
     }
 
@@ -381,7 +388,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         now: u64,
     ) -> Decision {
         let packed = &table.ctx;
-        let i = segment_of(hash);
         // A request of cost 1 (the layer's) from a key known to be blocked: answered here.
         let miss = match op {
             Op::Check(1) => match self
@@ -397,12 +403,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         if matches!(op, Op::Reset) {
             packed.clear_record(&self.sketch, hash, now);
         }
+        // After the blocked cache: a rejection from there does not need it.
+        let i = self.spread.segment_of(hash);
         // The read lock only keeps the entry in place; the state changes by compare-and-swap.
         // Retirement is read under that lock: `adopt` takes a key out of a retired table under
         // the write lock, so a state applied here is either taken with it or never applied (a
         // cell left in a retired table, by an insert that saw the retirement too late, is never
         // counted on).
-        let found = table.find(hash, key, |cell| {
+        let found = table.find(i, hash, key, |cell| {
             if self.general.ctx.is_retired(t) {
                 return RETIRED;
             }
@@ -495,7 +503,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
         op: Op,
         now: u64,
     ) -> Decision {
-        let i = segment_of(hash);
+        let i = self.spread.segment_of(hash);
         let segment = self.general.segment(i);
         if matches!(op, Op::Reset) {
             self.forget_everywhere(i, key, hash, rule, tag, now);

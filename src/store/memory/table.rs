@@ -1,5 +1,6 @@
-//! A table of keys spread over [`SEGMENTS`] maps, and the sweeping and room-making that work on one
-//! segment at a time (a sweep never holds more than one shard lock).
+//! A table of keys spread over segment maps ([`Spread`]: at least [`SEGMENTS`], more for a large
+//! cap), and the sweeping and room-making that work on one segment at a time (a sweep never holds
+//! more than one shard lock).
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,16 +12,60 @@ use super::general::{Entry, Rules};
 use super::packed::{PackedRule, USED};
 use super::sketch::Sketch;
 
-/// How many maps a table's keys are spread over (the unit of incremental sweeping).
+/// How many maps a table's keys are spread over at the least (a store of at most
+/// `SEGMENTS * KEYS_PER_SEGMENT` keys); a larger cap spreads them over more ([`Spread`]).
 pub(super) const SEGMENTS: usize = 64;
-/// Shards per segment map.
-const SHARDS_PER_SEGMENT: usize = 4;
+/// The keys a segment holds at most on average at the cap, up to a cap of
+/// `SEGMENTS << MAX_EXTRA_BITS` segments of them (3.4 x 10^7 keys; past that, and without a cap,
+/// a segment holds 1/4096 of the keys): a paced sweep step works on one segment, so this bounds
+/// the work one decision does for the sweep (and the time a shard lock is held) whatever the cap.
+pub(super) const KEYS_PER_SEGMENT: usize = 8_192;
+/// How many times more segments than [`SEGMENTS`] a table may have, as a power of two.
+const MAX_EXTRA_BITS: u32 = 6;
+/// The lowest hash bit of the segment index of a store of [`SEGMENTS`] segments (6 bits from there).
+const SEGMENT_BITS_FROM: u32 = 49;
 
-/// The segment of a key of hash `hash`: bits 49 to 54, which neither the maps' shard choice (the
-/// top bits, under the 7 of the table's tags) nor their buckets (the low bits) use.
-#[inline]
-pub(super) fn segment_of(hash: u64) -> usize {
-    (hash >> 49) as usize % SEGMENTS
+/// How a store spreads its keys over the segment maps of each of its tables: `SEGMENTS << e`
+/// segments for the smallest `e` (up to [`MAX_EXTRA_BITS`]) that leaves at most
+/// [`KEYS_PER_SEGMENT`] keys to a segment at the cap. A key's segment is taken from bits
+/// `49 - e` to 54 of its hash, which neither the maps' shard choice (the top bits, under the 7 of
+/// the table's tags) nor their buckets (the low bits) use; its top 6 bits are those of a store of
+/// [`SEGMENTS`] segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Spread {
+    shift: u32,
+    mask: usize,
+}
+
+impl Spread {
+    /// The spread of a store holding at most `max_keys` keys.
+    pub(super) fn for_cap(max_keys: usize) -> Self {
+        let extra = (0..MAX_EXTRA_BITS)
+            .find(|&e| max_keys.div_ceil(SEGMENTS << e) <= KEYS_PER_SEGMENT)
+            .unwrap_or(MAX_EXTRA_BITS);
+        Self {
+            shift: SEGMENT_BITS_FROM - extra,
+            mask: (SEGMENTS << extra) - 1,
+        }
+    }
+
+    /// How many segments each table has (a multiple of 64).
+    #[inline]
+    pub(super) fn count(self) -> usize {
+        self.mask + 1
+    }
+
+    /// The segment of a key of hash `hash`.
+    #[inline]
+    pub(super) fn segment_of(self, hash: u64) -> usize {
+        (hash >> self.shift) as usize & self.mask
+    }
+
+    /// Shards per segment map: four in a store of [`SEGMENTS`] segments, two in one of more (it
+    /// has more maps, hence more shards, already).
+    fn shards(self) -> usize {
+        if self.count() == SEGMENTS { 4 } else { 2 }
+    }
 }
 
 /// What eviction sees of a held value at some time.
@@ -124,8 +169,9 @@ pub(super) struct RoomScan<'a> {
 /// The operations the store runs on every table, whatever its value type.
 pub(super) trait Segmented: Send + Sync {
     /// Drops the keys of segment `i` fresh at `now` (their states read as of `read_at`, see
-    /// [`Held::is_fresh`]), shrinking it when mostly empty; returns how many.
-    fn sweep(&self, i: usize, read_at: u64, now: u64) -> usize;
+    /// [`Held::is_fresh`]), shrinking it when mostly empty; returns how many, and how many keys
+    /// it looked at.
+    fn sweep(&self, i: usize, read_at: u64, now: u64) -> (usize, usize);
     /// Frees up to the scan's batch in segment `i`: fresh keys, then the keys with room nearest a
     /// new key's state (the least spent, unused since the last look first). Never a blocked key.
     fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>);
@@ -135,7 +181,18 @@ pub(super) trait Segmented: Send + Sync {
     fn evict_one(&self, i: usize, now: u64, nearness: u16, scan: &mut RoomScan<'_>);
 }
 
-/// Keys of type `K` with values `V`, in [`SEGMENTS`] maps.
+/// The capacity a segment map keeps beyond 2.5 times its keys before a sweep shrinks it.
+const SHRINK_SLACK: usize = 64;
+
+/// The keys and the capacity of a segment map, under one read lock per shard.
+fn fill<K: Hash + Eq, V>(map: &DashMap<K, V, RandomState>) -> (usize, usize) {
+    map.shards().iter().fold((0, 0), |(len, capacity), shard| {
+        let shard = shard.read();
+        (len + shard.len(), capacity + shard.capacity())
+    })
+}
+
+/// Keys of type `K` with values `V`, in the segment maps of a [`Spread`].
 pub(super) struct Table<K, V: Held> {
     maps: Box<[DashMap<K, V, RandomState>]>,
     pub(super) ctx: V::Ctx,
@@ -144,30 +201,36 @@ pub(super) struct Table<K, V: Held> {
 }
 
 impl<K: Hash + Eq, V: Held> Table<K, V> {
-    pub(super) fn new(ctx: V::Ctx, route: RandomState) -> Self {
+    pub(super) fn new(ctx: V::Ctx, route: RandomState, spread: Spread) -> Self {
         // The store's routing hasher in every map: a key's hash routes it to its segment and is
-        // the one its map finds it by ([`segment_of`] takes bits the maps do not use).
-        let maps = (0..SEGMENTS)
-            .map(|_| DashMap::with_hasher_and_shard_amount(route, SHARDS_PER_SEGMENT))
+        // the one its map finds it by ([`Spread::segment_of`] takes bits the maps do not use).
+        let maps = (0..spread.count())
+            .map(|_| DashMap::with_hasher_and_shard_amount(route, spread.shards()))
             .collect();
         Self { maps, ctx, route }
     }
 
-    /// Segment `i` (below [`SEGMENTS`]).
+    /// Segment `i` (below the spread's [`count`](Spread::count)).
     #[inline]
-    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     pub(super) fn segment(&self, i: usize) -> &DashMap<K, V, RandomState> {
         &self.maps[i]
     }
 
-    /// The value of `key`, whose hash under the store's routing hasher is `hash`, under its
-    /// shard's read lock (the lock keeps the entry in place): the map's own lookup without hashing
-    /// the key again.
+    /// The value of `key` of segment `i`, whose hash under the store's routing hasher is `hash`,
+    /// under its shard's read lock (the lock keeps the entry in place): the map's own lookup
+    /// without hashing the key again.
     #[inline]
-    pub(super) fn find<R>(&self, hash: u64, key: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
-        let map = self.segment(segment_of(hash));
+    pub(super) fn find<R>(
+        &self,
+        i: usize,
+        hash: u64,
+        key: &K,
+        f: impl FnOnce(&V) -> R,
+    ) -> Option<R> {
+        let map = self.segment(i);
         let shard = map.shards().get(map.determine_shard(hash as usize))?.read();
         let (_, v) = shard.get(hash, |(k, _)| k == key)?;
         Some(f(v.get()))
@@ -190,29 +253,35 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
 }
 
 impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
-    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
-    fn sweep(&self, i: usize, read_at: u64, now: u64) -> usize {
+    fn sweep(&self, i: usize, read_at: u64, now: u64) -> (usize, usize) {
         let segment = &self.maps[i];
+        // Most segments of a store far below its cap hold nothing: no write lock, no visit.
+        let (visited, capacity) = fill(segment);
+        if visited == 0 && capacity <= SHRINK_SLACK {
+            return (0, 0);
+        }
         let mut removed = 0;
         segment.retain(|_, v| {
             let keep = !v.is_fresh(&self.ctx, read_at, now);
             removed += usize::from(!keep);
             keep
         });
+        let (len, capacity) = fill(segment);
         // Past 2.5 times what its keys need, a map has either lost most of its keys or doubled
         // over tombstones: under steady churn at a cap (one eviction per insert) hashbrown grows a
         // table whose deleted slots use up its free ones instead of rehashing it in place. A map
         // that has just grown sits at about twice its keys and is left alone, with room to lose a
         // fifth of them before it is shrunk (no shrink-and-grow back and forth at the boundary).
-        if segment.capacity() > 5 * segment.len() / 2 + 64 {
+        if capacity > 5 * len / 2 + SHRINK_SLACK {
             segment.shrink_to_fit();
         }
-        removed
+        (removed, visited)
     }
 
-    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) {
@@ -263,7 +332,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         });
     }
 
-    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     fn nearest(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) -> Option<u16> {
@@ -286,7 +355,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
         nearest
     }
 
-    // In bounds: segment indices are below SEGMENTS (hash modulo SEGMENTS), nearness levels
+    // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     fn evict_one(&self, i: usize, now: u64, nearness: u16, scan: &mut RoomScan<'_>) {
@@ -318,17 +387,25 @@ mod tests {
         let rule =
             crate::rule::Rule::parse(crate::strategy::Strategy::TokenBucket, "10/s").unwrap();
         let packed = PackedRule::for_rule(&rule).unwrap();
-        let table: Table<u64, AtomicU64> = Table::new(packed, route);
+        let spread = Spread::for_cap(8_000_000);
+        let table: Table<u64, AtomicU64> = Table::new(packed, route, spread);
         for key in 0..10_000u64 {
             let hash = route.hash_one(key);
             table
-                .segment(segment_of(hash))
+                .segment(spread.segment_of(hash))
                 .insert(key, AtomicU64::new(key));
         }
         for key in 0..10_000u64 {
-            let found = table.find(route.hash_one(key), &key, |v| v.load(Ordering::Relaxed));
+            let hash = route.hash_one(key);
+            let found = table.find(spread.segment_of(hash), hash, &key, |v| {
+                v.load(Ordering::Relaxed)
+            });
             assert_eq!(found, Some(key));
         }
-        assert_eq!(table.find(route.hash_one(10_000u64), &10_000, |_| ()), None);
+        let hash = route.hash_one(10_000u64);
+        assert_eq!(
+            table.find(spread.segment_of(hash), hash, &10_000, |_| ()),
+            None
+        );
     }
 }

@@ -1,4 +1,5 @@
-use super::table::SEGMENTS;
+use super::sweep::ROTATION;
+use super::table::{KEYS_PER_SEGMENT, SEGMENTS, Spread};
 use super::*;
 use crate::strategy::{self, Strategy};
 
@@ -359,16 +360,19 @@ fn traffic_alone_sweeps_idle_keys_within_a_rotation() {
     let held = store.len();
     assert!(held > 4_000, "inserts sweep only expired keys: {held}");
     // One hot key's traffic for one rotation (8 s) frees every idle key.
-    for _ in 0..2 * SEGMENTS {
-        now += SWEEP_STEP_EVERY;
+    let segments = store.spread.count();
+    let step_every = store.pacing.0.step_every;
+    assert_eq!(segments as u64 * step_every, ROTATION);
+    for _ in 0..2 * segments {
+        now += step_every;
         store.decide(&u64::MAX, &rule, Op::Check(1), now);
     }
     assert_eq!(store.len(), 1);
     // A clock that went back does not stop the sweeping.
     store.decide(&1, &rule, Op::Check(1), now);
     now -= 4 * S;
-    for _ in 0..2 * SEGMENTS {
-        now += SWEEP_STEP_EVERY;
+    for _ in 0..2 * segments {
+        now += step_every;
         store.decide(&u64::MAX, &rule, Op::Check(1), now);
     }
     assert_eq!(store.len(), 1, "key 1 was swept after the step back");
@@ -528,4 +532,107 @@ fn an_evicted_key_of_one_word_window_quotas_comes_back_as_spent() {
             "{strategy}: 18 of the minute were spent: {d:?}"
         );
     }
+}
+
+#[test]
+fn a_segment_holds_at_most_8_k_keys_on_average_at_the_cap_up_to_a_cap_of_33_million() {
+    let most = (SEGMENTS << 6) * KEYS_PER_SEGMENT;
+    for cap in [
+        0,
+        1,
+        100,
+        SEGMENTS * KEYS_PER_SEGMENT,
+        SEGMENTS * KEYS_PER_SEGMENT + 1,
+        DEFAULT_MAX_KEYS,
+        10_000_000,
+        most,
+    ] {
+        let count = Spread::for_cap(cap).count();
+        assert_eq!(count % 64, 0, "cap {cap}: whole words of catch-up bits");
+        assert!(
+            count * KEYS_PER_SEGMENT >= cap,
+            "cap {cap}: {count} segments"
+        );
+        // No more segments than needed: their maps cost memory whatever the keys held.
+        assert!(
+            count == SEGMENTS || (count / 2) * KEYS_PER_SEGMENT < cap,
+            "cap {cap}: {count} segments"
+        );
+    }
+    // A store of up to 2^19 keys keeps its 64 segments; the default cap gets 1024.
+    assert_eq!(Spread::for_cap(SEGMENTS * KEYS_PER_SEGMENT).count(), 64);
+    assert_eq!(Spread::for_cap(DEFAULT_MAX_KEYS).count(), 1024);
+    // Past that cap, or none: the most segments, a share of the keys held each.
+    assert_eq!(Spread::for_cap(most + 1).count(), SEGMENTS << 6);
+    assert_eq!(Spread::for_cap(usize::MAX).count(), SEGMENTS << 6);
+}
+
+/// The work of a paced step, in entries visited: the keys of one segment; of a decision after a
+/// pause, the steps due up to the keys of a segment at the cap, whatever the keys held.
+#[test]
+fn a_paced_step_visits_one_segment_and_a_decision_at_most_a_segment_at_the_cap_s_keys() {
+    let store = MemoryStore::<u64>::new();
+    let rule = Rule::parse(Strategy::TokenBucket, "10/s").unwrap();
+    let keys = 50_000u64;
+    let mut now = 100 * S;
+    for k in 0..keys {
+        store.decide(&k, &rule, Op::Check(1), now);
+    }
+    let table = store.packed[0].get().unwrap();
+    let count = store.spread.count();
+    let lens: Vec<usize> = (0..count).map(|i| table.segment(i).len()).collect();
+    let held: usize = lens.iter().sum();
+    assert_eq!(held as u64, keys);
+    // Every key idle long enough to be fresh; the next timed step sweeps the next segment.
+    now += 10 * S;
+    for _ in 0..3 {
+        let i = store.cursor.load(Ordering::Relaxed) % count;
+        let before = store.len();
+        store.sweep_step(now);
+        let visited = before - store.len();
+        // Every key it held was fresh: the step dropped exactly that segment's keys.
+        assert_eq!(visited, lens[i], "segment {i}");
+        assert!(
+            visited <= 3 * held / count,
+            "segment {i}: {visited} of {held} keys in {count} segments"
+        );
+    }
+    // The last timed step was during the inserts, 10 s ago: a decision now runs the steps due
+    // while they have looked at fewer keys than a segment at the cap holds (a peek inserts
+    // nothing): more than one step, far fewer than all.
+    let before = store.len();
+    store.decide(&u64::MAX, &rule, Op::Peek, now);
+    let dropped = before - store.len();
+    assert!(
+        (KEYS_PER_SEGMENT..=KEYS_PER_SEGMENT + 3 * held / count).contains(&dropped),
+        "{dropped} keys dropped"
+    );
+    // The next step is due one interval later: a decision then runs one step, one segment.
+    let before = store.len();
+    now += store.pacing.0.step_every;
+    store.decide(&u64::MAX, &rule, Op::Peek, now);
+    let dropped = before - store.len();
+    assert!(
+        (1..=3 * held / count).contains(&dropped),
+        "{dropped} keys dropped"
+    );
+}
+
+/// With few keys, rare decisions still sweep every segment within a rotation: a decision runs
+/// every step due since the last one (a store far below its cap has small segments).
+#[test]
+fn rare_decisions_sweep_a_small_store_within_a_rotation() {
+    let store = MemoryStore::<u64>::new();
+    let rule = Rule::parse(Strategy::TokenBucket, "10/s").unwrap();
+    let mut now = 100 * S;
+    for k in 0..1_000 {
+        store.decide(&k, &rule, Op::Check(1), now);
+    }
+    assert_eq!(store.len(), 1_000);
+    // One decision a second (1024 segments: a step is due every 7.8 ms).
+    for _ in 0..8 {
+        now += S;
+        store.decide(&u64::MAX, &rule, Op::Peek, now);
+    }
+    assert_eq!(store.len(), 0);
 }
