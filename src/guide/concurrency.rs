@@ -8,7 +8,7 @@
 //! With `.wait(max)` a request over the cap waits up to `max` for a slot instead (woken when a slot
 //! of the process comes free, retrying every 50 ms), then gets the 429 with a body that names the wait.
 //! Both refusals (over the cap, no key) come from the same hook as the rate limit's:
-//! `.on_rejected(ProblemJson)` answers them as problem documents (`OnRejected::on_refused` with
+//! `.respond_with(ProblemJson)` answers them as problem documents (`OnRejected::on_refused` with
 //! `Refusal::OverCap`); the layer still adds the fields above. Put it inside the rate-limit layer (added before it with `Router::layer`): a request the rate limit
 //! refuses never takes a slot, and a request the cap refuses is refunded by the rate limits around it.
 //!

@@ -532,11 +532,11 @@ impl<X: KeyExtractor> ConcurrencyLayer<X> {
 }
 
 impl<X: KeyExtractor, R> ConcurrencyLayer<X, R> {
-    /// Builds the refusals (over the cap, no key) with `f`, the hook a
-    /// [`RateLimitLayer`](super::RateLimitLayer) uses: e.g. [`ProblemJson`](super::ProblemJson),
+    /// Builds the refusals (over the cap, no key) with the responder `f`, as
+    /// [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with) does: e.g. [`ProblemJson`](super::ProblemJson),
     /// so that both layers answer in one format. The layer still adds `x-ratelimit-limit`,
     /// `x-ratelimit-remaining` and `Retry-After` over the cap.
-    pub fn on_rejected<R2>(self, f: R2) -> ConcurrencyLayer<X, R2> {
+    pub fn respond_with<R2>(self, f: R2) -> ConcurrencyLayer<X, R2> {
         ConcurrencyLayer {
             limit: self.limit,
             key: self.key,

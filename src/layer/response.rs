@@ -386,7 +386,7 @@ fn escape_sf_string(s: &str) -> Cow<'_, str> {
 /// Implemented by [`ProblemJson`]; implement it for a responder of your own, generic over every
 /// body `B: From<String>` (as `ProblemJson` is), and give it to
 /// [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with) or
-/// [`ConcurrencyLayer::on_rejected`](super::ConcurrencyLayer::on_rejected). For the `429` alone, a
+/// [`ConcurrencyLayer::respond_with`](super::ConcurrencyLayer::respond_with). For the `429` alone, a
 /// closure given to [`RateLimitLayer::on_rejected`](super::RateLimitLayer::on_rejected) is
 /// shorter.
 pub trait OnRejected<B>: Send + Sync + 'static {

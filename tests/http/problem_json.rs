@@ -141,7 +141,7 @@ async fn the_concurrency_caps_refusals_go_through_the_same_hook() {
     });
     let limit = ConcurrencyLimit::memory(std::num::NonZeroU32::new(1).unwrap());
     let svc = ConcurrencyLayer::new(limit, HeaderKey::new("x-api-key"))
-        .on_rejected(ProblemJson)
+        .respond_with(ProblemJson)
         .layer(slow);
     let keyed = || {
         Request::get("/")
