@@ -76,6 +76,8 @@ pub enum ConfigError {
         /// One interval of the quota.
         interval: Duration,
     },
+    /// A rules file's layer takes no shaping queue: the file sets one per limit (`queue_ms`).
+    QueueInRulesFile,
 }
 
 impl fmt::Display for ConfigError {
@@ -147,6 +149,9 @@ impl fmt::Display for ConfigError {
                 "queue: the maximum wait {max_wait:?} is shorter than one interval ({interval:?}) \
                  of the quota"
             ),
+            Self::QueueInRulesFile => f.write_str(
+                "queue: a rules file's layer takes no queue; give each limit its own (`queue_ms`)",
+            ),
             Self::InvalidName(name) => write!(
                 f,
                 "limiter name {name:?}: use 1 to 64 characters among A-Z a-z 0-9 _ . -"
@@ -194,7 +199,6 @@ impl PartialEq for ConfigError {
     /// the same error or say the same.
     fn eq(&self, other: &Self) -> bool {
         use ConfigError as E;
-        // Every variant has its arm: a new one needs its own.
         match (self, other) {
             (E::NoQuota, E::NoQuota) => true,
             (E::TooManyQuotas(a), E::TooManyQuotas(b))
@@ -237,7 +241,28 @@ impl PartialEq for ConfigError {
                     interval: y,
                 },
             ) => a == b && x == y,
-            _ => false,
+            (E::QueueInRulesFile, E::QueueInRulesFile) => true,
+            // Listed rather than `_`: a new variant does not compile until it has its arm above.
+            (
+                E::NoQuota
+                | E::TooManyQuotas(_)
+                | E::Parse(_)
+                | E::IntervalBelowResolution { .. }
+                | E::MovingWindowLimitTooLarge(_)
+                | E::BurstTooLarge(_)
+                | E::Store(_)
+                | E::Unleasable(_)
+                | E::RedisUrl { .. }
+                | E::RedisPrefix(_)
+                | E::TlsFile { .. }
+                | E::InvalidName(_)
+                | E::DuplicateName(_)
+                | E::QueueNeedsLeakyBucket(_)
+                | E::QueueNeedsOneQuota(_)
+                | E::QueueWaitTooShort { .. }
+                | E::QueueInRulesFile,
+                _,
+            ) => false,
         }
     }
 }
@@ -249,7 +274,6 @@ impl std::error::Error for ConfigError {
         match self {
             Self::Parse(e) => Some(e),
             Self::Store(e) => Some(&**e),
-            Self::RedisUrl { problem, .. } => problem.source(),
             _ => None,
         }
     }
@@ -276,21 +300,12 @@ pub enum UrlProblem {
     /// A CA bundle or client certificate was given for a URL that is not a TLS one (`rediss://`,
     /// `rediss+cluster://`, `rediss+sentinel://`).
     NotTls,
-    /// The `redis` crate refuses the URL (or the TLS files with it): its error, also the
-    /// [`source`](std::error::Error::source). Its message is shown with any password masked.
+    /// The `redis` crate refuses the URL (or the TLS files with it): its error. Its message is
+    /// shown with any password masked; it is not the error's
+    /// [`source`](std::error::Error::source), which reporters print unmasked.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Refused(Arc<redis::RedisError>),
-}
-
-impl UrlProblem {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Refused(e) => Some(&**e),
-            _ => None,
-        }
-    }
 }
 
 impl PartialEq for UrlProblem {

@@ -68,8 +68,8 @@
 //! - `rules`: limits from a TOML rules file, reloaded without losing state, with metrics through
 //!   the `metrics` facade (`tollgate::rules`).
 //! - `serde` (on with `rules`): `Serialize`/`Deserialize` on [`Quota`] (with its burst),
-//!   [`Strategy`], [`WindowOffset`], [`Rule`] (with its window offset) and the layer's options;
-//!   each reads back what it writes as an equal value.
+//!   [`Strategy`], [`WindowOffset`] and [`Rule`] (with its window offset); each reads back what
+//!   it writes as an equal value.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // No panics outside tests: a panic on the request path takes the service down.
 #![cfg_attr(

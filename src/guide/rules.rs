@@ -156,7 +156,8 @@
 //! - **One layer type.** `rules.layer()` is a `RateLimitLayer` (of the file's limits), the same
 //!   pipeline as a single limiter's: `respond_with(ProblemJson)`, `on_rejected(..)`,
 //!   `failure_policy(..)` (the `RulesOptions`' by default), `pacing(Pacing::Delay(..))`, `skip(..)`
-//!   and `headers(..)` apply to a file's limits, gRPC calls get trailers-only
+//!   and `headers(..)` (its `on_allowed`; the file sets the rest, and a setting it cannot take is
+//!   named in a warning) apply to a file's limits, gRPC calls get trailers-only
 //!   `RESOURCE_EXHAUSTED` / `INVALID_ARGUMENT` / `UNAVAILABLE` answers, and it wraps any inner body
 //!   (tonic's included). A limit's `header:NAME` key is read as `HeaderKey` reads it: one value,
 //!   trimmed, not empty.

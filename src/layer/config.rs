@@ -107,6 +107,21 @@ impl Headers {
     }
 
     /// Sets what was set on `cfg`.
+    /// The settings given other than `on_allowed`, by name.
+    pub(crate) fn set_beyond_on_allowed(&self) -> Vec<&'static str> {
+        [
+            ("style", self.style.is_some()),
+            ("policy_name", self.policy_name.is_some()),
+            ("partition_key", self.pk.is_some()),
+            ("quota_unit", self.quota_unit.is_some()),
+            ("jitter", self.jitter.is_some()),
+            ("reset_format", self.reset.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
+
     pub(crate) fn apply(self, cfg: &mut HeaderConfig) {
         let Self {
             style,

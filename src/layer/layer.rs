@@ -171,7 +171,8 @@ impl<X: KeyExtractor, St: Store<X::Key>, C: Clock> RateLimitLayer<X, St, C> {
 
     /// What to do with keys (see [`KeyPolicy`]): the answer to a request without a usable key
     /// (default `400`, text/plain; or a shared fallback key), and whether `tracing` events name
-    /// keys (default not).
+    /// keys (default not). Each call sets the whole policy: what `policy` leaves unset is the
+    /// default, not what an earlier call set.
     pub fn keys(mut self, policy: KeyPolicy<X::Key>) -> Self {
         self.hooks.missing = policy.missing;
         self.core.options.log_keys = policy.log;
@@ -260,6 +261,16 @@ impl<X: Source<St, C>, St, C> RateLimitLayer<X, St, C> {
     /// # let _ = layer;
     /// ```
     pub fn headers(mut self, headers: Headers) -> Self {
+        if X::Limits::FIELDS_OF_THEIR_OWN {
+            let unused = headers.set_beyond_on_allowed();
+            if !unused.is_empty() {
+                tracing::warn!(
+                    ?unused,
+                    "a rules file's layer takes only `on_allowed` from headers(..): the file sets \
+                     the others (`header_style`, `reset`, the limits' names); these are not applied"
+                );
+            }
+        }
         headers.apply(&mut self.core.options.headers);
         self
     }

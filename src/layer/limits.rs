@@ -48,13 +48,19 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     const STORE_ERRORS_CLOSE: bool = false;
 
+    /// Whether the limits write their fields as their own configuration says (a rules file's
+    /// `header_style`, `reset` and names), so that a layer's [`Headers`](super::Headers) sets only
+    /// `on_allowed`.
+    #[doc(hidden)]
+    const FIELDS_OF_THEIR_OWN: bool = false;
+
     #[doc(hidden)]
     fn name(&self) -> &str;
     /// The rule a shaping queue drains and the store's tick, or why these limits take no queue
     /// (a rules file sets its queues per limit).
     #[doc(hidden)]
     fn queue_base(&self) -> Result<(&Rule, Duration), crate::ConfigError> {
-        Err(crate::ConfigError::QueueNeedsOneQuota(0))
+        Err(crate::ConfigError::QueueInRulesFile)
     }
     #[doc(hidden)]
     fn check(&self, keys: &mut Self::Keys, cost: u32) -> Self::Answer;

@@ -317,6 +317,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
     /// closes: the layer answers `503` whatever its default.
     const STORE_ERRORS_CLOSE: bool = true;
 
+    /// The file's `header_style`, `reset` and limit names write the fields.
+    const FIELDS_OF_THEIR_OWN: bool = true;
+
     fn name(&self) -> &str {
         "rules"
     }

@@ -462,8 +462,9 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
     }
 
     /// The rule of the limit named `limit` now (its default tier's, for a limit with tiers): its
-    /// strategy and quotas as the file gives them. `None` when the current rules have no such
-    /// limit.
+    /// strategy and quotas as the file gives them, except for a limit with `queue_ms`, whose rule
+    /// is its queue's (the quota's burst is the queue's depth). `None` when the current rules have
+    /// no such limit.
     pub fn rule(&self, limit: &str) -> Option<Rule> {
         let current = self.shared.current.load();
         current

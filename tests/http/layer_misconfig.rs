@@ -204,3 +204,33 @@ fn warnings_are_logged_once_not_per_request() {
         });
     });
 }
+
+/// A rules file writes its fields as the file says: a layer's `headers(..)` beyond `on_allowed`
+/// would be lost, so it is named in a warning.
+#[test]
+fn header_settings_a_rules_file_does_not_take_are_named_in_a_warning() {
+    if !crate::logs::alone(
+        "layer_misconfig::header_settings_a_rules_file_does_not_take_are_named_in_a_warning",
+    ) {
+        return;
+    }
+    use tollgate::layer::{HeaderStyle, Headers};
+    use tollgate::rules::{Rules, RulesOptions};
+    let file = "[[limit]]\nname = \"api\"\nquotas = \"10/minute\"\nkey = \"global\"\n";
+    let rules = Rules::memory(file, RulesOptions::default()).unwrap();
+    let ((), logs) = crate::logs::capturing(|| {
+        let _kept = rules.layer().headers(Headers::new().on_allowed(false));
+    });
+    assert_eq!(logs.count("takes only `on_allowed`"), 0, "{}", logs.text());
+    let ((), logs) = crate::logs::capturing(|| {
+        let _warned = rules.layer().headers(
+            Headers::new()
+                .style(HeaderStyle::Ietf)
+                .jitter(Duration::from_secs(1)),
+        );
+    });
+    let text = logs.text();
+    assert_eq!(logs.count("takes only `on_allowed`"), 1, "{text}");
+    assert!(text.contains("style") && text.contains("jitter"), "{text}");
+    assert!(!text.contains("reset_format"), "{text}");
+}

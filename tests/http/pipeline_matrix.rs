@@ -36,9 +36,9 @@ enum Ask {
 enum Cfg {
     /// The defaults (`settle = "marker"` in the file).
     Plain,
-    /// `on_rejected(ProblemJson)`.
+    /// `respond_with(ProblemJson)`.
     Problem,
-    /// A `respond_with` closure building the 429.
+    /// An `on_rejected` closure building the 429.
     Closure,
     /// Settled from the response header `x-used` (`SettleFrom::header`, `settle = "header:x-used"`).
     SettleHeader,

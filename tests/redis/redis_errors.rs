@@ -58,7 +58,8 @@ fn configuration_mistakes_are_config_errors_at_build_with_a_clear_message() {
             "{e:?}"
         );
         assert!(e.to_string().contains("/SERVICE"), "{e}");
-        // A URL the `redis` crate refuses: its error is the cause, the message masks the password.
+        // A URL the `redis` crate refuses: its error is kept, the message masks the password, and
+        // no error in the chain a reporter prints shows it.
         let e = config_error(RedisStore::builder("redis://:s3cret@127.0.0.1:notaport")).await;
         let ConfigError::RedisUrl {
             problem: UrlProblem::Refused(cause),
@@ -68,11 +69,11 @@ fn configuration_mistakes_are_config_errors_at_build_with_a_clear_message() {
             panic!("{e:?}")
         };
         assert!(!cause.to_string().is_empty());
-        assert!(
-            std::error::Error::source(&e).is_some_and(|s| s.is::<redis::RedisError>()),
-            "{e:?}"
-        );
-        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let mut chain: Option<&dyn std::error::Error> = Some(&e);
+        while let Some(link) = chain {
+            assert!(!link.to_string().contains("s3cret"), "{link}");
+            chain = link.source();
+        }
         let e = config_error(RedisStore::builder("redis+cluster://:s3cret@")).await;
         assert!(
             matches!(

@@ -4,7 +4,8 @@
 //! [`SEGMENTS`](table::SEGMENTS), more for a large cap, so that a segment holds at most about
 //! [`KEYS_PER_SEGMENT`](table::KEYS_PER_SEGMENT) keys at the cap) so that eviction can work one
 //! segment at a time: a sweep never holds more than one shard lock, a concurrent check waits at
-//! most for one shard's scan, and a decision that runs a paced sweep step scans one segment. A one-quota rule of the fixed window, sliding window counter or buckets gets a table
+//! most for one shard's scan, and a decision runs the paced sweep steps due since the last one, up to
+//! about [`KEYS_PER_SEGMENT`](table::KEYS_PER_SEGMENT) keys. A one-quota rule of the fixed window, sliding window counter or buckets gets a table
 //! of packed 8-byte states updated by compare-and-swap ([`packed`]); other rules keep general
 //! entries ([`general`]).
 
