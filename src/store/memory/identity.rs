@@ -39,13 +39,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
                 continue;
             }
             let word = if take {
-                let word = table.segment(i).remove(key).map(|(_, c)| c.into_inner());
+                let word = table
+                    .held(i)
+                    .and_then(|m| m.remove(key))
+                    .map(|(_, c)| c.into_inner());
                 if word.is_some() {
                     self.keys.remove(1);
                 }
                 word
             } else {
-                table.segment(i).get(key).map(|c| c.load(Ordering::Relaxed))
+                table
+                    .held(i)
+                    .and_then(|m| m.get(key).map(|c| c.load(Ordering::Relaxed)))
             };
             if let Some(word) = word {
                 held.push(table.ctx.held(word, now));
@@ -133,12 +138,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .filter_map(OnceLock::get)
             .find(|t| t.ctx.matches(rule, tag))?;
         let word = if take {
-            let (_, cell) = table.segment(i).remove(key)?;
+            let (_, cell) = table.held(i)?.remove(key)?;
             self.handed.store(true, Ordering::Relaxed);
             self.keys.remove(1);
             cell.into_inner()
         } else {
-            table.segment(i).get(key)?.load(Ordering::Relaxed)
+            table.held(i)?.get(key)?.load(Ordering::Relaxed)
         };
         Some(table.ctx.state_of(word, now))
     }
@@ -147,8 +152,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
     #[cold]
     pub(super) fn general_holds(&self, i: usize, key: &K, tag: u64) -> bool {
         self.general
-            .segment(i)
-            .get(key)
+            .held(i)
+            .and_then(|m| m.get(key))
             .is_some_and(|entry| entry.holds(tag))
     }
 }

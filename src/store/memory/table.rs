@@ -3,6 +3,7 @@
 //! more than one shard lock).
 
 use std::hash::{BuildHasher, Hash};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
@@ -194,7 +195,12 @@ fn fill<K: Hash + Eq, V>(map: &DashMap<K, V, RandomState>) -> (usize, usize) {
 
 /// Keys of type `K` with values `V`, in the segment maps of a [`Spread`].
 pub(super) struct Table<K, V: Held> {
-    maps: Box<[DashMap<K, V, RandomState>]>,
+    /// Each made by the first key it holds: a store built for a large cap (1,024 segments at the
+    /// default) costs about 48 bytes per segment until it fills, not its maps' shards (a rules
+    /// file has a store per limit).
+    maps: Box<[OnceLock<DashMap<K, V, RandomState>>]>,
+    /// Shards of each segment map.
+    shards: usize,
     pub(super) ctx: V::Ctx,
     /// The store's routing hasher: an evicted key's record in the sketch is found by its hash.
     route: RandomState,
@@ -204,19 +210,31 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
     pub(super) fn new(ctx: V::Ctx, route: RandomState, spread: Spread) -> Self {
         // The store's routing hasher in every map: a key's hash routes it to its segment and is
         // the one its map finds it by ([`Spread::segment_of`] takes bits the maps do not use).
-        let maps = (0..spread.count())
-            .map(|_| DashMap::with_hasher_and_shard_amount(route, spread.shards()))
-            .collect();
-        Self { maps, ctx, route }
+        let maps = (0..spread.count()).map(|_| OnceLock::new()).collect();
+        Self {
+            maps,
+            shards: spread.shards(),
+            ctx,
+            route,
+        }
     }
 
-    /// Segment `i` (below the spread's [`count`](Spread::count)).
+    /// Segment `i` (below the spread's [`count`](Spread::count)), made if it was not yet: to
+    /// insert into.
     #[inline]
     // In bounds: segment indices are below the spread's count (hash bits masked to it), nearness levels
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     pub(super) fn segment(&self, i: usize) -> &DashMap<K, V, RandomState> {
-        &self.maps[i]
+        self.maps[i].get_or_init(|| DashMap::with_hasher_and_shard_amount(self.route, self.shards))
+    }
+
+    /// Segment `i` if it has been made: to read or remove from (`None` holds no key).
+    #[inline]
+    // In bounds: as in `segment`.
+    #[allow(clippy::indexing_slicing)]
+    pub(super) fn held(&self, i: usize) -> Option<&DashMap<K, V, RandomState>> {
+        self.maps[i].get()
     }
 
     /// The value of `key` of segment `i`, whose hash under the store's routing hasher is `hash`,
@@ -230,7 +248,7 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
         key: &K,
         f: impl FnOnce(&V) -> R,
     ) -> Option<R> {
-        let map = self.segment(i);
+        let map = self.held(i)?;
         let shard = map.shards().get(map.determine_shard(hash as usize))?.read();
         let (_, v) = shard.get(hash, |(k, _)| k == key)?;
         Some(f(v.get()))
@@ -239,7 +257,11 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
     /// The capacity of every segment map, summed (tests).
     #[cfg(test)]
     pub(super) fn capacity(&self) -> usize {
-        self.maps.iter().map(DashMap::capacity).sum()
+        self.maps
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(DashMap::capacity)
+            .sum()
     }
 
     /// Drops `v` of `key` at `now`: records what it had spent first, unless fresh.
@@ -257,7 +279,9 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     fn sweep(&self, i: usize, read_at: u64, now: u64) -> (usize, usize) {
-        let segment = &self.maps[i];
+        let Some(segment) = self.held(i) else {
+            return (0, 0);
+        };
         // Most segments of a store far below its cap hold nothing: no write lock, no visit.
         let (visited, capacity) = fill(segment);
         if visited == 0 && capacity <= SHRINK_SLACK {
@@ -285,7 +309,9 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     fn make_room(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) {
-        let segment = &self.maps[i];
+        let Some(segment) = self.held(i) else {
+            return;
+        };
         // First pass: how near the keys are, to find the nearness below which the batch lies.
         let mut levels = [0u32; LEVELS];
         let mut fresh = 0;
@@ -337,7 +363,8 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
     #[allow(clippy::indexing_slicing)]
     fn nearest(&self, i: usize, now: u64, scan: &mut RoomScan<'_>) -> Option<u16> {
         let mut nearest = None;
-        for mut r in self.maps[i].iter_mut() {
+        let segment = self.held(i)?;
+        for mut r in segment.iter_mut() {
             scan.visited += 1;
             let n = match r.value_mut().look(&self.ctx, now) {
                 Look::Fresh => 0,
@@ -359,7 +386,10 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Held> Segmented for Table<K, V> {
     // below LEVELS.
     #[allow(clippy::indexing_slicing)]
     fn evict_one(&self, i: usize, now: u64, nearness: u16, scan: &mut RoomScan<'_>) {
-        self.maps[i].retain(|k, v| {
+        let Some(segment) = self.held(i) else {
+            return;
+        };
+        segment.retain(|k, v| {
             if scan.freed > 0 {
                 return true;
             }

@@ -567,6 +567,29 @@ fn a_segment_holds_at_most_8_k_keys_on_average_at_the_cap_up_to_a_cap_of_33_mill
     assert_eq!(Spread::for_cap(usize::MAX).count(), SEGMENTS << 6);
 }
 
+/// A store built for a large cap makes a segment's map with the first key it holds: a rules file
+/// of many limits (a store each) holds no maps for keys it has not seen.
+#[test]
+fn a_segment_map_is_made_by_its_first_key() {
+    let store = MemoryStore::<u64>::new();
+    let count = store.spread.count();
+    assert_eq!(count, 1024);
+    let made = |store: &MemoryStore<u64>| {
+        (0..count)
+            .filter(|&i| store.general.held(i).is_some())
+            .count()
+    };
+    assert_eq!(made(&store), 0);
+    // A moving window keeps general entries: one key, one segment map.
+    let rule = Rule::parse(Strategy::MovingWindow, "10/s").unwrap();
+    assert!(store.decide(&7, &rule, Op::Check(1), 100 * S).is_allowed());
+    assert_eq!(made(&store), 1);
+    // Reads, removals and sweeps of the others make none.
+    assert!(store.decide(&7, &rule, Op::Peek, 100 * S).is_allowed());
+    store.sweep_step(200 * S);
+    assert_eq!(made(&store), 1);
+}
+
 /// The work of a paced step, in entries visited: the keys of one segment; of a decision after a
 /// pause, the steps due up to the keys of a segment at the cap, whatever the keys held.
 #[test]
@@ -580,7 +603,9 @@ fn a_paced_step_visits_one_segment_and_a_decision_at_most_a_segment_at_the_cap_s
     }
     let table = store.packed[0].get().unwrap();
     let count = store.spread.count();
-    let lens: Vec<usize> = (0..count).map(|i| table.segment(i).len()).collect();
+    let lens: Vec<usize> = (0..count)
+        .map(|i| table.held(i).map_or(0, dashmap::DashMap::len))
+        .collect();
     let held: usize = lens.iter().sum();
     assert_eq!(held as u64, keys);
     // Every key idle long enough to be fresh; the next timed step sweeps the next segment.
