@@ -7,7 +7,7 @@
 //! `limit` label is its limiter's name); handles are resolved when the rules are loaded or the layer is
 //! built (install the recorder first), so a request costs one atomic add per metric. The key is never a
 //! label. The gauges are refreshed every second by one thread of the process while a layer or rules
-//! file lives ([`metrics::publish_stats()`](crate::metrics::publish_stats) publishes them at once,
+//! file lives (`metrics::publish_stats()` publishes them at once,
 //! `Rules::publish_stats()` those of one file). A second
 //! limiter or cap with the `limit` label of one still alive warns once when built.
 //!

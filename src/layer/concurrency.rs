@@ -476,7 +476,7 @@ impl<K: StoreKey> Drop for Slot<K> {
 /// `x-ratelimit-remaining: 0`, `Retry-After: 1` and a text/plain body that names the cap (to gRPC
 /// calls a trailers-only `RESOURCE_EXHAUSTED` with the same metadata). A request without a key
 /// gets `400` (gRPC `INVALID_ARGUMENT`). Both answers come from the rejection hook
-/// ([`on_rejected`](Self::on_rejected), e.g. [`ProblemJson`](super::ProblemJson)) through
+/// ([`respond_with`](Self::respond_with), e.g. [`ProblemJson`](super::ProblemJson)) through
 /// [`OnRejected::on_refused`] with [`Refusal::OverCap`] or [`Refusal::NoKey`]; the layer then
 /// adds the fields above.
 ///
