@@ -3,11 +3,12 @@
 
 use std::hash::Hash;
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::MemoryStore;
 use super::general::{self, Entry};
 use super::sketch;
+use super::table::Table;
 use crate::rule::Rule;
 use crate::strategy::QuotaState;
 
@@ -38,21 +39,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             if !rules.is_retired(t) || !seen.iter().any(|s| s.0 == tag) {
                 continue;
             }
-            let word = if take {
-                let word = table
-                    .held(i)
-                    .and_then(|m| m.remove(key))
-                    .map(|(_, c)| c.into_inner());
-                if word.is_some() {
-                    self.keys.remove(1);
-                }
-                word
-            } else {
-                table
-                    .held(i)
-                    .and_then(|m| m.get(key).map(|c| c.load(Ordering::Relaxed)))
-            };
-            if let Some(word) = word {
+            if let Some(word) = self.packed_word(table, i, key, take) {
                 held.push(table.ctx.held(word, now));
                 if take {
                     // A rejection cached for the key in that table is no longer its state's.
@@ -137,15 +124,29 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K> {
             .iter()
             .filter_map(OnceLock::get)
             .find(|t| t.ctx.matches(rule, tag))?;
-        let word = if take {
-            let (_, cell) = table.held(i)?.remove(key)?;
+        let word = self.packed_word(table, i, key, take)?;
+        if take {
             self.handed.store(true, Ordering::Relaxed);
-            self.keys.remove(1);
-            cell.into_inner()
-        } else {
-            table.held(i)?.get(key)?.load(Ordering::Relaxed)
-        };
+        }
         Some(table.ctx.state_of(word, now))
+    }
+
+    /// The word of `key` in segment `i` of a packed table, if it holds the key; removed from
+    /// there (and from the key count) when `take`.
+    fn packed_word(
+        &self,
+        table: &Table<K, AtomicU64>,
+        i: usize,
+        key: &K,
+        take: bool,
+    ) -> Option<u64> {
+        let segment = table.held(i)?;
+        if !take {
+            return segment.get(key).map(|c| c.load(Ordering::Relaxed));
+        }
+        let (_, cell) = segment.remove(key)?;
+        self.keys.remove(1);
+        Some(cell.into_inner())
     }
 
     /// Whether a general entry holds `key`'s state in the scope of tag `tag`.
