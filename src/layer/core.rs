@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{Response, StatusCode};
@@ -55,6 +55,9 @@ pub struct Options<L> {
     pub(crate) last_warn: Arc<crate::throttle::Throttle>,
     pub(crate) missing_keys: Arc<AtomicU64>,
     pub(crate) settle_warned: Arc<AtomicBool>,
+    /// This layer's place in the count of live layers ([`LAYERS`]), shared by its clones and the
+    /// services it makes.
+    pub(crate) origin: Arc<Origin>,
 }
 
 impl<L> Options<L> {
@@ -71,6 +74,7 @@ impl<L> Options<L> {
             last_warn: Arc::default(),
             missing_keys: Arc::default(),
             settle_warned: Arc::default(),
+            origin: Arc::new(LAYERS.enter()),
         }
     }
 
@@ -96,7 +100,51 @@ impl<L: Clone> Clone for Options<L> {
             last_warn: Arc::clone(&self.last_warn),
             missing_keys: Arc::clone(&self.missing_keys),
             settle_warned: Arc::clone(&self.settle_warned),
+            origin: Arc::clone(&self.origin),
         }
+    }
+}
+
+/// The rate-limit layers alive in the process ([`RateLimitLayer`](super::RateLimitLayer)s, a
+/// rules file's included), each counted once with the services it made. An allowed response
+/// reports the fields it carries to the layers around it ([`Reported`](super::response::Reported),
+/// in its extensions: an extension map allocated and freed, about 650 instructions a request);
+/// while fewer than two layers live, none can enclose another and the report is skipped.
+/// Whether one does enclose another cannot be told from the request: a middleware between the two
+/// may rebuild it without its extensions.
+pub(crate) static LAYERS: Layers = Layers::new();
+
+/// A count of live layers (see [`LAYERS`]).
+#[derive(Debug)]
+pub(crate) struct Layers(AtomicUsize);
+
+impl Layers {
+    pub(crate) const fn new() -> Self {
+        Self(AtomicUsize::new(0))
+    }
+
+    /// Counts a new layer until the returned origin is dropped.
+    pub(crate) fn enter(&'static self) -> Origin {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Origin(self)
+    }
+
+    /// Whether another layer lives besides one's own, and so may enclose it. A layer made before
+    /// a request was handed to the service is seen: the request's way to the service orders it
+    /// after the count.
+    #[inline]
+    pub(crate) fn several(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 1
+    }
+}
+
+/// One layer's place in a [`Layers`] count, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Origin(&'static Layers);
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -147,5 +195,27 @@ impl<L: std::fmt::Debug> std::fmt::Debug for Options<L> {
             .field("failure", &self.failure)
             .field("pacing", &self.pacing)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_are_counted_while_they_live() {
+        // A count of its own: the process-wide one moves with every other test's layers.
+        static COUNT: Layers = Layers::new();
+        assert!(!COUNT.several());
+        let one = Arc::new(COUNT.enter());
+        // A layer's clones and the services it made share its origin: still one.
+        let clone = Arc::clone(&one);
+        assert!(!COUNT.several());
+        let two = COUNT.enter();
+        assert!(COUNT.several());
+        drop(two);
+        assert!(!COUNT.several());
+        drop((one, clone));
+        assert_eq!(COUNT.0.load(Ordering::Relaxed), 0);
     }
 }

@@ -14,7 +14,7 @@ use http::{Response, StatusCode};
 use super::Settle;
 use super::body::ResponseBody;
 use super::concurrency::OverCap;
-use super::core::{MissingKey, Options, Wait};
+use super::core::{LAYERS, MissingKey, Options, Wait};
 use super::counted::{CountId, Counted, counted_id};
 use super::hooks::Hooks;
 use super::response::{
@@ -581,7 +581,12 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
 
     fn write_allowed<B>(o: &Options<Self>, keys: &Keyed<K>, d: &Decision, res: &mut Response<B>) {
         if o.headers.on_allowed && !rejected_inside(res.extensions()) {
-            let below = res.extensions_mut().remove::<Reported>();
+            // What a layer inside reported; with no other layer alive there is none.
+            let below = if LAYERS.several() {
+                res.extensions_mut().remove::<Reported>()
+            } else {
+                None
+            };
             let pk = Self::partition_key(o, keys);
             let reported = write_allowed_headers(
                 below,
@@ -591,9 +596,10 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
                 &o.headers,
                 pk.as_deref(),
             );
-            // Always, for whatever layer encloses this one: whether one does cannot be told from
-            // the request (a middleware between two layers may rebuild it without its extensions).
-            res.extensions_mut().insert(reported);
+            // For whatever layer may enclose this one (see `LAYERS`).
+            if LAYERS.several() {
+                res.extensions_mut().insert(reported);
+            }
         }
     }
 }

@@ -22,7 +22,7 @@
 mod body;
 mod concurrency;
 mod config;
-mod core;
+pub(crate) mod core;
 mod counted;
 mod future;
 mod grpc;

@@ -48,6 +48,7 @@ pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyExtractor, PeerIp};
 pub use crate::layer::response::RejectedBy;
+use crate::layer::core::LAYERS;
 use crate::layer::response::{HeaderConfig, Reported, rejected_inside, write_allowed_headers};
 use crate::layer::{
     ConcurrencyLimit, FailurePolicy, HeaderStyle, ResetFormat, Settle, SettleFrom, warn_bad_value,
@@ -598,7 +599,12 @@ fn write_success_headers<St, C, B>(
     C: Clock,
 {
     if on_allowed && !rejected_inside(res.extensions()) {
-        let mut below = res.extensions_mut().remove::<Reported>();
+        // What a layer inside reported; with no other layer alive there is none.
+        let mut below = if LAYERS.several() {
+            res.extensions_mut().remove::<Reported>()
+        } else {
+            None
+        };
         for h in allowed {
             let Some(limit) = compiled.limits.get(h.index) else {
                 continue;
@@ -612,7 +618,8 @@ fn write_success_headers<St, C, B>(
                 None,
             ));
         }
-        if let Some(reported) = below {
+        // For whatever layer may enclose this one (see `LAYERS`).
+        if let Some(reported) = below.filter(|_| LAYERS.several()) {
             res.extensions_mut().insert(reported);
         }
     }
