@@ -47,8 +47,8 @@ pub use file::{MissingKey, RulesError};
 pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 
 use crate::key::{ForwardedIp, KeyExtractor, PeerIp};
-pub use crate::layer::response::RejectedBy;
 use crate::layer::core::LAYERS;
+pub use crate::layer::response::RejectedBy;
 use crate::layer::response::{HeaderConfig, Reported, rejected_inside, write_allowed_headers};
 use crate::layer::{
     ConcurrencyLimit, FailurePolicy, HeaderStyle, ResetFormat, Settle, SettleFrom, warn_bad_value,

@@ -19,7 +19,7 @@ mod many;
 #[cfg(any(tollgate_loom, shuttle))]
 mod model;
 mod packed;
-
+mod prefetch;
 mod sketch;
 mod sweep;
 mod table;

@@ -250,6 +250,13 @@ impl<K: Hash + Eq, V: Held> Table<K, V> {
     ) -> Option<R> {
         let map = self.held(i)?;
         let shard = map.shards().get(map.determine_shard(hash as usize))?.read();
+        let size = std::mem::size_of::<(K, dashmap::SharedValue<V>)>();
+        super::prefetch::probe(
+            shard.data_end().as_ptr().cast(),
+            shard.buckets(),
+            size,
+            hash,
+        );
         let (_, v) = shard.get(hash, |(k, _)| k == key)?;
         Some(f(v.get()))
     }
