@@ -159,26 +159,37 @@ async fn handlers_read_the_innermost_decision_from_one_request_extension() {
     assert_eq!(text(res).await, "None");
 }
 
-/// A layer alone adds one extension to an allowed response (what it reports for an enclosing layer,
-/// which it cannot tell is there: a middleware between the two may rebuild the request) and no
-/// `Decision` (a rejection's), and its headers come; under an enclosing layer on another limiter,
-/// the fields are the budget that runs out first.
+/// A layer alone in its process adds nothing to an allowed response's extensions (no layer can
+/// enclose it: the report for one is skipped) and no `Decision` (a rejection's), and its headers
+/// come. Once another layer lives, it reports (it cannot tell whether that one encloses it: a
+/// middleware between the two may rebuild the request), and under an enclosing layer on another
+/// limiter the fields are the budget that runs out first. In a process of its own: the count of
+/// live layers is the process's.
 #[tokio::test]
 async fn a_lone_layer_reports_for_an_enclosing_one_on_an_allowed_response() {
+    if !crate::logs::alone(
+        "layer_service::a_lone_layer_reports_for_an_enclosing_one_on_an_allowed_response",
+    ) {
+        return;
+    }
     let clock = ManualClock::new(T0);
     let calls = Arc::new(AtomicUsize::new(0));
-    let inner_limiter = limiter::<()>(Strategy::FixedWindow, "2/minute", &clock);
+    let inner_limiter = limiter::<()>(Strategy::FixedWindow, "3/minute", &clock);
     let svc = RateLimitLayer::new(inner_limiter.clone(), GlobalKey).layer(echo(calls.clone()));
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.extensions().len(), 0, "{:?}", res.extensions());
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    let outer_layer = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "5/minute", &clock),
+        GlobalKey,
+    );
+    // Another layer lives: the lone one reports what it wrote, and still no `Decision`.
+    let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.extensions().len(), 1, "{:?}", res.extensions());
     assert!(res.extensions().get::<Decision>().is_none());
     assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
-    let outer = RateLimitLayer::new(
-        limiter::<()>(Strategy::FixedWindow, "5/minute", &clock),
-        GlobalKey,
-    )
-    .layer(svc);
+    let outer = outer_layer.layer(svc);
     let res = outer.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(
@@ -187,12 +198,12 @@ async fn a_lone_layer_reports_for_an_enclosing_one_on_an_allowed_response() {
             &res.headers()["x-ratelimit-remaining"]
         ),
         (
-            &"2".parse::<http::HeaderValue>().unwrap(),
+            &"3".parse::<http::HeaderValue>().unwrap(),
             &"0".parse().unwrap()
         ),
         "the inner limiter has fewer left"
     );
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
 /// A cost above what the quota can ever admit: 429, the quota's fields, no Retry-After, a body
