@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Instructions per HTTP request (BENCHMARKS.md "HTTP"): the bench server
-# (`tools/src/bin/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python client;
-# (instructions after WARM + N requests - after WARM requests) / N, and the ratio to identity (allow)
-# or static429 (reject) when measured in the same run. Deterministic, unlike wrk (timers move a
-# figure by up to about 200).
+# (`tools/src/bin/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python
+# client; the instructions between `callgrind_control -z` after WARM requests and `-d` after N more,
+# over N, in one server process per variant; and the ratio to identity (allow) or static429 (reject)
+# when measured in the same run. Unlike wrk, a figure repeats within about 150 instructions.
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
-#   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the longer run
-#                                                # (KEEP/WORKLOAD-VARIANT.out, for callgrind_annotate)
-# Needs valgrind and python3.
+#   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the measured
+#                                                # requests (KEEP/WORKLOAD-VARIANT.out)
+# Needs valgrind (callgrind_control talks to the server through vgdb, which needs ptrace) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-3000}
@@ -35,7 +35,7 @@ count() { # variant workload -> instructions per request over N requests after W
   local pid=$!
   for _ in $(seq 1200); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done
   local url; url=$(sed -n 's/listening on //p' "$out/addr")
-  python3 - "$url" "$WARM" "$N" "$pid" <<'PY'
+  if ! python3 - "$url" "$WARM" "$N" "$pid" <<'PY'
 import http.client, subprocess, sys, urllib.parse
 u = urllib.parse.urlparse(sys.argv[1])
 warm, n, pid = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -45,15 +45,30 @@ def requests(k):
         c.request("GET", "/")
         r = c.getresponse()
         r.read()
+def control(flag):
+    # callgrind_control exits 0 whatever happened: its "OK." says the command reached the server.
+    out = subprocess.run(["callgrind_control", flag, pid], capture_output=True, text=True, timeout=60)
+    if "OK." not in out.stdout:
+        sys.exit(f"callgrind_control {flag} {pid} failed: {out.stdout}{out.stderr}")
 requests(warm)
-subprocess.run(["callgrind_control", "-z", pid], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+control("-z")
 requests(n)
-subprocess.run(["callgrind_control", "-d", pid], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+control("-d")
 c.close()
 PY
+  then
+    kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+    cat "$out/vg" >&2
+    return 1
+  fi
   kill -INT "$pid"; wait "$pid" 2>/dev/null || true
   # The dump asked for (the file numbered .1; the exit writes the last one).
-  local total; total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$dump".1 | head -1)
+  local total; total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$dump".1 2>/dev/null | head -1)
+  if [ -z "$total" ]; then
+    echo "http_callgrind: no count for $variant ($workload)" >&2
+    cat "$out/vg" >&2
+    return 1
+  fi
   if [ -n "${KEEP:-}" ]; then
     mkdir -p "$KEEP"; cp "$dump".1 "$KEEP/$workload-${variant//:/-}.out"
   fi
@@ -67,7 +82,7 @@ for workload in allow reject; do
   [ "$workload" = allow ] && variants=$ALLOW ref=identity || { variants=$REJECT; ref=static429; }
   declare -A got=()
   for v in $variants; do
-    got[$v]=$(count "$v" "$workload")
+    got[$v]=$(count "$v" "$workload") || exit 1
   done
   for v in $variants; do
     ratio=-

@@ -106,12 +106,10 @@ impl<L: Clone> Clone for Options<L> {
 }
 
 /// The rate-limit layers alive in the process ([`RateLimitLayer`](super::RateLimitLayer)s, a
-/// rules file's included), each counted once with the services it made. An allowed response
-/// reports the fields it carries to the layers around it ([`Reported`](super::response::Reported),
-/// in its extensions: an extension map allocated and freed, about 650 instructions a request);
-/// while fewer than two layers live, none can enclose another and the report is skipped.
-/// Whether one does enclose another cannot be told from the request: a middleware between the two
-/// may rebuild it without its extensions.
+/// rules file's included), each counted once with its clones and the services they made. An
+/// allowed response reports the fields it carries to the layers around it
+/// ([`Reported`](super::response::Reported), in its extensions: an extension map allocated and
+/// freed, about 700 instructions a request) only when one may enclose it ([`Layers::report`]).
 pub(crate) static LAYERS: Layers = Layers::new();
 
 /// A count of live layers (see [`LAYERS`]).
@@ -135,6 +133,15 @@ impl Layers {
     #[inline]
     pub(crate) fn several(&self) -> bool {
         self.0.load(Ordering::Relaxed) > 1
+    }
+
+    /// Whether an allowed response reports its fields for an enclosing layer: one encloses it
+    /// (`enclosed`: the request carries an enclosing layer's count marker, e.g. a clone of the
+    /// same layer with a rule of its own) or may (another layer lives: a middleware between the
+    /// two may have rebuilt the request without its marker).
+    #[inline]
+    pub(crate) fn report(&self, enclosed: bool) -> bool {
+        enclosed || self.several()
     }
 }
 

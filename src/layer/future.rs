@@ -153,7 +153,7 @@ impl<L: Limits> Ctx<L> {
     }
 
     fn finish<B>(&self, mut res: Response<B>, d: &L::Decided) -> Response<ResponseBody<B>> {
-        L::write_allowed(&self.core.options, &self.keys, d, &mut res);
+        L::write_allowed(&self.core.options, &self.keys, d, self.marked, &mut res);
         L::watch_body(&self.core.options, &self.keys, d, res)
     }
 }

@@ -18,7 +18,7 @@ use super::core::{LAYERS, MissingKey, Options, Wait};
 use super::counted::{CountId, Counted, counted_id};
 use super::hooks::Hooks;
 use super::response::{
-    HeaderStyle, Reported, item_name, rejected_inside, write_allowed_headers, write_headers,
+    HeaderStyle, item_name, rejected_inside, reported_inside, write_allowed_headers, write_headers,
 };
 use super::settle::{AtEnd, BodySettle, Source as SettleSource, warn_bad_value};
 use super::unmatched;
@@ -140,12 +140,14 @@ pub trait Limits: Clone + Sized + Send + Sync + 'static {
         d: Self::Decided,
         res: &mut Response<B>,
     );
-    /// Writes the fields of an allowed response, joined with the layers' inside.
+    /// Writes the fields of an allowed response, joined with the layers' inside; `enclosed`: the
+    /// request arrived marked by an enclosing layer.
     #[doc(hidden)]
     fn write_allowed<B>(
         o: &Options<Self>,
         keys: &Self::Keys,
         d: &Self::Decided,
+        enclosed: bool,
         res: &mut Response<B>,
     );
 }
@@ -579,14 +581,15 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
         res.extensions_mut().insert(d);
     }
 
-    fn write_allowed<B>(o: &Options<Self>, keys: &Keyed<K>, d: &Decision, res: &mut Response<B>) {
+    fn write_allowed<B>(
+        o: &Options<Self>,
+        keys: &Keyed<K>,
+        d: &Decision,
+        enclosed: bool,
+        res: &mut Response<B>,
+    ) {
         if o.headers.on_allowed && !rejected_inside(res.extensions()) {
-            // What a layer inside reported; with no other layer alive there is none.
-            let below = if LAYERS.several() {
-                res.extensions_mut().remove::<Reported>()
-            } else {
-                None
-            };
+            let below = reported_inside(res.extensions_mut());
             let pk = Self::partition_key(o, keys);
             let reported = write_allowed_headers(
                 below,
@@ -596,8 +599,7 @@ impl<K: StoreKey, St: Store<K>, C: Clock> Limits for OneLimiter<K, St, C> {
                 &o.headers,
                 pk.as_deref(),
             );
-            // For whatever layer may enclose this one (see `LAYERS`).
-            if LAYERS.several() {
+            if LAYERS.report(enclosed) {
                 res.extensions_mut().insert(reported);
             }
         }

@@ -212,13 +212,23 @@ pub(crate) fn rejected_inside(extensions: &http::Extensions) -> bool {
 }
 
 /// What the limiter whose `x-ratelimit-*` fields an allowed response carries reported, for the
-/// layers around it: in the response's extensions, put there by every layer that wrote the fields
-/// (plain or rules), whether or not another encloses it.
+/// layers around it: in the response's extensions, put there by a layer that wrote the fields
+/// (plain or rules) when another may enclose it ([`Layers::report`](super::core::Layers::report)).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reported {
     limit: u32,
     remaining: u32,
     reset_after: std::time::Duration,
+}
+
+/// What a layer inside reported on this response, taken out (none when the response carries no
+/// extension at all: one layer alone, the usual case, does not look further).
+#[inline]
+pub(crate) fn reported_inside(extensions: &mut http::Extensions) -> Option<Reported> {
+    if extensions.is_empty() {
+        return None;
+    }
+    extensions.remove::<Reported>()
 }
 
 /// The fields of an allowed response under stacked layers: every limiter adds its items to the

@@ -658,8 +658,11 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         o: &Options<Self>,
         keys: &RulesKeys<St, C>,
         d: &RulesDecided,
+        _enclosed: bool,
         res: &mut Response<B>,
     ) {
+        // A rules layer's request is never marked as enclosed (it does not look): it reports
+        // while another layer lives.
         write_success_headers(
             &keys.compiled,
             &o.limits.shared.options,

@@ -49,7 +49,9 @@ pub use metrics::{METRIC_NAMES, STORE_LATENCY_BUCKETS};
 use crate::key::{ForwardedIp, KeyExtractor, PeerIp};
 use crate::layer::core::LAYERS;
 pub use crate::layer::response::RejectedBy;
-use crate::layer::response::{HeaderConfig, Reported, rejected_inside, write_allowed_headers};
+use crate::layer::response::{
+    HeaderConfig, rejected_inside, reported_inside, write_allowed_headers,
+};
 use crate::layer::{
     ConcurrencyLimit, FailurePolicy, HeaderStyle, ResetFormat, Settle, SettleFrom, warn_bad_value,
 };
@@ -585,7 +587,7 @@ static SHADOW_REMAINING: http::HeaderName =
 static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-shadow-reset");
 
 /// The fields of a forwarded request's response, joined with those of the rate-limit layers inside
-/// (what they reported, [`Reported`]), and what this layer reports for the layers around it. A
+/// (what they reported, [`Reported`](crate::layer::response::Reported)), and what this layer reports for the layers around it. A
 /// rejection by a layer inside keeps its own fields.
 fn write_success_headers<St, C, B>(
     compiled: &Compiled<St, C>,
@@ -599,12 +601,7 @@ fn write_success_headers<St, C, B>(
     C: Clock,
 {
     if on_allowed && !rejected_inside(res.extensions()) {
-        // What a layer inside reported; with no other layer alive there is none.
-        let mut below = if LAYERS.several() {
-            res.extensions_mut().remove::<Reported>()
-        } else {
-            None
-        };
+        let mut below = reported_inside(res.extensions_mut());
         for h in allowed {
             let Some(limit) = compiled.limits.get(h.index) else {
                 continue;
@@ -618,8 +615,7 @@ fn write_success_headers<St, C, B>(
                 None,
             ));
         }
-        // For whatever layer may enclose this one (see `LAYERS`).
-        if let Some(reported) = below.filter(|_| LAYERS.several()) {
+        if let Some(reported) = below.filter(|_| LAYERS.report(false)) {
             res.extensions_mut().insert(reported);
         }
     }

@@ -206,6 +206,48 @@ async fn a_lone_layer_reports_for_an_enclosing_one_on_an_allowed_response() {
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
+/// A clone of a layer with a rule of its own, nested in the layer it was cloned from: one origin,
+/// so the count of live layers is one, yet the inner one is enclosed (the outer one's count marker
+/// says so) and reports: the client sees the budget that runs out first. In a process of its own.
+#[tokio::test]
+async fn a_clone_with_a_rule_of_its_own_reports_to_the_layer_around_it() {
+    if !crate::logs::alone(
+        "layer_service::a_clone_with_a_rule_of_its_own_reports_to_the_layer_around_it",
+    ) {
+        return;
+    }
+    let clock = ManualClock::new(T0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let base = RateLimitLayer::new(
+        limiter::<()>(Strategy::FixedWindow, "100/minute", &clock),
+        GlobalKey,
+    );
+    let strict = Arc::new(tollgate::Rule::parse(Strategy::FixedWindow, "3/minute").unwrap());
+    let inner = base
+        .clone()
+        .select_rule(move |_: &http::request::Parts| Some(strict.clone()));
+    let app = base.layer(inner.layer(echo(calls.clone())));
+    drop(base);
+    // Both rules count on the limiter's one state for the key (the marker counts a request once
+    // per limiter and rule): 2 of the strict rule's 3 are spent after one request.
+    let res = app.clone().oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        (
+            &res.headers()["x-ratelimit-limit"],
+            &res.headers()["x-ratelimit-remaining"]
+        ),
+        (
+            &"3".parse::<http::HeaderValue>().unwrap(),
+            &"1".parse().unwrap()
+        ),
+        "the inner rule has fewer left"
+    );
+    let res = app.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 /// A cost above what the quota can ever admit: 429, the quota's fields, no Retry-After, a body
 /// that says so. Cost 0 is a peek.
 #[tokio::test]
