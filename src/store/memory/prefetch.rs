@@ -12,8 +12,9 @@
 //! reads nothing the program sees and never faults.
 
 /// Asks for the lines a look-up of `hash` reads first in a table of `buckets` buckets (a power of
-/// two) of `size` bytes whose data ends at `data_end`: the control group and the first buckets at
-/// the probe's start (a key sits within a few buckets of it at hashbrown's load factors).
+/// two) of `size` bytes whose data ends at `data_end`: the line where the control group at the
+/// probe's start begins, and the lines of its first and fourth buckets (a key sits within a few
+/// buckets of the start at hashbrown's load factors; a line further is rarely needed).
 #[inline(always)]
 pub(super) fn probe(data_end: *const u8, buckets: usize, size: usize, hash: u64) {
     let start = hash as usize & buckets.wrapping_sub(1);
