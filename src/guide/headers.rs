@@ -133,7 +133,9 @@
 //! later reset), so a client sees the budget that runs out first, and every limiter adds its items
 //! to the IETF fields (`RateLimit-Policy` one per quota, named after the limiter, `NAME-i` with
 //! several quotas; `RateLimit` one per limiter). This holds whatever sits between the layers (a
-//! middleware that rebuilds the request) and with a [rules layer](super::rules) among them.
+//! middleware that rebuilds the request) and with a [rules layer](super::rules) among them; the
+//! one exception is a layer nested in a clone of itself (with a rule of its own) through a
+//! middleware that drops the request's extensions: the outer one's fields are shown.
 //!
 //! `Retry-After` and `x-ratelimit-*` are not CORS-safelisted: list them in
 //! `Access-Control-Expose-Headers`, and put the rate limiter *inside* the CORS layer (added before
