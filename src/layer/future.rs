@@ -67,12 +67,14 @@ pub(crate) struct Ctx<L: Limits> {
 }
 
 impl<L: Limits> Ctx<L> {
+    /// `span`: the decision's span (see [`decision_span`]), entered while the future is polled.
     pub(crate) fn new(
         core: Arc<Core<L>>,
         keys: L::Keys,
         cost: u32,
         id: Option<CountId>,
         marked: bool,
+        span: Option<Box<tracing::Span>>,
     ) -> Self {
         Self {
             core,
@@ -83,14 +85,8 @@ impl<L: Limits> Ctx<L> {
             id,
             asked: None,
             marked,
-            span: None,
+            span,
         }
-    }
-
-    /// With the decision's span `span` (see [`decision_span`]).
-    pub(crate) fn in_span(mut self, span: Option<Box<tracing::Span>>) -> Self {
-        self.span = span;
-        self
     }
 
     /// Times the decision the store did not give at once.
@@ -152,6 +148,7 @@ impl<L: Limits> Ctx<L> {
         }
     }
 
+    #[inline(always)]
     fn finish<B>(&self, mut res: Response<B>, d: &L::Decided) -> Response<ResponseBody<B>> {
         L::write_allowed(&self.core.options, &self.keys, d, self.marked, &mut res);
         L::watch_body(&self.core.options, &self.keys, d, res)
@@ -242,7 +239,7 @@ where
     /// once. The rest (pacing, store errors) goes through the state machine. The request comes in
     /// parts and each branch builds its future in place: a request or a future moved whole is a
     /// copy of a few hundred bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decided_now(
         result: Result<L::Decided, StoreError>,
         inner: &mut S,

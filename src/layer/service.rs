@@ -159,7 +159,7 @@ where
         let span = decision_span(&self.core.options.limits, cost);
         let _entered = span.as_deref().map(tracing::Span::enter);
         let answer = self.core.options.limits.check(&mut keys, cost);
-        let ctx = Ctx::new(Arc::clone(&self.core), keys, cost, id, marked).in_span(span.clone());
+        let ctx = Ctx::new(Arc::clone(&self.core), keys, cost, id, marked, span.clone());
         // The store says whether it answered at once (the memory store always does).
         let check = match X::Limits::into_now(answer) {
             Ok(result) => {
