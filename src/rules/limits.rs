@@ -658,17 +658,16 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Limits for Rules<St, C> {
         o: &Options<Self>,
         keys: &RulesKeys<St, C>,
         d: &RulesDecided,
-        _enclosed: bool,
+        enclosed: bool,
         res: &mut Response<B>,
     ) {
-        // A rules layer's request is never marked as enclosed (it does not look): it reports
-        // while another layer lives.
         write_success_headers(
             &keys.compiled,
             &o.limits.shared.options,
             o.headers.on_allowed,
             &d.held,
             d.extra.as_ref().and_then(|e| e.shadow),
+            enclosed,
             res,
         );
     }

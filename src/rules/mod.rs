@@ -587,14 +587,16 @@ static SHADOW_REMAINING: http::HeaderName =
 static SHADOW_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-shadow-reset");
 
 /// The fields of a forwarded request's response, joined with those of the rate-limit layers inside
-/// (what they reported, [`Reported`](crate::layer::response::Reported)), and what this layer reports for the layers around it. A
-/// rejection by a layer inside keeps its own fields.
+/// (what they reported, [`Reported`](crate::layer::response::Reported)), and what this layer
+/// reports for the layers around it (`enclosed`: the request arrived marked by an enclosing
+/// layer). A rejection by a layer inside keeps its own fields.
 fn write_success_headers<St, C, B>(
     compiled: &Compiled<St, C>,
     options: &RulesOptions,
     on_allowed: bool,
     allowed: &[Held],
     shadow: Option<(usize, Decision)>,
+    enclosed: bool,
     res: &mut Response<B>,
 ) where
     St: Store<Vec<u8>>,
@@ -615,7 +617,7 @@ fn write_success_headers<St, C, B>(
                 None,
             ));
         }
-        if let Some(reported) = below.filter(|_| LAYERS.report(false)) {
+        if let Some(reported) = below.filter(|_| LAYERS.report(enclosed)) {
             res.extensions_mut().insert(reported);
         }
     }

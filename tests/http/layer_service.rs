@@ -53,6 +53,12 @@ fn echo(
     })
 }
 
+/// An allowed response's `x-ratelimit-limit` and `x-ratelimit-remaining`.
+fn x_fields<B>(res: &Response<B>) -> (&str, &str) {
+    let field = |name| res.headers()[name].to_str().unwrap();
+    (field("x-ratelimit-limit"), field("x-ratelimit-remaining"))
+}
+
 fn get() -> Request<Body> {
     Request::get("/").body(Body::default()).unwrap()
 }
@@ -193,14 +199,8 @@ async fn a_lone_layer_reports_for_an_enclosing_one_on_an_allowed_response() {
     let res = outer.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(
-        (
-            &res.headers()["x-ratelimit-limit"],
-            &res.headers()["x-ratelimit-remaining"]
-        ),
-        (
-            &"3".parse::<http::HeaderValue>().unwrap(),
-            &"0".parse().unwrap()
-        ),
+        x_fields(&res),
+        ("3", "0"),
         "the inner limiter has fewer left"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -232,17 +232,7 @@ async fn a_clone_with_a_rule_of_its_own_reports_to_the_layer_around_it() {
     // per limiter and rule): 2 of the strict rule's 3 are spent after one request.
     let res = app.clone().oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(
-        (
-            &res.headers()["x-ratelimit-limit"],
-            &res.headers()["x-ratelimit-remaining"]
-        ),
-        (
-            &"3".parse::<http::HeaderValue>().unwrap(),
-            &"1".parse().unwrap()
-        ),
-        "the inner rule has fewer left"
-    );
+    assert_eq!(x_fields(&res), ("3", "1"), "the inner rule has fewer left");
     let res = app.oneshot(get()).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
