@@ -2,13 +2,18 @@
 # Instructions per HTTP request (BENCHMARKS.md "HTTP"): the bench server
 # (`tools/src/bin/http_bench_server.rs`) under callgrind, one keep-alive connection from a Python
 # client; the instructions between `callgrind_control -z` after WARM requests and `-d` after N more,
-# over N, in one server process per variant; and the ratio to identity (allow) or static429 (reject)
-# when measured in the same run. Unlike wrk, a figure repeats within about 150 instructions.
+# over N, in one server process per variant, on the thread that serves the connection; the ratio to
+# identity (allow) or static429 (reject) when measured in the same run; and, apart, what the
+# process's other threads ran meanwhile (background loops that follow wall time, not requests).
+# Unlike wrk, a figure repeats within about 60 instructions.
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
 #   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the measured
-#                                                # requests (KEEP/WORKLOAD-VARIANT.out)
+#                                                # requests (KEEP/WORKLOAD-VARIANT.THREAD.out)
+#   CG_OPTS="--dump-instr=yes" KEEP=/tmp/cg ...  # more callgrind options, e.g. for callgrind_annotate
+#                                                # --auto=yes on a build with line tables
+#                                                # (CARGO_PROFILE_RELEASE_DEBUG=line-tables-only)
 # Needs valgrind (callgrind_control talks to the server through vgdb, which needs ptrace) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +35,7 @@ count() { # variant workload -> instructions per request over N requests after W
   # One process: its counts are zeroed after the warm-up and dumped after the measured requests
   # (callgrind_control, through vgdb), so that what a process does once at a time of its own
   # (a clock's calibration, a lazy start) stays out of the figure.
-  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$dump" \
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --separate-threads=yes ${CG_OPTS:-} --callgrind-out-file="$dump" \
     "$BIN" "$variant" "$workload" 127.0.0.1:0 >"$out/addr" 2>"$out/vg" &
   local pid=$!
   for _ in $(seq 1200); do grep -q listening "$out/addr" 2>/dev/null && break; sleep 0.05; done
@@ -62,22 +67,31 @@ PY
     return 1
   fi
   kill -INT "$pid"; wait "$pid" 2>/dev/null || true
-  # The dump asked for (the file numbered .1; the exit writes the last one).
-  local total; total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$dump".1 2>/dev/null | head -1)
-  if [ -z "$total" ]; then
+  # The dump asked for (the files numbered .1-TT, one per thread; the exit writes the last ones).
+  # The busiest thread is the Tokio worker that served the connection (TOKIO_WORKER_THREADS=1);
+  # the others are loops that follow wall time (tollgate's coarse clock, the metrics refresh),
+  # which valgrind's ~50x slowdown inflates per request: reported apart, as "background".
+  local totals; totals=$(for f in "$dump".1-*; do
+    sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f" | head -1
+  done 2>/dev/null | sort -n)
+  if [ -z "$totals" ]; then
     echo "http_callgrind: no count for $variant ($workload)" >&2
     cat "$out/vg" >&2
     return 1
   fi
+  local worker all
+  worker=$(tail -1 <<<"$totals")
+  all=$(awk '{ s += $1 } END { print s }' <<<"$totals")
   if [ -n "${KEEP:-}" ]; then
-    mkdir -p "$KEEP"; cp "$dump".1 "$KEEP/$workload-${variant//:/-}.out"
+    mkdir -p "$KEEP"
+    for f in "$dump".1-*; do cp "$f" "$KEEP/$workload-${variant//:/-}.${f##*.1-}.out"; done
   fi
-  echo $((total / N))
+  echo "$((worker / N)) $(((all - worker) / N))"
 }
 
 # ratio: the reference's instructions over the variant's (identity for allow, static429 for
 # reject, when measured in the same run; higher is faster, 1 = the reference)
-printf '%-8s %-28s %14s %8s\n' workload variant instr/request ratio
+printf '%-8s %-28s %14s %8s %11s\n' workload variant instr/request ratio background
 for workload in allow reject; do
   [ "$workload" = allow ] && variants=$ALLOW ref=identity || { variants=$REJECT; ref=static429; }
   declare -A got=()
@@ -85,9 +99,10 @@ for workload in allow reject; do
     got[$v]=$(count "$v" "$workload") || exit 1
   done
   for v in $variants; do
+    read -r worker background <<<"${got[$v]}"
     ratio=-
-    [ -n "${got[$ref]:-}" ] && ratio=$(awk -v r="${got[$ref]}" -v x="${got[$v]}" 'BEGIN { printf "%.3f", r / x }')
-    printf '%-8s %-28s %14s %8s\n' "$workload" "$v" "${got[$v]}" "$ratio"
+    [ -n "${got[$ref]:-}" ] && ratio=$(awk -v r="${got[$ref]%% *}" -v x="$worker" 'BEGIN { printf "%.3f", r / x }')
+    printf '%-8s %-28s %14s %8s %11s\n' "$workload" "$v" "$worker" "$ratio" "$background"
   done
   unset got
 done

@@ -18,6 +18,15 @@ use crate::strategy::Strategy;
 pub trait Clock: Send + Sync + 'static {
     /// The current time in nanoseconds since the Unix epoch.
     fn now(&self) -> u64;
+
+    /// The time for a decision under `rule`, when it is not the rule the clock was chosen for (a
+    /// per-request rule, a tier, a rule changed by a reload): [`now`](Self::now), unless the clock
+    /// moves in steps `rule` cannot take (see [`SystemClock::suited_to`]), then a precise reading on
+    /// the same time line.
+    fn now_for(&self, rule: &Rule) -> u64 {
+        let _ = rule;
+        self.now()
+    }
 }
 
 /// The default clock: Unix time read once at creation, then advanced by [`Instant`] (monotonic).
@@ -44,6 +53,10 @@ pub trait Clock: Send + Sync + 'static {
 ///   A request's wait (`Retry-After`) is computed from the lagging time and may end up to a
 ///   millisecond early: a client retrying at once is rejected again, never let through early.
 ///
+/// A decision under another rule than the limiter's own (a per-request rule, a tier) reads the
+/// precise time when that rule cannot take the steps ([`Clock::now_for`]). The clocks the builder
+/// and a rules file give by default read one time line, the coarse time's own.
+///
 /// Pass [`SystemClock::new`] (or any other clock) to the builder to choose yourself.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
@@ -56,13 +69,21 @@ pub struct SystemClock {
 /// How finely the shared coarse time is refreshed.
 const SHARED_RESOLUTION: Duration = Duration::from_millis(1);
 
+/// The time line of the clocks [`SystemClock::suited_to`] makes, precise or coarse: one anchor, so
+/// that a limiter that reads both (its own rule coarse, another precise) never sees them disagree
+/// by more than the coarse time's lag, whatever the wall clock did between their creations.
+fn anchor() -> SystemClock {
+    static ANCHOR: OnceLock<SystemClock> = OnceLock::new();
+    *ANCHOR.get_or_init(SystemClock::new)
+}
+
 /// The process-wide coarse clock behind [`SystemClock::suited_to`], started on first use (`None`
 /// when its thread could not be started).
 fn shared_coarse() -> Option<&'static CoarseInner> {
     static SHARED: OnceLock<Option<CoarseClock>> = OnceLock::new();
     SHARED
         .get_or_init(|| {
-            let clock = CoarseClock::with_resolution(SHARED_RESOLUTION);
+            let clock = CoarseClock::on(anchor(), SHARED_RESOLUTION);
             clock.inner.cached.then_some(clock)
         })
         .as_ref()
@@ -109,7 +130,7 @@ impl SystemClock {
     /// assert_eq!(SystemClock::suited_to(&fine).resolution(), Duration::from_nanos(1));
     /// ```
     pub fn suited_to(rule: &Rule) -> Self {
-        let clock = Self::new();
+        let clock = anchor();
         if !tolerates_steps(rule, SHARED_RESOLUTION) {
             return clock;
         }
@@ -141,6 +162,16 @@ impl Clock for SystemClock {
         }
         let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.base.saturating_add(elapsed)
+    }
+
+    /// The coarse time when `rule` takes its steps, else the precise time of the coarse time's own
+    /// source: never behind a coarse reading, so the key's time does not step back for it.
+    #[inline]
+    fn now_for(&self, rule: &Rule) -> u64 {
+        match self.coarse {
+            Some(c) if !tolerates_steps(rule, c.resolution) => c.source.now(),
+            _ => self.now(),
+        }
     }
 }
 
@@ -356,8 +387,12 @@ impl CoarseClock {
 
     /// A clock refreshed every `resolution` (at least 50 µs).
     pub fn with_resolution(resolution: Duration) -> Self {
+        Self::on(SystemClock::new(), resolution)
+    }
+
+    /// A clock caching `source`'s time every `resolution` (at least 50 µs).
+    fn on(source: SystemClock, resolution: Duration) -> Self {
         let resolution = resolution.max(Duration::from_micros(50));
-        let source = SystemClock::new();
         let make = |cached| {
             Arc::new(CoarseInner {
                 nanos: AtomicU64::new(source.now() & !FLAGS),
@@ -424,6 +459,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> u64 {
         (**self).now()
     }
+
+    fn now_for(&self, rule: &Rule) -> u64 {
+        (**self).now_for(rule)
+    }
 }
 
 pub(crate) fn saturating_nanos(d: Duration) -> u64 {
@@ -445,6 +484,41 @@ mod tests {
         assert!(a.abs_diff(wall) < 1_000_000_000);
         let b = c.now();
         assert!(b >= a);
+    }
+
+    #[test]
+    fn a_suited_clock_reads_the_precise_time_for_a_rule_that_cannot_take_its_steps() {
+        use std::num::NonZeroU32;
+        let per_minute = Rule::parse(Strategy::SlidingWindow, "100/minute").unwrap();
+        // A bucket one token deep at 10,000 per second: 100 µs deep, finer than a step.
+        let quota =
+            crate::Quota::per_second(NonZeroU32::new(10_000).unwrap()).with_burst(NonZeroU32::MIN);
+        let fine = Rule::new(Strategy::TokenBucket, vec![quota]).unwrap();
+        let clock = SystemClock::suited_to(&per_minute);
+        assert_eq!(clock.resolution(), Duration::from_millis(1));
+        // The readings seen while spinning 5 ms: the coarse time moves once a millisecond, the
+        // precise time at nearly every read.
+        let distinct = |read: &dyn Fn() -> u64| {
+            let start = Instant::now();
+            let mut seen = std::collections::HashSet::new();
+            while start.elapsed() < Duration::from_millis(5) {
+                seen.insert(read());
+            }
+            seen.len()
+        };
+        let precise = distinct(&|| clock.now_for(&fine));
+        let coarse = distinct(&|| clock.now_for(&per_minute));
+        assert!(precise > 100, "{precise} distinct precise readings in 5 ms");
+        assert!(coarse <= 50, "{coarse} distinct coarse readings in 5 ms");
+        // One time line: the precise time is never behind a coarse reading taken before it.
+        for _ in 0..10_000 {
+            let c = clock.now();
+            assert!(clock.now_for(&fine) >= c);
+        }
+        // A precise clock reads the same for every rule.
+        let precise_clock = SystemClock::suited_to(&fine);
+        assert_eq!(precise_clock.resolution(), Duration::from_nanos(1));
+        assert!(distinct(&|| precise_clock.now_for(&per_minute)) > 100);
     }
 
     #[test]

@@ -255,10 +255,8 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
             }
             _ => 0,
         };
-        self.inner
-            .store
-            .apply(key, scope, op, self.inner.clock.now())
-            .bound_to(bound)
+        let now = rule.map_or_else(|| self.inner.clock.now(), |r| self.inner.clock.now_for(r));
+        self.inner.store.apply(key, scope, op, now).bound_to(bound)
     }
 
     /// `d`, made by the store for this limiter under `rule` (its own when `None`) and `key`
@@ -428,7 +426,9 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
                     .store
                     .decide_hinted(&inner.hint, key, &inner.rule, tag, op, inner.clock.now())
             }
-            Some(r) => inner.store.decide_in(key, r, tag, op, inner.clock.now()),
+            Some(r) => inner
+                .store
+                .decide_in(key, r, tag, op, inner.clock.now_for(r)),
         };
         // Only an admitted check reserves: a rejection pays nothing for the binding.
         if d.cost > 0 {

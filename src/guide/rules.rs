@@ -150,8 +150,8 @@
 //! - **In handlers**: `Rules::peek(limit, &parts)` reads a request's state under a limit (the attempts
 //!   left), `Rules::reset(limit, &parts)` forgets it (a successful login), and a `429` of the rules
 //!   layer carries `rules::RejectedBy` (the limit's name and decision) in its extensions, for an outer
-//!   layer that answers with a page of its own. `Rules::with_clock` runs the limits on another clock
-//!   (tests). The `login` example (`examples/login.rs`) puts it together: per IP + username and per
+//!   layer that answers with a page of its own. Each limit gets the clock the builder gives one limiter
+//!   of its rule; `Rules::with_clock` runs them all on another (tests). The `login` example (`examples/login.rs`) puts it together: per IP + username and per
 //!   IP from a rules file, all or nothing, only failures counted.
 //! - **One layer type.** `rules.layer()` is a `RateLimitLayer` (of the file's limits), the same
 //!   pipeline as a single limiter's: `respond_with(ProblemJson)`, `on_rejected(..)`,

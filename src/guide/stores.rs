@@ -50,7 +50,8 @@
 //!   The default clock (`SystemClock::suited_to` the rule) reads a process-wide time refreshed every
 //!   millisecond when every quota has windows of a second or more and buckets at least 2 ms deep, and
 //!   the precise monotonic clock otherwise: a lagging time never admits more, and the rules it is kept
-//!   from are those where a millisecond step would admit less ([`SystemClock`](crate::SystemClock)). Pass
+//!   from are those where a millisecond step would admit less ([`SystemClock`](crate::SystemClock)); a
+//!   per-request rule or a tier such a step would cut reads the precise time on the same line. Pass
 //!   `.clock(SystemClock::new())` for the precise clock always. Expired keys are evicted incrementally as traffic
 //!   flows (no call needed) and memory is returned, moving-window logs included as their entries expire.
 //! - The memory store is bounded by default: at most 8 x 10^6 keys (`MemoryStoreBuilder::DEFAULT_MAX_KEYS`, about 430 MiB of

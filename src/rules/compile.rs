@@ -14,7 +14,7 @@ use crate::layer::SettleFrom;
 use crate::layer::response::HeaderConfig;
 use crate::metrics::LimitMetrics;
 use crate::store::Store;
-use crate::{Clock, RateLimiter, Rule};
+use crate::{Clock, RateLimiter, Rule, SystemClock};
 
 impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
     /// Parses `text` for this store: a limit's `fail_mode = "local"` on a store without a local
@@ -229,8 +229,14 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         for q in spec.rule.quotas() {
             builder = builder.quota(*q);
         }
+        let mut clock = self.clock.clone();
+        if self.suited_clocks {
+            if let Some(c) = (&mut clock as &mut dyn std::any::Any).downcast_mut::<SystemClock>() {
+                *c = SystemClock::suited_to(&spec.rule);
+            }
+        }
         builder
-            .clock(self.clock.clone())
+            .clock(clock)
             .store(store_kind::limit_store((self.make_store)()))
             .build()
             .map_err(|e| RulesError::whole(format!("limit {:?}: {e}", spec.name)).caused_by(e))

@@ -185,7 +185,19 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
         return Ok(held);
     };
     let item = |h| item_of(compiled, h);
-    let now = first.limiter.clock().now();
+    // One time for every item: the latest of their clocks' readings, each limit's under the rule
+    // it decides by (a limit whose rule cannot take the coarse time's steps reads the precise time).
+    let now = held
+        .iter()
+        .filter_map(|h| compiled.limits.get(h.index))
+        .map(|l| {
+            let clock = l.limiter.clock();
+            l.rule
+                .as_ref()
+                .map_or_else(|| clock.now(), |r| clock.now_for(r))
+        })
+        .max()
+        .unwrap_or_else(|| first.limiter.clock().now());
     // One limit (the common case) needs no list of items.
     let (one, many): (Option<[RulesItem<'_, St>; 1]>, Vec<RulesItem<'_, St>>) =
         match held.as_slice() {

@@ -259,6 +259,9 @@ struct Shared<St, C> {
     options: RulesOptions,
     make_store: MakeStore<St>,
     clock: C,
+    /// Whether `clock` is the default one: each limit's limiter then gets the clock the builder
+    /// would give it ([`SystemClock::suited_to`] its rule), as one limiter in code does.
+    suited_clocks: bool,
     /// Every limiter a version of the rules still in use holds, by name: a reload that adds back
     /// a name whose limiter is still alive (requests in flight on older rules) reuses it instead
     /// of failing on the name, which the store keeps taken until that limiter is dropped.
@@ -368,7 +371,7 @@ impl<St: Store<Vec<u8>>> Rules<St> {
         options: RulesOptions,
         make_store: impl Fn() -> St + Send + Sync + 'static,
     ) -> Result<Self, RulesError> {
-        Self::with_clock(text, options, make_store, SystemClock::new())
+        Self::build(text, options, make_store, SystemClock::new(), true)
     }
 
     /// Rules read from `path` (see [`Rules::new`]).
@@ -396,6 +399,18 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
         make_store: impl Fn() -> St + Send + Sync + 'static,
         clock: C,
     ) -> Result<Self, RulesError> {
+        Self::build(text, options, make_store, clock, false)
+    }
+
+    /// [`Rules::with_clock`]; `suited_clocks`: `clock` is the default, and each limit gets the
+    /// one suited to its rule instead.
+    fn build(
+        text: &str,
+        options: RulesOptions,
+        make_store: impl Fn() -> St + Send + Sync + 'static,
+        clock: C,
+        suited_clocks: bool,
+    ) -> Result<Self, RulesError> {
         let local_fallback = store_kind::LocalFallback::of(&make_store);
         let shared = Shared {
             current: ArcSwap::from_pointee(Compiled {
@@ -406,6 +421,7 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Rules<St, C> {
             options,
             make_store: Box::new(make_store),
             clock,
+            suited_clocks,
             limiters: parking_lot::Mutex::new(HashMap::new()),
             own_stores: std::sync::atomic::AtomicBool::new(false),
             local_fallback,
@@ -640,6 +656,42 @@ mod tests {
     fn lone(text: &str) -> bool {
         let file = RulesFile::parse(text).expect("a valid file");
         lone_enforced(file.limits.iter())
+    }
+
+    #[test]
+    fn each_limit_gets_the_clock_suited_to_its_rule_unless_one_is_given() {
+        use std::time::Duration;
+        let text = "[[limit]]\nname = \"slow\"\nquotas = \"100/minute\"\n\
+                    [[limit]]\nname = \"fine\"\npath = \"/f\"\nstrategy = \"token-bucket\"\n\
+                    quotas = \"10000/s\"\nburst = 1\n";
+        let resolutions = |rules: &super::Rules| -> Vec<(String, Duration)> {
+            let current = rules.shared.current.load();
+            current
+                .limits
+                .iter()
+                .map(|l| (l.spec.name.clone(), l.limiter.clock().resolution()))
+                .collect()
+        };
+        let ms = Duration::from_millis(1);
+        let ns = Duration::from_nanos(1);
+        // The default: what the builder gives one limiter of the same rule.
+        let rules = super::Rules::memory(text, Default::default()).unwrap();
+        assert_eq!(
+            resolutions(&rules),
+            [("slow".to_owned(), ms), ("fine".to_owned(), ns)]
+        );
+        // A clock given is every limit's.
+        let rules = super::Rules::with_clock(
+            text,
+            Default::default(),
+            crate::store::MemoryStore::new,
+            crate::SystemClock::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            resolutions(&rules),
+            [("slow".to_owned(), ns), ("fine".to_owned(), ns)]
+        );
     }
 
     #[test]

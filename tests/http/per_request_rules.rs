@@ -171,3 +171,35 @@ async fn a_per_request_rule_is_validated_once_then_remembered() {
     );
     assert_eq!(limiter.stats().invalid_rules, 0);
 }
+
+/// The default clock reads a millisecond-step time when the limiter's own rule allows it; a
+/// per-request rule finer than a step (a bucket 100 µs deep) is decided on the precise time: it
+/// admits at its own rate, not one request a millisecond, and never more.
+#[test]
+fn a_per_request_rule_finer_than_the_default_clocks_steps_is_decided_on_the_precise_time() {
+    let limiter = RateLimiter::<u64>::builder()
+        .strategy(Strategy::TokenBucket)
+        .quotas("100/minute")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(limiter.clock().resolution(), Duration::from_millis(1));
+    let quota = tollgate::Quota::per_second(std::num::NonZeroU32::new(10_000).unwrap())
+        .with_burst(std::num::NonZeroU32::MIN);
+    let fine = Rule::new(Strategy::TokenBucket, vec![quota]).unwrap();
+    let start = std::time::Instant::now();
+    let mut admitted = 0u32;
+    while admitted < 200 && start.elapsed() < Duration::from_secs(2) {
+        if limiter
+            .apply_now(&1, Some(&fine), Op::Check(1))
+            .is_allowed()
+        {
+            admitted += 1;
+        }
+    }
+    let us = start.elapsed().as_micros();
+    let admitted = u128::from(admitted);
+    // One per 100 µs at most (plus the first); on the coarse time about one a millisecond.
+    assert!(admitted <= us / 100 + 1, "{admitted} in {us} µs");
+    assert!(admitted > us / 500 + 2, "{admitted} in {us} µs");
+}
