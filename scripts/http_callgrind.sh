@@ -5,12 +5,14 @@
 # over N, in one server process per variant, on the thread that serves the connection; the ratio to
 # identity (allow) or static429 (reject) when measured in the same run; and, apart, what the
 # process's other threads ran meanwhile (background loops that follow wall time, not requests).
-# Unlike wrk, a figure repeats within about 60 instructions.
+# Unlike wrk, a figure repeats within about 100 instructions (tollgate's sweeper paces its steps
+# by wall time).
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
 #   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the measured
-#                                                # requests (KEEP/WORKLOAD-VARIANT.THREAD.out)
+#                                                # requests (KEEP/WORKLOAD-VARIANT.worker.out, and
+#                                                # .THREAD.out for the other threads)
 #   CG_OPTS="--dump-instr=yes" KEEP=/tmp/cg ...  # more callgrind options, e.g. for callgrind_annotate
 #                                                # --auto=yes on a build with line tables
 #                                                # (CARGO_PROFILE_RELEASE_DEBUG=line-tables-only)
@@ -72,19 +74,23 @@ PY
   # the others are loops that follow wall time (tollgate's coarse clock, the metrics refresh),
   # which valgrind's ~50x slowdown inflates per request: reported apart, as "background".
   local totals; totals=$(for f in "$dump".1-*; do
-    sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f" | head -1
-  done 2>/dev/null | sort -n)
+    echo "$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f" | head -1) $f"
+  done 2>/dev/null | awk 'NF == 2' | sort -n)
   if [ -z "$totals" ]; then
     echo "http_callgrind: no count for $variant ($workload)" >&2
     cat "$out/vg" >&2
     return 1
   fi
-  local worker all
-  worker=$(tail -1 <<<"$totals")
+  local worker worker_file all
+  read -r worker worker_file <<<"$(tail -1 <<<"$totals")"
   all=$(awk '{ s += $1 } END { print s }' <<<"$totals")
   if [ -n "${KEEP:-}" ]; then
     mkdir -p "$KEEP"
-    for f in "$dump".1-*; do cp "$f" "$KEEP/$workload-${variant//:/-}.${f##*.1-}.out"; done
+    for f in "$dump".1-*; do
+      local name=${f##*.1-}
+      [ "$f" = "$worker_file" ] && name=worker
+      cp "$f" "$KEEP/$workload-${variant//:/-}.$name.out"
+    done
   fi
   echo "$((worker / N)) $(((all - worker) / N))"
 }

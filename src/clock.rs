@@ -20,16 +20,19 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> u64;
 
     /// The time for a decision under `rule`, when it is not the rule the clock was chosen for (a
-    /// per-request rule, a tier, a rule changed by a reload): [`now`](Self::now), unless the clock
-    /// moves in steps `rule` cannot take (see [`SystemClock::suited_to`]), then a precise reading on
-    /// the same time line.
+    /// per-request rule, a tier, a rule changed by a reload). [`now`](Self::now) by default;
+    /// [`SystemClock`] reads its precise time instead when it reads the coarse time and `rule`
+    /// cannot take its steps (see [`SystemClock::suited_to`]). A clock that wraps another should
+    /// forward it.
     fn now_for(&self, rule: &Rule) -> u64 {
         let _ = rule;
         self.now()
     }
 }
 
-/// The default clock: Unix time read once at creation, then advanced by [`Instant`] (monotonic).
+/// The default clock: Unix time read once at creation (once per process for the clocks
+/// [`SystemClock::suited_to`] makes, which share one time line), then advanced by [`Instant`]
+/// (monotonic).
 ///
 /// It never goes back when the wall clock is stepped (NTP, an operator). [`SystemClock::new`] costs
 /// one `Instant::now()` per read (some 20-40 ns on a VM, as much as a whole decision); resolution:
@@ -140,6 +143,11 @@ impl SystemClock {
         }
     }
 
+    /// The precise clock on the time line [`suited_to`](Self::suited_to)'s clocks share.
+    pub(crate) fn precise() -> Self {
+        anchor()
+    }
+
     /// The step in which the time read moves: 1 ns for the precise clock, the refresh interval
     /// (1 ms) for the shared coarse time.
     pub fn resolution(&self) -> Duration {
@@ -165,11 +173,11 @@ impl Clock for SystemClock {
     }
 
     /// The coarse time when `rule` takes its steps, else the precise time of the coarse time's own
-    /// source: never behind a coarse reading, so the key's time does not step back for it.
+    /// source, which the coarse time then never falls behind (one time line for both).
     #[inline]
     fn now_for(&self, rule: &Rule) -> u64 {
         match self.coarse {
-            Some(c) if !tolerates_steps(rule, c.resolution) => c.source.now(),
+            Some(c) if !tolerates_steps(rule, c.resolution) => c.read_precise(),
             _ => self.now(),
         }
     }
@@ -347,6 +355,22 @@ impl CoarseInner {
         now & !FLAGS
     }
 
+    /// The source's time, which the cached time then never falls behind: a coarse read after it
+    /// is not earlier, so a store that sees both (a key decided under a finer rule, then one under
+    /// the limiter's own) never finds time going back by the coarse time's lag, e.g. a key swept
+    /// at the precise time and decided again in its window at the coarse one. Counts as a read,
+    /// and wakes a sleeping updater.
+    fn read_precise(&self) -> u64 {
+        let fresh = self.source.now() & !FLAGS;
+        let prev = self.nanos.fetch_max(fresh, Ordering::Relaxed);
+        if prev & ASLEEP != 0 && prev < fresh {
+            if let Some(t) = self.ticker.get() {
+                t.unpark();
+            }
+        }
+        fresh.max(prev & !FLAGS)
+    }
+
     /// One refresh by the updater; `false` when it went to sleep instead (no read for
     /// [`IDLE_TICKS`] refreshes), to be woken by a read or by the clock's drop.
     fn refresh(&self, idle: &mut u32) -> bool {
@@ -510,10 +534,13 @@ mod tests {
         let coarse = distinct(&|| clock.now_for(&per_minute));
         assert!(precise > 100, "{precise} distinct precise readings in 5 ms");
         assert!(coarse <= 50, "{coarse} distinct coarse readings in 5 ms");
-        // One time line: the precise time is never behind a coarse reading taken before it.
+        // One time line: the precise time is never behind a coarse reading taken before it, nor
+        // the coarse time behind a precise reading taken before it.
         for _ in 0..10_000 {
             let c = clock.now();
-            assert!(clock.now_for(&fine) >= c);
+            let p = clock.now_for(&fine);
+            assert!(p >= c);
+            assert!(clock.now() >= p);
         }
         // A precise clock reads the same for every rule.
         let precise_clock = SystemClock::suited_to(&fine);

@@ -232,7 +232,14 @@ impl<St: Store<Vec<u8>>, C: Clock + Clone> Shared<St, C> {
         let mut clock = self.clock.clone();
         if self.suited_clocks {
             if let Some(c) = (&mut clock as &mut dyn std::any::Any).downcast_mut::<SystemClock>() {
-                *c = SystemClock::suited_to(&spec.rule);
+                // A shaping queue spaces departures by the time it reads: a millisecond's lag
+                // between two reads would bring them closer than its interval, so it reads the
+                // precise time.
+                *c = if spec.queue.is_some() {
+                    SystemClock::precise()
+                } else {
+                    SystemClock::suited_to(&spec.rule)
+                };
             }
         }
         builder

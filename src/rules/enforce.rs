@@ -185,16 +185,22 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
         return Ok(held);
     };
     let item = |h| item_of(compiled, h);
-    // One time for every item: the latest of their clocks' readings, each limit's under the rule
-    // it decides by (a limit whose rule cannot take the coarse time's steps reads the precise time).
-    let now = held
+    // One time for every item: the latest of their clocks' readings under every item's rule. A
+    // clock whose steps a rule cannot take reads the precise time for it (and a coarse clock then
+    // never falls behind it: its limiter's later decisions see no time going back). A request
+    // meets few limits.
+    let limits: Vec<_> = held
         .iter()
         .filter_map(|h| compiled.limits.get(h.index))
-        .map(|l| {
-            let clock = l.limiter.clock();
-            l.rule
-                .as_ref()
-                .map_or_else(|| clock.now(), |r| clock.now_for(r))
+        .collect();
+    let now = limits
+        .iter()
+        .flat_map(|a| {
+            let clock = a.limiter.clock();
+            limits.iter().map(move |b| match b.rule.as_ref() {
+                Some(r) => clock.now_for(r),
+                None => clock.now_for(b.limiter.rule()),
+            })
         })
         .max()
         .unwrap_or_else(|| first.limiter.clock().now());

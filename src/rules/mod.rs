@@ -663,7 +663,9 @@ mod tests {
         use std::time::Duration;
         let text = "[[limit]]\nname = \"slow\"\nquotas = \"100/minute\"\n\
                     [[limit]]\nname = \"fine\"\npath = \"/f\"\nstrategy = \"token-bucket\"\n\
-                    quotas = \"10000/s\"\nburst = 1\n";
+                    quotas = \"10000/s\"\nburst = 1\n\
+                    [[limit]]\nname = \"queued\"\npath = \"/q\"\nstrategy = \"leaky-bucket\"\n\
+                    quotas = \"10/minute\"\nqueue_ms = 60000\n";
         let resolutions = |rules: &super::Rules| -> Vec<(String, Duration)> {
             let current = rules.shared.current.load();
             current
@@ -674,11 +676,16 @@ mod tests {
         };
         let ms = Duration::from_millis(1);
         let ns = Duration::from_nanos(1);
-        // The default: what the builder gives one limiter of the same rule.
+        // The default: what the builder gives one limiter of the same rule; a shaping queue
+        // spaces departures by the time it reads, precisely.
         let rules = super::Rules::memory(text, Default::default()).unwrap();
         assert_eq!(
             resolutions(&rules),
-            [("slow".to_owned(), ms), ("fine".to_owned(), ns)]
+            [
+                ("slow".to_owned(), ms),
+                ("fine".to_owned(), ns),
+                ("queued".to_owned(), ns)
+            ]
         );
         // A clock given is every limit's.
         let rules = super::Rules::with_clock(
@@ -690,7 +697,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             resolutions(&rules),
-            [("slow".to_owned(), ns), ("fine".to_owned(), ns)]
+            [
+                ("slow".to_owned(), ns),
+                ("fine".to_owned(), ns),
+                ("queued".to_owned(), ns)
+            ]
         );
     }
 

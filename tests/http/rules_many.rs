@@ -494,3 +494,33 @@ fn the_store_error_of_a_503_names_the_limit_that_failed() {
         "{failed:?}"
     );
 }
+
+/// Two limits on one path are decided all or nothing on one time: the latest of their clocks'. A
+/// bucket finer than the default clock's millisecond steps admits at its own pace there too, when
+/// the limit before it reads the coarse time.
+#[tokio::test]
+async fn a_fine_limit_beside_a_coarse_one_is_decided_on_the_precise_time() {
+    let text = "[[limit]]\nname = \"all\"\nkey = \"global\"\nquotas = \"1000000/minute\"\n\
+                [[limit]]\nname = \"fine\"\npath = \"/f\"\nkey = \"global\"\n\
+                strategy = \"token-bucket\"\nquotas = \"10000/s\"\nburst = 1\n";
+    let rules = Rules::memory(text, RulesOptions::default()).unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(rules.layer())
+        .service(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let start = std::time::Instant::now();
+    let mut admitted_at = Vec::new();
+    while admitted_at.len() < 50 && start.elapsed() < Duration::from_secs(5) {
+        let req = Request::get("/f").body(()).unwrap();
+        if svc.clone().oneshot(req).await.unwrap().status() == StatusCode::OK {
+            admitted_at.push(std::time::Instant::now());
+        }
+    }
+    let mut gaps: Vec<Duration> = admitted_at.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort();
+    // On the coarse time, admissions are a refresh (a millisecond) apart; on the precise time,
+    // 100 µs and what the loop takes.
+    let median = gaps[gaps.len() / 2];
+    assert!(median < Duration::from_micros(500), "{gaps:?}");
+}
