@@ -80,6 +80,19 @@ fn anchor() -> SystemClock {
     *ANCHOR.get_or_init(SystemClock::new)
 }
 
+/// Brings the coarse time `clock` reads, if it is a [`SystemClock`] on it, up to `now` (see
+/// [`CoarseInner::advance_to`]): for a decision whose time came from another clock's precise
+/// reading.
+#[cfg(feature = "rules")]
+pub(crate) fn advance_to<C: Clock>(clock: &C, now: u64) {
+    let coarse = (clock as &dyn std::any::Any)
+        .downcast_ref::<SystemClock>()
+        .and_then(|c| c.coarse);
+    if let Some(c) = coarse {
+        c.advance_to(now);
+    }
+}
+
 /// The process-wide coarse clock behind [`SystemClock::suited_to`], started on first use (`None`
 /// when its thread could not be started).
 fn shared_coarse() -> Option<&'static CoarseInner> {
@@ -144,6 +157,7 @@ impl SystemClock {
     }
 
     /// The precise clock on the time line [`suited_to`](Self::suited_to)'s clocks share.
+    #[cfg(feature = "rules")]
     pub(crate) fn precise() -> Self {
         anchor()
     }
@@ -355,20 +369,31 @@ impl CoarseInner {
         now & !FLAGS
     }
 
-    /// The source's time, which the cached time then never falls behind: a coarse read after it
-    /// is not earlier, so a store that sees both (a key decided under a finer rule, then one under
-    /// the limiter's own) never finds time going back by the coarse time's lag, e.g. a key swept
-    /// at the precise time and decided again in its window at the coarse one. Counts as a read,
-    /// and wakes a sleeping updater.
+    /// The source's time, which the cached time then never falls behind (see
+    /// [`advance_to`](Self::advance_to)).
     fn read_precise(&self) -> u64 {
-        let fresh = self.source.now() & !FLAGS;
-        let prev = self.nanos.fetch_max(fresh, Ordering::Relaxed);
-        if prev & ASLEEP != 0 && prev < fresh {
+        self.advance_to(self.source.now())
+    }
+
+    /// Brings the cached time up to `now` (a precise reading on its time line), so that a coarse
+    /// read after it is not earlier: a store that sees both (a key decided under a finer rule,
+    /// then one under the limiter's own) never finds time going back by the coarse time's lag,
+    /// e.g. a key swept at the precise time and decided again in its window at the coarse one.
+    /// When it moves the time it counts as a read, and wakes a sleeping updater. Returns the
+    /// later of the two.
+    fn advance_to(&self, now: u64) -> u64 {
+        let now = now & !FLAGS;
+        let cached = self.nanos.load(Ordering::Relaxed);
+        if cached & !FLAGS >= now {
+            return cached & !FLAGS;
+        }
+        let prev = self.nanos.fetch_max(now, Ordering::Relaxed);
+        if prev & ASLEEP != 0 && prev < now {
             if let Some(t) = self.ticker.get() {
                 t.unpark();
             }
         }
-        fresh.max(prev & !FLAGS)
+        now.max(prev & !FLAGS)
     }
 
     /// One refresh by the updater; `false` when it went to sleep instead (no read for
@@ -542,6 +567,11 @@ mod tests {
             assert!(p >= c);
             assert!(clock.now() >= p);
         }
+        // A precise reading taken elsewhere on the line brings the coarse time up to it.
+        let shared = clock.coarse.unwrap();
+        let precise = shared.source.now();
+        shared.advance_to(precise);
+        assert!(clock.now() >= precise & !FLAGS);
         // A precise clock reads the same for every rule.
         let precise_clock = SystemClock::suited_to(&fine);
         assert_eq!(precise_clock.resolution(), Duration::from_nanos(1));

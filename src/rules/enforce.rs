@@ -3,9 +3,9 @@
 
 use std::cell::Cell;
 
-use super::Compiled;
 use super::decided::Stop;
 use super::keys::give_back;
+use super::{Compiled, Limit};
 use crate::layer::FailurePolicy;
 use crate::store::{Item, Store};
 use crate::{Clock, Decision, Op, StoreError, StoreErrorKind};
@@ -185,25 +185,23 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
         return Ok(held);
     };
     let item = |h| item_of(compiled, h);
-    // One time for every item: the latest of their clocks' readings under every item's rule. A
-    // clock whose steps a rule cannot take reads the precise time for it (and a coarse clock then
-    // never falls behind it: its limiter's later decisions see no time going back). A request
-    // meets few limits.
-    let limits: Vec<_> = held
-        .iter()
-        .filter_map(|h| compiled.limits.get(h.index))
-        .collect();
-    let now = limits
-        .iter()
-        .flat_map(|a| {
-            let clock = a.limiter.clock();
-            limits.iter().map(move |b| match b.rule.as_ref() {
-                Some(r) => clock.now_for(r),
-                None => clock.now_for(b.limiter.rule()),
-            })
-        })
-        .max()
-        .unwrap_or_else(|| first.limiter.clock().now());
+    // One time for every item: the latest of their clocks' readings, each under its limit's rule
+    // (a clock whose steps the rule cannot take reads the precise time). The coarse time is then
+    // brought up to it, so that a limit decided on it later never sees time go back.
+    let limits = || held.iter().filter_map(|h| compiled.limits.get(h.index));
+    let read = |l: &Limit<St, C>| {
+        let clock = l.limiter.clock();
+        l.rule
+            .as_ref()
+            .map_or_else(|| clock.now(), |r| clock.now_for(r))
+    };
+    let (mut earliest, mut now) = (u64::MAX, 0);
+    for t in limits().map(read) {
+        (earliest, now) = (earliest.min(t), now.max(t));
+    }
+    if earliest < now {
+        limits().for_each(|l| crate::clock::advance_to(l.limiter.clock(), now));
+    }
     // One limit (the common case) needs no list of items.
     let (one, many): (Option<[RulesItem<'_, St>; 1]>, Vec<RulesItem<'_, St>>) =
         match held.as_slice() {
