@@ -255,8 +255,18 @@ impl<K, S: Store<K>, C: Clock> RateLimiter<K, S, C> {
             }
             _ => 0,
         };
-        let now = rule.map_or_else(|| self.inner.clock.now(), |r| self.inner.clock.now_for(r));
+        let now = self.now_under(rule);
         self.inner.store.apply(key, scope, op, now).bound_to(bound)
+    }
+
+    /// The time for a decision under `rule` (the limiter's own when `None`): the clock's reading
+    /// for that rule ([`Clock::now_for`]), which a rule finer than the clock's steps reads precise.
+    #[inline]
+    pub(crate) fn now_under(&self, rule: Option<&Rule>) -> u64 {
+        match rule {
+            None => self.inner.clock.now(),
+            Some(r) => self.inner.clock.now_for(r),
+        }
     }
 
     /// `d`, made by the store for this limiter under `rule` (its own when `None`) and `key`
@@ -420,15 +430,12 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static, C: Clock>
             }
             _ => op,
         };
+        let now = self.now_under(rule);
         let mut d = match rule {
-            None => {
-                inner
-                    .store
-                    .decide_hinted(&inner.hint, key, &inner.rule, tag, op, inner.clock.now())
-            }
-            Some(r) => inner
+            None => inner
                 .store
-                .decide_in(key, r, tag, op, inner.clock.now_for(r)),
+                .decide_hinted(&inner.hint, key, &inner.rule, tag, op, now),
+            Some(r) => inner.store.decide_in(key, r, tag, op, now),
         };
         // Only an admitted check reserves: a rejection pays nothing for the binding.
         if d.cost > 0 {

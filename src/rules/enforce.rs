@@ -3,9 +3,9 @@
 
 use std::cell::Cell;
 
+use super::Compiled;
 use super::decided::Stop;
 use super::keys::give_back;
-use super::{Compiled, Limit};
 use crate::layer::FailurePolicy;
 use crate::store::{Item, Store};
 use crate::{Clock, Decision, Op, StoreError, StoreErrorKind};
@@ -189,14 +189,8 @@ pub(super) async fn enforce_all<St: Store<Vec<u8>>, C: Clock>(
     // (a clock whose steps the rule cannot take reads the precise time). The coarse time is then
     // brought up to it, so that a limit decided on it later never sees time go back.
     let limits = || held.iter().filter_map(|h| compiled.limits.get(h.index));
-    let read = |l: &Limit<St, C>| {
-        let clock = l.limiter.clock();
-        l.rule
-            .as_ref()
-            .map_or_else(|| clock.now(), |r| clock.now_for(r))
-    };
     let (mut earliest, mut now) = (u64::MAX, 0);
-    for t in limits().map(read) {
+    for t in limits().map(|l| l.limiter.now_under(l.rule.as_ref())) {
         (earliest, now) = (earliest.min(t), now.max(t));
     }
     if earliest < now {
