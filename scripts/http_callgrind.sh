@@ -5,10 +5,11 @@
 # over N, in one server process per variant, on the thread that serves the connection; the ratio to
 # identity (allow) or static429 (reject) when measured in the same run; and, apart, what the
 # process's other threads ran meanwhile (background loops that follow wall time, not requests).
-# Unlike wrk, a figure repeats within about 100 instructions (tollgate's sweeper paces its steps
-# by wall time).
+# Unlike wrk, a run repeats within about 200 instructions (see ROUNDS below for why, and what the
+# script does about it).
 #
-#   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500
+#   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500,
+#                                                           # ROUNDS=3 (median and range reported)
 #   N=2000 ALLOW="none tollgate:token-bucket" REJECT="" bash scripts/http_callgrind.sh
 #   KEEP=/tmp/cg bash scripts/http_callgrind.sh  # also keep each variant's profile of the measured
 #                                                # requests (KEEP/WORKLOAD-VARIANT.worker.out, and
@@ -95,20 +96,35 @@ PY
   echo "$((worker / N)) $(((all - worker) / N))"
 }
 
-# ratio: the reference's instructions over the variant's (identity for allow, static429 for
-# reject, when measured in the same run; higher is faster, 1 = the reference)
-printf '%-8s %-28s %14s %8s %11s\n' workload variant instr/request ratio background
+# Each variant runs ROUNDS times (interleaved) and reports the median and the range. A figure
+# moves between runs by up to ~170 instructions as glibc's heap falls one way or the other: the
+# serving thread's free blocks decide whether hyper's 8 KiB read buffer comes from a bin (slower,
+# `unlink_chunk`) or not, and what the process allocated before the requests (in an order that
+# varies with thread timing) decides which.
+# ratio: the reference's instructions over the variant's, medians (identity for allow, static429
+# for reject, when measured in the same run; higher is faster, 1 = the reference)
+ROUNDS=${ROUNDS:-3}
+median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+printf '%-8s %-28s %14s %13s %8s %11s\n' workload variant instr/request range ratio background
 for workload in allow reject; do
   [ "$workload" = allow ] && variants=$ALLOW ref=identity || { variants=$REJECT; ref=static429; }
-  declare -A got=()
+  declare -A runs=() bg=()
+  for _ in $(seq "$ROUNDS"); do
+    for v in $variants; do
+      got=$(count "$v" "$workload") || exit 1
+      runs[$v]="${runs[$v]:-} ${got%% *}"
+      bg[$v]="${bg[$v]:-} ${got##* }"
+    done
+  done
+  declare -A med=()
   for v in $variants; do
-    got[$v]=$(count "$v" "$workload") || exit 1
+    med[$v]=$(echo ${runs[$v]} | median)
   done
   for v in $variants; do
-    read -r worker background <<<"${got[$v]}"
     ratio=-
-    [ -n "${got[$ref]:-}" ] && ratio=$(awk -v r="${got[$ref]%% *}" -v x="$worker" 'BEGIN { printf "%.3f", r / x }')
-    printf '%-8s %-28s %14s %8s %11s\n' "$workload" "$v" "$worker" "$ratio" "$background"
+    [ -n "${med[$ref]:-}" ] && ratio=$(awk -v r="${med[$ref]}" -v x="${med[$v]}" 'BEGIN { printf "%.3f", r / x }')
+    range=$(echo ${runs[$v]} | tr ' ' '\n' | sort -n | sed -n '1p;$p' | paste -sd- -)
+    printf '%-8s %-28s %14s %13s %8s %11s\n' "$workload" "$v" "${med[$v]}" "$range" "$ratio" "$(echo ${bg[$v]} | median)"
   done
-  unset got
+  unset runs bg med
 done

@@ -161,15 +161,15 @@ static WARNED_NO_PEER: AtomicBool = AtomicBool::new(false);
 static WARNED_FORWARDED: AtomicBool = AtomicBool::new(false);
 static WARNED_PREFIX: AtomicBool = AtomicBool::new(false);
 
-/// `true` for one call in 16 on each thread.
-fn one_in_16() -> bool {
+/// `true` for one call in 64 on each thread (the first among them).
+fn one_in_64() -> bool {
     thread_local! {
         static CALLS: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
     }
     CALLS.with(|c| {
         let n = c.get().wrapping_add(1);
         c.set(n);
-        n % 16 == 1
+        n % 64 == 1
     })
 }
 
@@ -273,11 +273,11 @@ impl KeyExtractor for PeerIp {
     type Key = IpAddr;
 
     fn extract(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        // Only until the warning has been given, and on one request in 16 (a proxy in front sends
+        // Only until the warning has been given, and on one request in 64 (a proxy in front sends
         // the header on every request, so it is seen at once): three header lookups cost more than
         // the rate-limit decision itself.
         if !WARNED_FORWARDED.load(Ordering::Relaxed)
-            && one_in_16()
+            && one_in_64()
             && [
                 ForwardedHeader::XForwardedFor,
                 ForwardedHeader::Forwarded,

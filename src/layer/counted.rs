@@ -16,7 +16,7 @@ use crate::store::Store;
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Counted {
     ids: [CountId; Counted::MAX],
-    len: usize,
+    len: u8,
     /// The decision of the innermost layer that admitted the request (`None`: it passed on a
     /// store failure, failing open).
     decision: Option<Decision>,
@@ -102,20 +102,25 @@ impl Counted {
     const MAX: usize = 4;
 
     pub(crate) fn contains(&self, id: CountId) -> bool {
-        self.ids.iter().take(self.len).any(|&x| x == id)
+        self.ids
+            .iter()
+            .take(usize::from(self.len))
+            .any(|&x| x == id)
     }
 
     fn push(&mut self, id: CountId) {
-        if let Some(slot) = self.ids.get_mut(self.len) {
+        if let Some(slot) = self.ids.get_mut(usize::from(self.len)) {
             *slot = id;
             self.len += 1;
         }
     }
 }
 
-/// A request's identity under one limiter and rule: the store's address, the rule's address and a
-/// hash of the key (seeded per process, so an attacker cannot aim a collision).
-pub(crate) type CountId = (usize, usize, u64);
+/// A request's identity under one limiter and rule: one hash of the store's address, the rule's
+/// address and the key, seeded per process, so an attacker cannot aim a collision (and a chance
+/// one, which would let a request pass a second layer uncounted, has odds of 2^-64 against each
+/// id a marker holds). One word, not three: the marker and the future stay small.
+pub(crate) type CountId = u64;
 
 pub(crate) fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     limiter: &RateLimiter<K, St, C>,
@@ -123,12 +128,13 @@ pub(crate) fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     key: &K,
 ) -> CountId {
     static HASHER: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
-    let hash = HASHER.get_or_init(Default::default).hash_one(key);
     // The store lives inside the limiter's shared allocation: its address names the limiter. The
     // rule's address tells a route's own rule (`select_rule`) from the limiter's.
-    (
-        std::ptr::from_ref(limiter.store()) as usize,
-        std::ptr::from_ref(rule) as usize,
-        hash,
-    )
+    // The key's seeded hash with the two addresses folded in by odd multipliers (each a
+    // bijection): ids under one limiter and rule collide only when the keys' hashes do.
+    let limiter = std::ptr::from_ref(limiter.store()) as u64;
+    let rule = std::ptr::from_ref(rule) as u64;
+    HASHER.get_or_init(Default::default).hash_one(key)
+        ^ limiter.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ rule.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
 }
