@@ -5,7 +5,7 @@
 # over N, in one server process per variant, on the thread that serves the connection; the ratio to
 # identity (allow) or static429 (reject) when measured in the same run; and, apart, what the
 # process's other threads ran meanwhile (background loops that follow wall time, not requests).
-# Unlike wrk, a run repeats within about 200 instructions (see ROUNDS below for why, and what the
+# Unlike wrk, a run repeats within about 170 instructions (see ROUNDS below for why, and what the
 # script does about it).
 #
 #   bash scripts/http_callgrind.sh                          # every variant below, N=3000, WARM=500,
@@ -104,6 +104,8 @@ PY
 # ratio: the reference's instructions over the variant's, medians (identity for allow, static429
 # for reject, when measured in the same run; higher is faster, 1 = the reference)
 ROUNDS=${ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a whole number of at least 1" >&2; exit 2; }
+# The middle value (the lower of the two middle ones for an even count).
 median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 printf '%-8s %-28s %14s %13s %8s %11s\n' workload variant instr/request range ratio background
 for workload in allow reject; do

@@ -3,7 +3,7 @@
 //! the innermost admitting layer's [`Decision`], which a handler reads with
 //! [`Decision::from_extensions`] (or as an axum extractor).
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -116,10 +116,10 @@ impl Counted {
     }
 }
 
-/// A request's identity under one limiter and rule: one hash of the store's address, the rule's
-/// address and the key, seeded per process, so an attacker cannot aim a collision (and a chance
-/// one, which would let a request pass a second layer uncounted, has odds of 2^-64 against each
-/// id a marker holds). One word, not three: the marker and the future stay small.
+/// A request's identity under one limiter and rule: one seeded hash of the store's address, the
+/// rule's address and the key (the seed is random per process). Two ids collide only by a chance
+/// of about 2^-64 that nobody can aim (a collision would let a request pass a second layer
+/// uncounted). One word, not three: the marker and the future stay small.
 pub(crate) type CountId = u64;
 
 pub(crate) fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
@@ -130,11 +130,9 @@ pub(crate) fn counted_id<K: crate::store::StoreKey, St: Store<K>, C: Clock>(
     static HASHER: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
     // The store lives inside the limiter's shared allocation: its address names the limiter. The
     // rule's address tells a route's own rule (`select_rule`) from the limiter's.
-    // The key's seeded hash with the two addresses folded in by odd multipliers (each a
-    // bijection): ids under one limiter and rule collide only when the keys' hashes do.
-    let limiter = std::ptr::from_ref(limiter.store()) as u64;
-    let rule = std::ptr::from_ref(rule) as u64;
-    HASHER.get_or_init(Default::default).hash_one(key)
-        ^ limiter.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ rule.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+    let mut h = HASHER.get_or_init(Default::default).build_hasher();
+    h.write_usize(std::ptr::from_ref(limiter.store()) as usize);
+    h.write_usize(std::ptr::from_ref(rule) as usize);
+    key.hash(&mut h);
+    h.finish()
 }

@@ -79,7 +79,9 @@ fn warnings_are_logged_once_not_per_request() {
 
             // Forwarded headers while keying by the peer address.
             let svc = RateLimitLayer::new(lim(), PeerIp::default()).layer(echo());
-            for _ in 0..50 {
+            // More than the 64 requests among which the probe looks once, whatever the thread's
+            // count stood at.
+            for _ in 0..70 {
                 let mut req = Request::get("/")
                     .header("x-forwarded-for", "1.2.3.4")
                     .body(Full::default())
