@@ -18,7 +18,7 @@ rounds=${1:-5}
 n=${2:-2000000}
 case ${PRESET:-default} in
 default)
-    d_impls="governor/quanta tollgate/token-bucket/coarse tollgate/token-bucket/default tollgate/fixed-window/default tollgate/sliding-window/default"
+    d_impls="governor/quanta dashmap tollgate/token-bucket/coarse tollgate/token-bucket/default tollgate/fixed-window/default tollgate/sliding-window/default"
     d_modes="allow_1e9"
     ;;
 best)

@@ -5,7 +5,10 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     target/release/bench_callgrind tollgate/token-bucket/coarse allow_all 1 200000
 //! ```
-//! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `tollgate/<strategy>/<clock>`
+//! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `dashmap` (a bare
+//! `DashMap<u64, AtomicU64>`: a look-up and a compare-and-swap, the floor of a map-based limiter;
+//! it admits in every allow mode, rejects in `reject_all`),
+//! `tollgate/<strategy>/<clock>`
 //! with clock `coarse`, `system` (precise), `default` (the builder's default: none given) or
 //! `manual`), the mode, the number of keys, the number of timed checks, and optionally the number of
 //! threads (default 1) that share them (`TOLLGATE_PIN=1`: thread `t` pinned to CPU `t`). Modes:
@@ -23,6 +26,7 @@ use threads::{cpu_nanos, pin};
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use governor::Quota;
@@ -84,6 +88,24 @@ fn main() {
                 cost,
             ),
         }
+    } else if imp == "dashmap" {
+        // The floor of any limiter that keeps a key's state in a DashMap: a look-up of the key and
+        // one compare-and-swap of its word, nothing else (no clock, no rule; never rejects).
+        let map = dashmap::DashMap::<u64, AtomicU64, foldhash::fast::RandomState>::default();
+        populate_with(keys, |k| map.insert(k, AtomicU64::new(0)).is_none());
+        Box::new(move |k| {
+            let swapped = map.get(&k).is_some_and(|v| {
+                let old = v.load(Ordering::Relaxed);
+                v.compare_exchange(
+                    old,
+                    old.wrapping_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            });
+            swapped && allow
+        })
     } else {
         let quota = if per_second {
             Quota::per_second(NonZeroU32::new(1_000_000_000).expect("rate"))
