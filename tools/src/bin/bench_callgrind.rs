@@ -90,7 +90,8 @@ fn main() {
         }
     } else if imp == "dashmap" {
         // The floor of any limiter that keeps a key's state in a DashMap: a look-up of the key and
-        // one compare-and-swap of its word, nothing else (no clock, no rule; never rejects).
+        // one compare-and-swap of its word, nothing else (no clock, no rule; it rejects only in
+        // `reject_all`).
         let map = dashmap::DashMap::<u64, AtomicU64, foldhash::fast::RandomState>::default();
         populate_with(keys, |k| map.insert(k, AtomicU64::new(0)).is_none());
         Box::new(move |k| {
