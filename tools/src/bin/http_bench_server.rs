@@ -10,7 +10,8 @@
 //!            | metrics:STRATEGY (tollgate:STRATEGY with a metrics recorder installed: atomic
 //!            counters, as an exporter keeps them) | rules:STRATEGY (the same limit from a rules file) | code2:STRATEGY (per-IP
 //!            and global limits as two stacked layers) | rules2:STRATEGY (the same two limits from a
-//!            rules file)
+//!            rules file) | nofields:STRATEGY (tollgate:STRATEGY writing no fields on an allowed
+//!            response, as tower-governor without its headers)
 //!   WORKLOAD allow (a quota that never rejects) | reject (every request after the first rejected)
 //! ```
 //!
@@ -27,7 +28,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use governor::middleware::NoOpMiddleware;
 use tollgate::key::PeerIp;
-use tollgate::layer::RateLimitLayer;
+use tollgate::layer::{Headers, RateLimitLayer};
 use tollgate::{RateLimiter, Strategy};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -160,6 +161,7 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 .layer(RateLimitLayer::new(per_ip, PeerIp::default()))
         }
         v => {
+            let fields = !v.starts_with("nofields:");
             let name = match v.strip_prefix("metrics:") {
                 Some(name) => {
                     // Installed before the layer is built: it resolves its metric handles then.
@@ -169,6 +171,7 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 }
                 None => v
                     .strip_prefix("tollgate:")
+                    .or_else(|| v.strip_prefix("nofields:"))
                     .ok_or_else(|| format!("unknown variant {v}"))?,
             };
             let strategy: Strategy = name.parse().map_err(|e| format!("{e}"))?;
@@ -179,7 +182,12 @@ fn app(variant: &str, reject: bool) -> Result<Router, String> {
                 .map_err(|e| e.to_string())?
                 .build()
                 .map_err(|e| e.to_string())?;
-            base.layer(RateLimitLayer::new(limiter, PeerIp::default()))
+            let layer = RateLimitLayer::new(limiter, PeerIp::default());
+            if fields {
+                base.layer(layer)
+            } else {
+                base.layer(layer.headers(Headers::new().on_allowed(false)))
+            }
         }
     })
 }
