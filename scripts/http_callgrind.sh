@@ -105,8 +105,9 @@ PY
 # for reject, when measured in the same run; higher is faster, 1 = the reference)
 ROUNDS=${ROUNDS:-3}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a whole number of at least 1" >&2; exit 2; }
-# The middle value (the lower of the two middle ones for an even count).
-median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# Numbers on stdin -> "median min-max" (the median: the lower of the two middle ones for an even
+# count).
+summary() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)], v[1] "-" v[NR] }'; }
 printf '%-8s %-28s %14s %13s %8s %11s\n' workload variant instr/request range ratio background
 for workload in allow reject; do
   [ "$workload" = allow ] && variants=$ALLOW ref=identity || { variants=$REJECT; ref=static429; }
@@ -118,15 +119,15 @@ for workload in allow reject; do
       bg[$v]="${bg[$v]:-} ${got##* }"
     done
   done
-  declare -A med=()
+  declare -A med=() range=()
   for v in $variants; do
-    med[$v]=$(echo ${runs[$v]} | median)
+    read -r "med[$v]" "range[$v]" <<<"$(echo ${runs[$v]} | summary)"
   done
   for v in $variants; do
     ratio=-
     [ -n "${med[$ref]:-}" ] && ratio=$(awk -v r="${med[$ref]}" -v x="${med[$v]}" 'BEGIN { printf "%.3f", r / x }')
-    range=$(echo ${runs[$v]} | tr ' ' '\n' | sort -n | sed -n '1p;$p' | paste -sd- -)
-    printf '%-8s %-28s %14s %13s %8s %11s\n' "$workload" "$v" "${med[$v]}" "$range" "$ratio" "$(echo ${bg[$v]} | median)"
+    read -r bg_median _ <<<"$(echo ${bg[$v]} | summary)"
+    printf '%-8s %-28s %14s %13s %8s %11s\n' "$workload" "$v" "${med[$v]}" "${range[$v]}" "$ratio" "$bg_median"
   done
-  unset runs bg med
+  unset runs bg med range
 done
