@@ -7,7 +7,8 @@
 //! ```
 //! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `dashmap` (a bare
 //! `DashMap<u64, AtomicU64>`: a look-up and a compare-and-swap, the floor of a map-based limiter;
-//! it admits in every allow mode, rejects in `reject_all`),
+//! it admits in every allow mode, rejects in `reject_all`), `dashmap+R` (the same after `R`
+//! rounds of arithmetic the look-up does not wait for, about 20 instructions a round),
 //! `tollgate/<strategy>/<clock>`
 //! with clock `coarse`, `system` (precise), `default` (the builder's default: none given) or
 //! `manual`), the mode, the number of keys, the number of timed checks, and optionally the number of
@@ -88,25 +89,40 @@ fn main() {
                 cost,
             ),
         }
-    } else if imp == "dashmap" {
+    } else if let Some(work) = imp.strip_prefix("dashmap") {
         // The floor of any limiter that keeps a key's state in a DashMap: a look-up of the key and
         // one compare-and-swap of its word, nothing else (no clock, no rule; it rejects only in
-        // `reject_all`).
+        // `reject_all`). `dashmap+R`: R rounds of arithmetic on the key first, which the look-up
+        // does not wait for (a stand-in for a limiter's own work: it shows how long a check may
+        // be before a table larger than the cache costs a whole memory latency per check).
+        let rounds: u32 = match work {
+            "" => 0,
+            _ => work
+                .strip_prefix('+')
+                .and_then(|r| r.parse().ok())
+                .expect("dashmap or dashmap+ROUNDS"),
+        };
         let map = dashmap::DashMap::<u64, AtomicU64, foldhash::fast::RandomState>::default();
         populate_with(keys, |k| map.insert(k, AtomicU64::new(0)).is_none());
-        Box::new(move |k| {
+        let add = move |k: u64, delta: u64| {
             let swapped = map.get(&k).is_some_and(|v| {
                 let old = v.load(Ordering::Relaxed);
                 v.compare_exchange(
                     old,
-                    old.wrapping_add(1),
+                    old.wrapping_add(delta),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 )
                 .is_ok()
             });
             swapped && allow
-        })
+        };
+        // Two closures: the bare floor carries no test of `rounds`.
+        if rounds == 0 {
+            Box::new(move |k| add(k, 1))
+        } else {
+            Box::new(move |k| add(k, 1 + (busy(k, rounds) & 1)))
+        }
     } else {
         let quota = if per_second {
             Quota::per_second(NonZeroU32::new(1_000_000_000).expect("rate"))
@@ -183,6 +199,20 @@ fn main() {
         elapsed.as_nanos() as f64 / total as f64,
         cpu as f64 / total as f64
     );
+}
+
+/// `rounds` rounds of multiply-rotate on `k` (about five instructions each, four chains side by
+/// side): work whose result only the final compare-and-swap uses.
+fn busy(k: u64, rounds: u32) -> u64 {
+    let mut lanes = [k, k ^ 1, k ^ 2, k ^ 3];
+    for r in 0..black_box(rounds) {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            *lane = (*lane ^ u64::from(r))
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15 + 2 * i as u64)
+                .rotate_left(23);
+        }
+    }
+    lanes.iter().fold(0, |a, l| a ^ l)
 }
 
 fn populate_with(keys: u64, f: impl Fn(u64) -> bool) {
