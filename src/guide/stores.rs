@@ -70,11 +70,12 @@
 //!   transparent huge pages: at 10^6 keys a check took 298 ns instead of 346 ns on the machine of
 //!   BENCHMARKS.md (governor: 306 instead of 367 ns).
 //! - When most keys expire at once (a long idle gap, the end of a flood), the sweep frees most of
-//!   the store's tables within seconds, and glibc hands the freed memory back to the system at a
-//!   later large free: a `brk` call of several milliseconds inside whichever decision made it (at
-//!   8 x 10^6 keys, 1-3 decisions in 10^4 took 4.6-9.3 ms; BENCHMARKS.md). A service that would
-//!   rather keep its peak heap sets `GLIBC_TUNABLES=glibc.malloc.trim_threshold=4294967295` in its
-//!   environment: the slowest of those decisions then took 0.55 ms.
+//!   the store's tables within seconds, and glibc hands the freed memory back to the system (a
+//!   heap trim: `brk` or `madvise`) inside whichever decision's free sets it off. On the machine of
+//!   BENCHMARKS.md, at 8 x 10^6 keys, the slowest of 10^4 decisions after an idle gap took
+//!   4.6-9.3 ms. A service that would rather keep its peak heap sets
+//!   `GLIBC_TUNABLES=glibc.malloc.trim_threshold=4294967295` in its environment: the slowest then
+//!   took 0.17-0.55 ms.
 //!
 //! # What the key cap forgets, and its bounds
 //!

@@ -8,7 +8,7 @@
 //! Arguments: implementation (`governor/quanta`, `governor/monotonic`, `dashmap` (a bare
 //! `DashMap<u64, AtomicU64>`: a look-up and a compare-and-swap, the floor of a map-based limiter;
 //! it admits in every allow mode, rejects in `reject_all`), `dashmap+R` (the same after `R`
-//! rounds of arithmetic the look-up does not wait for, about 20 instructions a round),
+//! rounds of arithmetic the look-up does not wait for, about 14 instructions a round),
 //! `tollgate/<strategy>/<clock>`
 //! with clock `coarse`, `system` (precise), `default` (the builder's default: none given) or
 //! `manual`), the mode, the number of keys, the number of timed checks, and optionally the number of
@@ -201,8 +201,8 @@ fn main() {
     );
 }
 
-/// `rounds` rounds of multiply-rotate on `k` (about five instructions each, four chains side by
-/// side): work whose result only the final compare-and-swap uses.
+/// `rounds` rounds of multiply-rotate on `k`, four chains side by side (about 14 instructions a
+/// round): work whose result only the final compare-and-swap uses.
 fn busy(k: u64, rounds: u32) -> u64 {
     let mut lanes = [k, k ^ 1, k ^ 2, k ^ 3];
     for r in 0..black_box(rounds) {
