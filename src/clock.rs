@@ -55,6 +55,11 @@ pub trait Clock: Send + Sync + 'static {
 ///   2 ms, and for any window shorter than a second (where a millisecond is more than 0.1% of it).
 ///   A request's wait (`Retry-After`) is computed from the lagging time and may end up to a
 ///   millisecond early: a client retrying at once is rejected again, never let through early.
+/// - **What the refreshing thread costs.** While decisions come it wakes every millisecond. Where
+///   it shares a CPU with the request workers (a one-CPU container), each wake-up interrupts one:
+///   an HTTP server on one core at ~113,000 requests a second saw 4,819 wake-ups in 5 s, 0.6% of
+///   the CPU, and 5,034 involuntary switches of its worker. [`SystemClock::new`] has no thread and
+///   reads the precise time on every decision instead.
 ///
 /// A decision under another rule than the limiter's own (a per-request rule, a tier) reads the
 /// precise time when that rule cannot take the steps ([`Clock::now_for`]). The clocks the builder
